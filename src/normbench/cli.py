@@ -1,0 +1,272 @@
+"""``python -m normbench {train,report,list}``.
+
+``train`` is a Hydra app over ``conf/config.yaml``: every Hydra flag works
+(``-m``, ``--cfg job``, ``--help``, ``hydra/launcher=...``). Before Hydra runs,
+the overrides are composed once here (each sweep value too) and validated, so a
+typo, a wrong type or an impossible value ends before any work with one line:
+``normbench: error: <key>...: <what is allowed>`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import sys
+from pathlib import Path
+
+from normbench.errors import ConfigError
+
+GROUPS = ("model", "arch", "norm", "optim", "sched", "data", "diag", "logger", "experiment")
+HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
+
+USAGE = """usage: python -m normbench {train,report,list} ...
+
+  train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
+  train -m k=a,b ...          a Hydra multirun sweep
+  report DIR                  tables and plots for every run below DIR
+  list [GROUP]                the options of each config group, with their papers
+"""
+
+
+def config_dir() -> Path:
+    """``conf/`` of a source checkout, else the copy shipped inside the package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent.parent / "conf", here / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise FileNotFoundError("normbench's conf/ directory was not found (broken install?)")
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+def error(msg: str) -> int:
+    print(f"normbench: error: {msg}", file=sys.stderr)
+    return 2
+
+
+# ----------------------------------------------------------------------------- list
+def describe(path: Path) -> str:
+    """The first comment line of a config file (its description and paper)."""
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("# @package"):
+            continue
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+        if line:
+            break
+    return ""
+
+
+def list_cli(argv: list[str]) -> int:
+    groups = argv or list(GROUPS)
+    for group in groups:
+        if group not in GROUPS:
+            return error(f"unknown group {group!r}; choose one of: {', '.join(GROUPS)}")
+    for group in groups:
+        print(f"{group}:")
+        for opt in options(group):
+            print(f"  {opt:<16} {describe(config_dir() / group / f'{opt}.yaml')}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- train
+def _flat_keys(node, prefix: str = "") -> list[str]:
+    from omegaconf import DictConfig
+
+    keys = []
+    for k in node.keys() if isinstance(node, DictConfig) else []:
+        full = f"{prefix}{k}"
+        keys.append(full)
+        keys += _flat_keys(node._get_node(k), full + ".")
+    return keys
+
+
+def _explain(exc: Exception, override: str | None, base_keys: list[str]) -> str:
+    """One line out of Hydra/OmegaConf's multi-line composition errors."""
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    cause = exc
+    while cause.__cause__ is not None and not isinstance(cause, (ValidationError, ConfigKeyError)):
+        cause = cause.__cause__
+    text = str(exc)
+    if isinstance(cause, ConfigKeyError) or "not in struct" in text or "Could not override" in text:
+        key = override.split("=", 1)[0].lstrip("+~") if override else "?"
+        near = difflib.get_close_matches(key, base_keys, n=1, cutoff=0.6)
+        hint = f" (did you mean '{near[0]}'?)" if near else " (see `python -m normbench train --cfg job`)"
+        return f"unknown config key '{key}'{hint}"
+    if isinstance(cause, ValidationError):
+        msg = str(cause).splitlines()[0]
+        full_key = getattr(cause, "full_key", None) or (override.split("=", 1)[0] if override else "?")
+        return f"{full_key}: {msg}"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def _expand(overrides: list[str]) -> list[list[str]]:
+    """Override lists to compose: the first value of every sweep, then each other sweep value once."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    base, sweeps = [], []
+    for i, o in enumerate(parsed):
+        if o.is_sweep_override():
+            values = list(o.sweep_string_iterator())
+            if not values:
+                continue
+            base.append(f"{o.get_key_element()}={values[0]}")
+            sweeps.append((i, o.get_key_element(), values[1:]))
+        else:
+            base.append(overrides[i])
+    variants = [base]
+    for i, key, values in sweeps:
+        for v in values:
+            variant = list(base)
+            variant[i] = f"{key}={v}"
+            variants.append(variant)
+    return variants
+
+
+def prevalidate(overrides: list[str]) -> None:
+    """Compose and validate the config for ``overrides``; raises ConfigError with one line."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import OverrideParseException
+
+    from normbench.config import validate
+    from normbench.model import check_combination
+
+    user = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    for o in user:
+        key, _, value = o.partition("=")
+        if key in GROUPS and value and value != "null":
+            for v in value.split(","):
+                if v not in options(key):
+                    raise ConfigError(f"{key}={v} is not an option; choose one of: {', '.join(options(key))}")
+    try:
+        variants = _expand(user)
+    except OverrideParseException as exc:
+        raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
+        base_keys = _flat_keys(compose(config_name="config"))
+        for variant in variants:
+            try:
+                cfg = compose(config_name="config", overrides=variant)
+            except Exception as exc:
+                bad = _first_bad(variant)
+                raise ConfigError(_explain(exc, bad, base_keys)) from None
+            validate(cfg)
+            check_combination(cfg)
+            if cfg.device == "cuda" or cfg.precision == "fp16":
+                from normbench.trainer import resolve_device
+
+                resolve_device(cfg)
+    GlobalHydra.instance().clear()
+
+
+def _first_bad(variant: list[str]) -> str | None:
+    """The override that breaks composition (composing them one at a time)."""
+    from hydra import compose
+
+    for i in range(len(variant)):
+        try:
+            compose(config_name="config", overrides=variant[: i + 1])
+        except Exception:
+            return variant[i]
+    return None
+
+
+def _torchrun_overrides(argv: list[str]) -> list[str]:
+    """Under torchrun all ranks share one run dir and only rank 0 writes Hydra's files."""
+    if int(os.environ.get("WORLD_SIZE", 1)) <= 1:
+        return []
+    if any(a in ("-m", "--multirun") for a in argv):
+        raise ConfigError("torchrun with -m: sweep outside, DDP inside (launch torchrun once per job)")
+    extra = []
+    if not any(a.startswith("hydra.run.dir=") for a in argv):
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+        extra.append(f"hydra.run.dir=outputs/runs/torchrun-{run_id}")
+    if int(os.environ.get("RANK", 0)) != 0:
+        extra.append("hydra.output_subdir=null")
+    return extra
+
+
+def train_cli(argv: list[str]) -> int:
+    import hydra
+    from omegaconf import DictConfig
+
+    from normbench.config import register_configs
+
+    register_configs()
+    info_only = any(a in HYDRA_FLAGS_NO_VALIDATE or a.startswith("--cfg") or a == "-c" for a in argv)
+    overrides = [a for a in argv if not a.startswith("-") and "=" in a]
+    try:
+        argv = argv + _torchrun_overrides(argv)
+        if not info_only:
+            prevalidate(overrides)
+    except ConfigError as exc:
+        return error(str(exc))
+
+    @hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")
+    def _train(cfg: DictConfig) -> float:
+        return run_job(cfg)
+
+    saved = sys.argv
+    sys.argv = ["normbench train"] + argv
+    try:
+        _train()
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def run_job(cfg) -> float:
+    """One Hydra job. Returns the value an optimizing sweeper minimizes (best val loss)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from normbench import trainer
+
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        summary = trainer.run(cfg, run_dir)
+    except ConfigError as exc:
+        print(f"normbench: error: {exc}", file=sys.stderr)
+        if not multirun:
+            sys.exit(2)
+        trainer.summary_for_failure(run_dir, cfg, str(exc))
+        return math.inf
+    except trainer.Interrupted:
+        sys.exit(130)
+    except Exception as exc:
+        if not multirun:
+            raise
+        # a failed job is a result of the sweep, not its end
+        print(f"normbench: job {hc.job.num} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        trainer.summary_for_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}"[:300])
+        return math.inf
+    if summary["status"] != "completed" or summary.get("best_val_loss") is None:
+        return 1e6  # diverged: clearly worse than any real loss, not a crash
+    return float(summary["best_val_loss"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "train":
+        return train_cli(rest)
+    if cmd == "report":
+        from normbench.report import main as report_main
+
+        return report_main(rest)
+    if cmd == "list":
+        return list_cli(rest)
+    return error(f"unknown command {cmd!r}; choose one of: train, report, list")

@@ -1,0 +1,274 @@
+"""Structured config schema (Hydra ConfigStore) and semantic validation.
+
+The schema is registered as the top-level ``normbench_schema`` (not inside any
+config group, so ``arch=glob(*)`` sweeps never pick it up). ``conf/config.yaml``
+lists it first in its defaults; every group file then merges into a typed,
+struct-mode node, so a wrong type or an unknown key fails at composition.
+:func:`validate` adds the checks a type system cannot express (positive
+learning rate, ``d_model % n_head``, ...) and raises :class:`ConfigError`
+with one line naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+from normbench.errors import ConfigError
+
+ARCHS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt")
+NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none")
+OPTIMS = ("adamw", "sgd", "lion", "muon", "adafactor")
+SCHEDS = ("cosine", "wsd", "constant")
+DATAS = ("kjv", "files", "hf", "synthetic")
+TOKENIZERS = ("byte", "bpe", "gpt2")
+POS = ("rope", "learned")
+MLPS = ("swiglu", "gelu", "relu")
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32", "bf16", "fp16")
+PARALLELS = ("none", "ddp", "fsdp")
+DIAGS = ("off", "default", "full")
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    n_layer: int = 2
+    d_model: int = 64
+    n_head: int = 4
+    d_ff: int | None = None  # None: 4*d (gelu/relu), 8/3*d rounded up to 32 (swiglu)
+    seq_len: int = 128
+    vocab_size: int | None = None  # None: from the tokenizer
+    pad_vocab_to: int = 64  # embedding rows rounded up (nanoGPT's 50257 -> 50304)
+    pos: str = "rope"
+    rope_theta: float = 10000.0
+    mlp: str = "swiglu"
+    bias: bool = False
+    tie_embeddings: bool = True
+    init_std: float = 0.02
+    dropout: float = 0.0
+
+
+@dataclass
+class ArchConfig:
+    name: str = "pre_ln"
+    final_norm: bool = True  # norm before the LM head (post_ln: switch; deepnorm/ngpt: none)
+    embed_norm: bool = False  # peri_ln: optional norm on the embedding output
+    post_ratio: float = 0.25  # mix_ln: first floor(post_ratio * L) blocks are Post-LN
+    alpha: float | None = None  # deepnorm residual scale; None -> (2L)^(1/4)
+    beta: float | None = None  # deepnorm init gain; None -> (8L)^(-1/4)
+    qk_norm: bool = False  # per-head norm of q and k before RoPE (any softmax arch)
+    scaled_init: bool = True  # output projections std/sqrt(2L) (GPT-2/nanoGPT)
+    small_init: bool = False  # hybridnorm: std = sqrt(2/(5d)) (Megatron "small init")
+    embed_init_std: float | None = None  # None -> the model's init std
+    # nGPT (NVIDIA/ngpt): eigen learning rates and scalings, "stored value x (init/scale)"
+    alpha_init: float = 0.05
+    s_qk_init: float = 1.0
+    s_uv_init: float = 1.0
+    s_z_init: float = 1.0
+    norm_eps: float = 1e-6  # eps of nGPT's L2 normalisations
+
+
+@dataclass
+class NormConfig:
+    name: str = "rmsnorm"
+    eps: float = 1e-6
+    affine: bool = True  # false: no gain vector (the "no scale" ablation)
+    bias: bool = False  # layernorm / dyt / derf additive bias
+    alpha_init_attn: float = 0.5  # dyt/derf: initial scalar alpha per site
+    alpha_init_ffn: float = 0.5
+    alpha_init_final: float = 0.5
+    shift_init: float = 0.0  # derf: initial scalar shift
+    embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    eps: float = 1e-8
+    momentum: float = 0.9  # sgd / muon
+    nesterov: bool = True  # sgd / muon
+    fused: bool | None = None  # adamw: None -> fused on CUDA, foreach elsewhere
+    adamw_lr: float | None = None  # muon: lr of the AdamW side (None -> lr)
+    ns_steps: int = 5  # muon Newton-Schulz iterations
+    # weight-decay policy: which parameter kinds are decayed (2-D hidden matrices always are)
+    decay_norm_in: bool = False
+    decay_norm_out: bool = False
+    decay_bias: bool = False
+    decay_embed: bool = False
+    decay_scalars: bool = False
+
+
+@dataclass
+class SchedConfig:
+    name: str = "cosine"
+    warmup_steps: int | None = None  # None: 10% of the run (the Mix-LN recipe); 0: no warmup
+    min_lr_ratio: float = 0.1  # cosine/wsd end at lr * min_lr_ratio
+    decay_fraction: float = 0.2  # wsd: last fraction of steps decays
+
+
+@dataclass
+class DataConfig:
+    name: str = "kjv"
+    tokenizer: str = "byte"
+    vocab_size: int | None = None  # bpe: target size (default 4096); byte 256; gpt2 50257
+    paths: list[str] = field(default_factory=list)  # data=files
+    hf_path: str | None = None  # data=hf: hub name or local path for datasets.load_dataset
+    hf_config: str | None = None
+    hf_split: str = "train"
+    hf_text_field: str = "text"
+    val_fraction: float = 0.05
+    synthetic_tokens: int = 300_000  # data=synthetic: characters of generated text
+    cache_dir: str | None = None  # None -> $NORMBENCH_CACHE or ~/.cache/normbench
+
+
+@dataclass
+class TrainerConfig:
+    batch_size: int = 16
+    grad_accum: int = 1
+    max_steps: int = 200
+    max_tokens: int | None = None  # if set, stop at whichever of the two comes first
+    grad_clip: float = 1.0  # 0 disables clipping
+    log_every: int = 10
+    eval_every: int = 50
+    eval_batches: int = 8
+    ckpt_every: int = 100
+    resume: bool = False
+    resume_allow_changed: list[str] = field(default_factory=list)  # non-model keys allowed to differ
+    diverge_factor: float = 3.0  # loss > factor * initial loss (after warmup) -> diverged
+    skip_nonfinite: bool = False  # skip optimizer steps whose gradients are NaN/inf
+    max_skipped: int = 10  # more consecutive skipped steps than this -> diverged
+
+
+@dataclass
+class DiagConfig:
+    name: str = "default"
+    every: int = 50
+    batch: int = 4  # sequences in the fixed held-out diagnostic batch
+    spike_factor: float = 1.5  # loss > factor * running median -> spike
+    spike_window: int = 50
+
+
+@dataclass
+class WandbConfig:
+    enabled: bool = False
+    project: str = "normbench"
+    entity: str | None = None
+    group: str | None = None  # None -> the sweep directory name
+    tags: list[str] = field(default_factory=list)
+    job_type: str = "train"
+    mode: str | None = None  # online | offline | disabled; None -> WANDB_MODE or online
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "jsonl"
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    arch: ArchConfig = field(default_factory=ArchConfig)
+    norm: NormConfig = field(default_factory=NormConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sched: SchedConfig = field(default_factory=SchedConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    diag: DiagConfig = field(default_factory=DiagConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "fp32"
+    compile: bool = False
+    parallel: str = "none"
+    peak_flops: float | None = None  # for MFU; None -> known value for the GPU, if any
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="normbench_schema", node=Config)
+
+
+def _choice(key: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _positive(key: str, value: Any, zero_ok: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
+
+
+def validate(cfg: Any) -> None:
+    """Semantic checks that the schema's types cannot express; raises ConfigError."""
+    m, a, n, o, s, d, t = cfg.model, cfg.arch, cfg.norm, cfg.optim, cfg.sched, cfg.data, cfg.trainer
+    _choice("arch.name", a.name, ARCHS)
+    _choice("norm.name", n.name, NORMS)
+    _choice("optim.name", o.name, OPTIMS)
+    _choice("sched.name", s.name, SCHEDS)
+    _choice("data.name", d.name, DATAS)
+    _choice("data.tokenizer", d.tokenizer, TOKENIZERS)
+    _choice("model.pos", m.pos, POS)
+    _choice("model.mlp", m.mlp, MLPS)
+    _choice("device", cfg.device, DEVICES)
+    _choice("precision", cfg.precision, PRECISIONS)
+    _choice("parallel", cfg.parallel, PARALLELS)
+    _choice("diag.name", cfg.diag.name, DIAGS)
+    for key in ("n_layer", "d_model", "n_head", "seq_len", "d_ff", "pad_vocab_to"):
+        _positive(f"model.{key}", getattr(m, key))
+    _positive("model.init_std", m.init_std)
+    if m.d_model % m.n_head:
+        raise ConfigError(
+            f"model.n_head={m.n_head} must divide model.d_model={m.d_model} "
+            f"(allowed n_head: {', '.join(str(h) for h in range(1, m.d_model + 1) if m.d_model % h == 0 and h <= 64)})"
+        )
+    if m.pos == "rope" and (m.d_model // m.n_head) % 2:
+        raise ConfigError(f"model.pos=rope needs an even head dim; d_model/n_head = {m.d_model // m.n_head}")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError(f"model.dropout={m.dropout} must be in [0, 1)")
+    if not 0.0 <= a.post_ratio <= 1.0:
+        raise ConfigError(f"arch.post_ratio={a.post_ratio} must be in [0, 1]")
+    _positive("arch.alpha", a.alpha)
+    _positive("arch.beta", a.beta)
+    _positive("norm.eps", n.eps)
+    _positive("optim.lr", o.lr)
+    _positive("optim.weight_decay", o.weight_decay, zero_ok=True)
+    _positive("optim.adamw_lr", o.adamw_lr)
+    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ConfigError(f"optim.betas={list(o.betas)} must be two numbers in [0, 1)")
+    _positive("sched.warmup_steps", s.warmup_steps, zero_ok=True)
+    if not 0.0 <= s.min_lr_ratio <= 1.0:
+        raise ConfigError(f"sched.min_lr_ratio={s.min_lr_ratio} must be in [0, 1]")
+    if not 0.0 <= s.decay_fraction <= 1.0:
+        raise ConfigError(f"sched.decay_fraction={s.decay_fraction} must be in [0, 1]")
+    for key in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "eval_batches", "ckpt_every"):
+        _positive(f"trainer.{key}", getattr(t, key))
+    _positive("trainer.max_tokens", t.max_tokens)
+    _positive("trainer.grad_clip", t.grad_clip, zero_ok=True)
+    _positive("trainer.diverge_factor", t.diverge_factor)
+    if s.warmup_steps is not None and s.warmup_steps >= t.max_steps and s.warmup_steps > 0:
+        raise ConfigError(
+            f"sched.warmup_steps={s.warmup_steps} must be shorter than the run (trainer.max_steps={t.max_steps})"
+        )
+    if not 0.0 < d.val_fraction < 0.5:
+        raise ConfigError(f"data.val_fraction={d.val_fraction} must be in (0, 0.5)")
+    if d.vocab_size is not None:
+        _positive("data.vocab_size", d.vocab_size)
+        fixed = {"byte": 256, "gpt2": 50257}.get(d.tokenizer)
+        if fixed is not None and d.vocab_size != fixed:
+            raise ConfigError(f"data.vocab_size={d.vocab_size} does not fit data.tokenizer={d.tokenizer} ({fixed})")
+        if d.tokenizer == "bpe" and d.vocab_size < 257:
+            raise ConfigError(f"data.vocab_size={d.vocab_size} must be >= 257 for data.tokenizer=bpe")
+    if d.name == "files" and not d.paths:
+        raise ConfigError("data.paths is empty; data=files needs data.paths=[file1.txt,...]")
+    if d.name == "hf" and not d.hf_path:
+        raise ConfigError("data.hf_path is not set; data=hf needs data.hf_path=<hub name or local path>")
+    _positive("diag.every", cfg.diag.every)
+    _positive("diag.batch", cfg.diag.batch)

@@ -1,0 +1,78 @@
+"""Where metrics go: ``metrics.jsonl`` always (flushed per record), W&B when asked.
+
+One JSON object per line; a reader must tolerate a truncated last line (a
+crash mid-write), see :func:`read_jsonl`. On resume, records past the
+checkpoint's step are dropped so that every step appears once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """All complete records; a torn or corrupt line (crash mid-write) is skipped."""
+    records = []
+    path = Path(path)
+    if not path.exists():
+        return records
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+    return records
+
+
+class JsonlWriter:
+    def __init__(self, path: Path, resume_step: int | None = None):
+        self.path = Path(path)
+        if resume_step is not None:
+            self.truncate_after(resume_step)
+        self.f = open(self.path, "a", encoding="utf-8")
+
+    def truncate_after(self, step: int) -> None:
+        """Keep records with step <= ``step`` (those the checkpoint covers), drop torn lines."""
+        kept = [r for r in read_jsonl(self.path) if r.get("step", -1) <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in kept:
+                f.write(json.dumps(r) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def write(self, record: dict) -> None:
+        self.f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def write_json_atomic(obj: dict, path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({k: _clean(v) for k, v in obj.items()}, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,52 @@
+"""Model construction: ``build_model(cfg, vocab_size)`` picks the GPT or nGPT module."""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn as nn
+
+from normbench.errors import ConfigError
+from normbench.model.gpt import GPT
+from normbench.model.ngpt import NGPT
+
+__all__ = ["GPT", "NGPT", "build_model", "check_combination", "padded_vocab"]
+
+# Architectures whose blocks keep a norm even when norm=none would remove it are refused.
+_NEEDS_NORM = ("post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm")
+
+
+def padded_vocab(cfg, data_vocab: int) -> int:
+    vocab = cfg.model.vocab_size or data_vocab
+    if vocab < data_vocab:
+        raise ConfigError(f"model.vocab_size={vocab} is smaller than the tokenizer's vocabulary ({data_vocab})")
+    step = cfg.model.pad_vocab_to
+    return step * math.ceil(vocab / step)
+
+
+def check_combination(cfg) -> list[str]:
+    """Refuse arch x norm combinations that make no sense; return start-up notes."""
+    arch, norm = cfg.arch.name, cfg.norm.name
+    notes = []
+    if arch == "ngpt":
+        if norm != "none":
+            notes.append(f"arch=ngpt ignores norm={norm}: nGPT normalizes by L2 projection onto the unit sphere")
+        if cfg.model.tie_embeddings:
+            notes.append("arch=ngpt unties embeddings (the reference never ties wte and lm_head)")
+        return notes
+    if norm == "none" and arch in _NEEDS_NORM:
+        raise ConfigError(
+            f"norm=none with arch={arch} removes every norm the arch places, which is arch=pre_ln norm=none; "
+            "allowed with norm=none: pre_ln"
+        )
+    if norm == "none" and cfg.arch.qk_norm:
+        raise ConfigError(
+            "arch.qk_norm=true needs a norm layer; norm=none has none (choose layernorm/rmsnorm/dyt/derf)"
+        )
+    return notes
+
+
+def build_model(cfg, vocab_size: int) -> nn.Module:
+    if cfg.arch.name == "ngpt":
+        return NGPT(cfg.model, cfg.arch, vocab_size)
+    return GPT(cfg.model, cfg.arch, cfg.norm, vocab_size)

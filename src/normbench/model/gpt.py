@@ -1,0 +1,253 @@
+"""A GPT decoder whose norm placement is data (see placement.py).
+
+Shape follows karpathy/nanoGPT model.py (names c_attn, c_proj, c_fc, wte, wpe,
+ln_f, lm_head); attention is ``F.scaled_dot_product_attention`` (causal).
+With ``arch=pre_ln norm=layernorm model.pos=learned model.mlp=gelu
+model.bias=true model.tie_embeddings=true`` it computes exactly nanoGPT's GPT
+(tests/test_model.py checks logits against nanoGPT's equations).
+
+Init (shared/ARCHITECTURES.md §3):
+- all Linear/Embedding N(0, model.init_std); biases 0.
+- ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
+- ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
+- deepnorm: the paper's init, not torchscale's: xavier_normal(gain=beta) on the MLP
+  matrices, v and the attention output; xavier_normal(gain=1) on q and k.
+RoPE is the standard rotate-half rotation (GPT-NeoX/LLaMA), applied after the
+q/k norms (HybridNorm, OLMo 2, Qwen3 apply QK-norm before RoPE).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from normbench.model.norms import EmbedScale, build_norm
+from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
+
+
+def rope_cache(seq_len: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)  # (T, head_dim)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (i, i + d/2) of x (B, H, T, d) by position-dependent angles."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (x * cos + rotated * sin).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int, n_head: int, bias: bool, dropout: float, norm_cfg, qk_norm: bool, v_norm: bool):
+        super().__init__()
+        self.n_head, self.head_dim, self.dropout = n_head, d // n_head, dropout
+        self.c_attn = nn.Linear(d, 3 * d, bias=bias)
+        self.c_proj = nn.Linear(d, d, bias=bias)
+        # per-head norms over head_dim (HybridNorm/Qwen3 style), before RoPE
+        self.q_norm = build_norm(norm_cfg, self.head_dim, "attn") if qk_norm else None
+        self.k_norm = build_norm(norm_cfg, self.head_dim, "attn") if qk_norm else None
+        self.v_norm = build_norm(norm_cfg, self.head_dim, "attn") if v_norm else None
+        self.stats = None  # set by diagnostics: dict to receive attention statistics
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.v_norm is not None:
+            v = self.v_norm(v)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, hd)
+        if rope is not None:
+            cos, sin = rope
+            q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
+        dropout = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        if self.stats is not None:
+            record_attention_stats(self.stats, q, k, 1.0 / math.sqrt(self.head_dim))
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def record_attention_stats(stats: dict, q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
+    """Max pre-softmax logit and mean row entropy of causal attention (diagnostics only)."""
+    T = q.shape[-2]
+    logits = (q.float() @ k.float().transpose(-2, -1)) * scale
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    logits = logits.masked_fill(~mask, float("-inf"))
+    logp = torch.log_softmax(logits, dim=-1)
+    entropy = -(logp.exp() * logp.masked_fill(~mask, 0.0)).sum(-1)
+    stats["attn_entropy"] = entropy.mean()
+    stats["attn_logit_max"] = logits.masked_fill(~mask, float("-inf")).amax()
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int, d_ff: int, kind: str, bias: bool, dropout: float):
+        super().__init__()
+        self.kind = kind
+        self.c_fc = nn.Linear(d, 2 * d_ff if kind == "swiglu" else d_ff, bias=bias)
+        self.c_proj = nn.Linear(d_ff, d, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c_fc(x)
+        if self.kind == "swiglu":
+            up, gate = h.chunk(2, dim=-1)
+            h = up * F.silu(gate)
+        elif self.kind == "gelu":
+            h = F.gelu(h)
+        else:
+            h = F.relu(h)
+        return self.dropout(self.c_proj(h))
+
+
+class Sublayer(nn.Module):
+    """One residual sublayer with its norms placed as ``spec`` says (see placement.py)."""
+
+    def __init__(self, spec: SublayerSpec, core: nn.Module, norm_cfg, d: int, site: str, dropout: float):
+        super().__init__()
+        self.spec = spec
+        self.core = core
+        self.norm_in = build_norm(norm_cfg, d, site) if spec.in_norm else None
+        self.norm_out = build_norm(norm_cfg, d, site) if spec.out_norm else None
+        self.norm_post = build_norm(norm_cfg, d, site) if spec.post_norm else None
+        self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
+        self.alpha = float(spec.alpha)  # a Python float: survives meta-device init / to_empty
+
+    def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
+        h = self.norm_in(x) if self.norm_in is not None else x
+        if self.spec.residual_after_norm:
+            x = h
+        y = self.core(h, *args)
+        if self.norm_out is not None:
+            y = self.norm_out(y)
+        if self.resid_dropout is not None:
+            y = self.resid_dropout(y)
+        x = x + y if self.alpha == 1.0 else x * self.alpha + y
+        return self.norm_post(x) if self.norm_post is not None else x
+
+
+class Block(nn.Module):
+    def __init__(self, spec: BlockSpec, mcfg, norm_cfg, d_ff: int):
+        super().__init__()
+        d = mcfg.d_model
+        attn = Attention(d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm)
+        self.attn = Sublayer(spec.attn, attn, norm_cfg, d, "attn", mcfg.dropout)
+        self.mlp = Sublayer(spec.mlp, MLP(d, d_ff, mcfg.mlp, mcfg.bias, mcfg.dropout), norm_cfg, d, "ffn", 0.0)
+
+    def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
+        return self.mlp(self.attn(x, rope))
+
+
+def default_d_ff(mcfg) -> int:
+    if mcfg.d_ff:
+        return mcfg.d_ff
+    if mcfg.mlp == "swiglu":  # 8/3 d keeps the parameter count of a 4d GELU MLP (LLaMA)
+        return 32 * math.ceil(8 * mcfg.d_model / 3 / 32)
+    return 4 * mcfg.d_model
+
+
+class GPT(nn.Module):
+    def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
+        super().__init__()
+        self.n_layer, self.d_model, self.vocab_size = mcfg.n_layer, mcfg.d_model, vocab_size
+        d, L = mcfg.d_model, mcfg.n_layer
+        self.specs = block_specs(arch, L)
+        self.wte = nn.Embedding(vocab_size, d)
+        self.wpe = nn.Embedding(mcfg.seq_len, d) if mcfg.pos == "learned" else None
+        self.emb_scale = EmbedScale(d) if norm_cfg.embed_scale else None
+        self.emb_norm = build_norm(norm_cfg, d, "embed") if arch.embed_norm else None
+        self.drop = nn.Dropout(mcfg.dropout)
+        self.blocks = nn.ModuleList(Block(s, mcfg, norm_cfg, default_d_ff(mcfg)) for s in self.specs)
+        self.ln_f = build_norm(norm_cfg, d, "final") if arch.final_norm else None
+        self.lm_head = nn.Linear(d, vocab_size, bias=False)
+        if mcfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self.head_dim = d // mcfg.n_head
+        self.rope_theta = mcfg.rope_theta
+        self.use_rope = mcfg.pos == "rope"
+        self.seq_len = mcfg.seq_len
+        self._rope = None
+        self._init_weights(mcfg, arch)
+
+    # ----- init -----
+    def _init_weights(self, mcfg, arch) -> None:
+        d, L = mcfg.d_model, mcfg.n_layer
+        std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else mcfg.init_std
+        emb_std = arch.embed_init_std if arch.embed_init_std is not None else std
+
+        def normal(w: torch.Tensor, s: float) -> None:
+            if arch.small_init:
+                nn.init.trunc_normal_(w, std=s, a=-3 * s, b=3 * s)
+            else:
+                nn.init.normal_(w, std=s)
+
+        for mod in self.modules():
+            if isinstance(mod, nn.Linear):
+                normal(mod.weight, std)
+                if mod.bias is not None:
+                    nn.init.zeros_(mod.bias)
+            elif isinstance(mod, nn.Embedding):
+                normal(mod.weight, emb_std)
+        if arch.name == "deepnorm":
+            beta = arch.beta if arch.beta is not None else deepnorm_beta(L)
+            for block in self.blocks:
+                w_qkv = block.attn.core.c_attn.weight  # rows: q, k, v
+                for i, gain in enumerate((1.0, 1.0, beta)):
+                    nn.init.xavier_normal_(w_qkv[i * d : (i + 1) * d], gain=gain)
+                nn.init.xavier_normal_(block.attn.core.c_proj.weight, gain=beta)
+                nn.init.xavier_normal_(block.mlp.core.c_fc.weight, gain=beta)
+                nn.init.xavier_normal_(block.mlp.core.c_proj.weight, gain=beta)
+        elif arch.scaled_init:
+            for block in self.blocks:
+                for proj in (block.attn.core.c_proj, block.mlp.core.c_proj):
+                    normal(proj.weight, std / math.sqrt(2 * L))
+
+    # ----- forward -----
+    def rope(self, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if not self.use_rope:
+            return None
+        if self._rope is None or self._rope[0].device != device:
+            self._rope = rope_cache(self.seq_len, self.head_dim, self.rope_theta, device)
+        return self._rope
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        if self.emb_scale is not None:
+            x = self.emb_scale(x)
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
+        return self.drop(x)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, hidden: list | None = None):
+        """Logits (B, T, V) and the mean cross-entropy if ``targets`` is given.
+
+        ``hidden``: a list that receives the residual stream after the embedding and
+        after each block (diagnostics); None in training, so no extra work is done.
+        """
+        rope = self.rope(idx.device)
+        x = self.embed(idx)
+        if hidden is not None:
+            hidden.append(x)
+        for block in self.blocks:
+            x = block(x, rope)
+            if hidden is not None:
+                hidden.append(x)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        logits = self.lm_head(x)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    def after_step(self) -> None:
+        """Called after every optimizer step (nGPT re-normalizes weights here)."""
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,124 @@
+"""Normalization layers: LayerNorm, RMSNorm, DyT, Derf, none.
+
+References (see shared/ARCHITECTURES.md §1):
+- LayerNorm: karpathy/nanoGPT model.py (eps 1e-5, optional bias).
+- RMSNorm: statistics in fp32, cast back before the gain (NVIDIA/ngpt model.py, OLMo).
+- DyT: Zhu et al. 2025, arXiv:2503.10622, jiachenzhu/DyT dynamic_tanh.py:
+  ``y = g * tanh(a x) + b`` with ONE learnable scalar a; separate a0 for the
+  attention, FFN and final sites (LLaMA recipe); the LLM recipe adds a learnable
+  embedding scalar initialised to sqrt(d).
+- Derf: zlab-princeton/Derf, arXiv:2512.10938: ``y = g * erf(a x + s) + b``,
+  scalars a (a0 = 0.5) and s (s0 = 0).
+
+Deviation: the statistics-free layers (DyT/Derf) compute in the input dtype; the
+statistic layers (LayerNorm/RMSNorm) always reduce in fp32, also under bf16 autocast.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from normbench.errors import ConfigError
+
+# Sites a norm can sit at; DyT/Derf take their initial alpha from the site.
+SITES = ("attn", "ffn", "final", "embed")
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5, affine: bool = True, bias: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.layer_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6, affine: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
+        return y * self.weight if self.weight is not None else y
+
+
+class _PointwiseNorm(nn.Module):
+    """``g * fn(alpha * x + shift) + b`` with scalar alpha (and shift)."""
+
+    fn = staticmethod(torch.tanh)
+
+    def __init__(self, dim: int, alpha_init: float, affine: bool, bias: bool, shift_init: float | None):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
+        self.shift = None if shift_init is None else nn.Parameter(torch.full((1,), float(shift_init)))
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.alpha * x
+        if self.shift is not None:
+            z = z + self.shift
+        y = self.fn(z)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+
+class DyT(_PointwiseNorm):
+    fn = staticmethod(torch.tanh)
+
+    def __init__(self, dim: int, alpha_init: float = 0.5, affine: bool = True, bias: bool = False):
+        super().__init__(dim, alpha_init, affine, bias, shift_init=None)
+
+
+class Derf(_PointwiseNorm):
+    fn = staticmethod(torch.erf)
+
+    def __init__(
+        self, dim: int, alpha_init: float = 0.5, shift_init: float = 0.0, affine: bool = True, bias: bool = False
+    ):
+        super().__init__(dim, alpha_init, affine, bias, shift_init=shift_init)
+
+
+def build_norm(cfg, dim: int, site: str = "attn") -> nn.Module:
+    """The configured norm layer for one site (``attn``, ``ffn``, ``final`` or ``embed``)."""
+    if site not in SITES:
+        raise ValueError(f"unknown norm site {site!r}")
+    alpha = {"attn": cfg.alpha_init_attn, "ffn": cfg.alpha_init_ffn}.get(site, cfg.alpha_init_final)
+    if cfg.name == "layernorm":
+        return LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias)
+    if cfg.name == "rmsnorm":
+        return RMSNorm(dim, eps=cfg.eps, affine=cfg.affine)
+    if cfg.name == "dyt":
+        return DyT(dim, alpha_init=alpha, affine=cfg.affine, bias=cfg.bias)
+    if cfg.name == "derf":
+        return Derf(dim, alpha_init=alpha, shift_init=cfg.shift_init, affine=cfg.affine, bias=cfg.bias)
+    if cfg.name == "none":
+        return nn.Identity()
+    raise ConfigError(f"norm.name={cfg.name!r} is not allowed; choose one of: layernorm, rmsnorm, dyt, derf, none")
+
+
+class EmbedScale(nn.Module):
+    """The DyT/Derf LLM recipe's learnable scalar on the embedding output, init sqrt(d)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((1,), math.sqrt(dim)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale

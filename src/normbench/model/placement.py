@@ -1,0 +1,91 @@
+"""Where each architecture puts its norms: placement as data, not as block classes.
+
+Every softmax-attention architecture is one :class:`~normbench.model.gpt.Block`
+whose two sublayers (attention, MLP) compute, for a sublayer function f::
+
+    h  = N_in(x)            if in_norm            else x
+    x  = h                  if residual_after_norm (the residual is taken after N_in)
+    y  = N_out(f(h))        if out_norm           else f(h)
+    x' = N_post(alpha*x + y) if post_norm         else alpha*x + y
+
+References (equations in shared/ARCHITECTURES.md §2):
+- pre_ln: nanoGPT model.py L103-105.            ``x + f(N(x))``
+- post_ln: Vaswani et al. 2017; torchscale decoder (no final norm by default).  ``N(x + f(x))``
+- peri_ln: Kim et al. 2025, arXiv:2502.02732; OLMo-core PeriNormTransformerBlock.  ``x + N(f(N(x)))``
+- mix_ln: Li et al. 2024, pixeli99/MixLN (post_pre): Post-LN for blocks l < floor(post_ratio*L), Pre-LN after.
+- hybridnorm: Zhuo et al. 2025, BryceZhuo/HybridNorm: q/k/v norm and no attention input norm;
+  FFN ``z = N(y); x' = z + F(z)``.  hybridnorm_star: block 0 is Pre-Norm plus q/k/v norm.
+- deepnorm: Wang et al. 2022, arXiv:2203.00555; torchscale: ``N(alpha*x + f(x))``, alpha=(2L)^(1/4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SublayerSpec:
+    in_norm: bool = False
+    out_norm: bool = False
+    post_norm: bool = False
+    residual_after_norm: bool = False
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    attn: SublayerSpec
+    mlp: SublayerSpec
+    qk_norm: bool = False
+    v_norm: bool = False
+
+    @property
+    def n_norms(self) -> int:
+        subs = (self.attn, self.mlp)
+        return sum(s.in_norm + s.out_norm + s.post_norm for s in subs) + 2 * self.qk_norm + self.v_norm
+
+
+PRE = SublayerSpec(in_norm=True)
+POST = SublayerSpec(post_norm=True)
+PERI = SublayerSpec(in_norm=True, out_norm=True)
+
+
+def deepnorm_alpha(n_layer: int) -> float:
+    """Decoder-only DeepNorm residual scale (2L)^(1/4) (arXiv:2203.00555, torchscale decoder.py)."""
+    return (2 * n_layer) ** 0.25
+
+
+def deepnorm_beta(n_layer: int) -> float:
+    """Decoder-only DeepNorm init gain (8L)^(-1/4) for FFN, v and output projections."""
+    return (8 * n_layer) ** -0.25
+
+
+def mix_ln_post_blocks(n_layer: int, post_ratio: float) -> int:
+    """Number of leading Post-LN blocks in Mix-LN: floor(post_ratio * L) (paper: 0.25)."""
+    return math.floor(post_ratio * n_layer + 1e-9)
+
+
+def block_specs(arch, n_layer: int) -> list[BlockSpec]:
+    """The per-block placement for ``arch`` (an ArchConfig) and depth ``n_layer``."""
+    name, qk = arch.name, bool(arch.qk_norm)
+    if name == "pre_ln":
+        return [BlockSpec(PRE, PRE, qk_norm=qk)] * n_layer
+    if name == "post_ln":
+        return [BlockSpec(POST, POST, qk_norm=qk)] * n_layer
+    if name == "peri_ln":
+        return [BlockSpec(PERI, PERI, qk_norm=qk)] * n_layer
+    if name == "mix_ln":
+        k = mix_ln_post_blocks(n_layer, arch.post_ratio)
+        return [BlockSpec(POST, POST, qk_norm=qk) if i < k else BlockSpec(PRE, PRE, qk_norm=qk) for i in range(n_layer)]
+    if name in ("hybridnorm", "hybridnorm_star"):
+        hybrid = BlockSpec(SublayerSpec(), SublayerSpec(in_norm=True, residual_after_norm=True), True, True)
+        specs = [hybrid] * n_layer
+        if name == "hybridnorm_star":
+            specs[0] = BlockSpec(PRE, PRE, qk_norm=True, v_norm=True)
+        return specs
+    if name == "deepnorm":
+        alpha = arch.alpha if arch.alpha is not None else deepnorm_alpha(n_layer)
+        sub = SublayerSpec(post_norm=True, alpha=alpha)
+        return [BlockSpec(sub, sub, qk_norm=qk)] * n_layer
+    raise ValueError(f"arch {name!r} has no block placement (ngpt is its own model)")

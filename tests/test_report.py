@@ -1,0 +1,249 @@
+"""Tests for ``normbench report`` (DESIGN.md §3-4) on fake run directories with real files."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+import statistics
+
+import pytest
+import yaml
+
+from normbench import report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+N_LAYER = 3
+
+
+def fake_records(base: float, n_layer: int = N_LAYER, steps: int = 100, diag_every: int = 50):
+    """Train records every 10 steps; a separate eval+diag record every ``diag_every`` steps."""
+    records = []
+    for step in range(0, steps + 1, 10):
+        loss = base + 3.0 / (1 + step / 20)
+        records.append(
+            {"step": step, "tokens": step * 512, "loss": loss, "lr": 1e-3, "grad_norm": 1.0 / (1 + step),
+             "tokens_per_s": 1000.0 + step, "time_s": step * 0.1}
+        )  # fmt: skip
+        if step % diag_every == 0:
+            records.append(
+                {"step": step, "tokens": step * 512, "loss": loss, "lr": 1e-3, "grad_norm": 0.5,
+                 "tokens_per_s": 1000.0 + step, "time_s": step * 0.1, "val_loss": loss + 0.1,
+                 "grad_norm_layer": [0.1 * (i + 1) for i in range(n_layer)],
+                 "grad_norm_attn": [0.05 * (i + 1) for i in range(n_layer)],
+                 "grad_norm_mlp": [0.07 * (i + 1) for i in range(n_layer)],
+                 "var_resid": [1.0 + i + step / 100 for i in range(n_layer + 1)],
+                 "rms_resid": [1.0 + i for i in range(n_layer + 1)],
+                 "maxabs_resid": [5.0 * (i + 1) for i in range(n_layer + 1)],
+                 "massive_ratio_resid": [3.0 + i for i in range(n_layer + 1)]}
+            )  # fmt: skip
+    return records
+
+
+def make_run(path, overrides, config, records=None, summary=None, truncate=False):
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if records is not None:
+        lines = [json.dumps(r) for r in records]
+        if truncate:  # a job killed mid-write
+            lines.append(json.dumps(records[-1])[:25])
+        (path / "metrics.jsonl").write_text("\n".join(lines) + ("" if truncate else "\n"))
+    if summary is not None:
+        (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+def config(arch="pre_ln", seed=0, lr=1e-3, n_layer=N_LAYER):
+    return {"seed": seed, "arch": {"name": arch}, "norm": {"name": "layernorm"},
+            "optim": {"name": "adamw", "lr": lr}, "model": {"n_layer": n_layer, "d_model": 64},
+            "sched": {"name": "cosine", "warmup_steps": 10}}  # fmt: skip
+
+
+def summary_for(records, arch, seed, status="completed", reason="", spikes=0):
+    vals = [r["val_loss"] for r in records if "val_loss" in r]
+    return {"status": status, "reason": reason, "step": records[-1]["step"], "tokens": records[-1]["tokens"],
+            "final_loss": records[-1]["loss"], "final_val_loss": vals[-1], "best_val_loss": min(vals),
+            "tokens_per_s": 1234.0 + seed, "wall_s": 10.0, "n_params": 1000, "arch": arch,
+            "norm": "layernorm", "optim": "adamw", "seed": seed, "device": "cpu", "precision": "fp32",
+            "spikes": spikes}  # fmt: skip
+
+
+def table(md: str, first_header: str) -> dict[str, dict[str, str]]:
+    """The markdown table whose first header cell is ``first_header``, as {first cell: row}."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    header = [c.strip() for c in lines[start].strip("|").split(" | ")]
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        rows[cells[0]] = dict(zip(header, cells))
+    return rows
+
+
+def mean_std(xs):
+    return f"{statistics.fmean(xs):.4f} ± {statistics.stdev(xs):.4f}" if len(xs) > 1 else f"{xs[0]:.4f}"
+
+
+def check_png(path):
+    import matplotlib.image
+
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE), path
+    img = matplotlib.image.imread(path)
+    assert img.shape[0] > 100 and img.shape[1] > 100
+    assert img.std() > 0  # not a blank canvas
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """2 archs x 2 seeds completed, 1 diverged, 1 running (truncated metrics), 1 dead at start."""
+    root = tmp_path / "multirun"
+    summaries = {}
+    job = 0
+    for arch, base in (("pre_ln", 1.0), ("post_ln", 1.5)):
+        for seed in (0, 1):
+            recs = fake_records(base + 0.05 * seed)
+            summaries[(arch, seed)] = summary_for(recs, arch, seed, spikes=seed)
+            make_run(root / str(job), [f"arch={arch}", f"seed={seed}"], config(arch, seed), recs,
+                     summaries[(arch, seed)])  # fmt: skip
+            job += 1
+    div = fake_records(2.0)[:5]
+    div[-1]["loss"] = float("nan")  # json writes NaN; the reader and the plots must cope
+    div_summary = summary_for(div, "deepnorm", 0, "diverged", "loss is nan at step 30")
+    make_run(root / "4", ["arch=deepnorm", "seed=0"], config("deepnorm"), div, div_summary)
+    running = fake_records(1.2)
+    make_run(root / "5", ["arch=peri_ln", "seed=0"], config("peri_ln"), running, truncate=True)
+    make_run(root / "6", ["arch=mix_ln", "seed=0"], config("mix_ln"))
+    return root, summaries, running
+
+
+def test_read_metrics_skips_corrupt_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "loss": 5.0}\nnot json\n[1, 2]\n{"loss": 1}\n{"step": 10, "loss": 4.0}\n{"st')
+    assert [r["step"] for r in report.read_metrics(path)] == [0, 10]
+    assert report.read_metrics(tmp_path / "missing.jsonl") == []
+
+
+def test_sweep_report_table(sweep):
+    root, summaries, running = sweep
+    md_path = report.make_report(root, target_loss=2.0)
+    assert md_path == root / "report.md"
+    md = md_path.read_text()
+    rows = table(md, "group")
+    assert set(rows) == {f"arch={a}" for a in ("pre_ln", "post_ln", "deepnorm", "peri_ln", "mix_ln")}
+
+    for arch in ("pre_ln", "post_ln"):
+        row, s = rows[f"arch={arch}"], [summaries[(arch, seed)] for seed in (0, 1)]
+        assert row["runs"] == "2" and row["status"] == "2 completed" and row["diverged"] == "0"
+        assert row["final val loss"] == mean_std([x["final_val_loss"] for x in s])
+        assert row["best val loss"] == mean_std([x["best_val_loss"] for x in s])
+        assert row["tokens/s"] == f"{statistics.fmean(x['tokens_per_s'] for x in s):,.0f}"
+        assert row["spikes"] == str(sum(x["spikes"] for x in s))
+        # first step whose val loss <= target, averaged over the seeds that reach it
+        firsts = []
+        for seed in (0, 1):
+            recs = report.read_metrics(root / str(["pre_ln", "post_ln"].index(arch) * 2 + seed) / "metrics.jsonl")
+            firsts += [next((r["step"] for r in recs if r.get("val_loss", math.inf) <= 2.0), None)]
+        reached = [f for f in firsts if f is not None]
+        expected = f"{statistics.fmean(reached):.0f}" if reached else "—"
+        if reached and len(reached) < 2:
+            expected += f" ({len(reached)}/2)"
+        assert row["steps to loss ≤ 2"] == expected
+
+    # diverged, running and dead runs are shown, not dropped
+    div = rows["arch=deepnorm"]
+    assert div["status"] == "1 diverged" and div["diverged"] == "1"
+    assert div["best val loss"] == "—" and "loss is nan at step 30" in div["notes"]
+    run = rows["arch=peri_ln"]
+    assert run["status"] == "1 running"
+    best_so_far = min(r["val_loss"] for r in running if "val_loss" in r)
+    assert run["best val loss"] == f"{best_so_far:.4f} (partial)"
+    assert rows["arch=mix_ln"]["status"] == "1 failed" and "no data" in rows["arch=mix_ln"]["notes"]
+
+    # sorted by best val loss; groups without one come last
+    bests = [rows[label]["best val loss"].split(" ")[0] for label in rows]
+    numeric = [float(b) for b in bests if b != "—"]
+    assert numeric == sorted(numeric) and bests[len(numeric) :] == ["—"] * (len(bests) - len(numeric))
+    assert "Largest stable learning rate" not in md  # lr does not vary
+    assert not (root / "lr_sweep.png").exists()
+
+
+def test_sweep_report_plots_and_html(sweep):
+    root, summaries, running = sweep
+    out = root / "out"
+    assert report.main([str(root), "--out", str(out)]) == 0
+    pngs = ["loss_curves.png", "var_resid_depth.png", "grad_norm_layer_depth.png", "maxabs_resid_depth.png"]
+    for name in pngs:
+        check_png(out / name)
+    page = (out / "report.html").read_text()
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == len(pngs)
+    assert all(base64.b64decode(img).startswith(PNG_SIGNATURE) for img in images)
+    assert "<table>" in page and "arch=deepnorm" in page and "1 diverged" in page
+    # the default target is the median group best val loss, rounded up to 2 decimals
+    # (completed groups: mean over seeds; the running group: its best so far; diverged/dead: none)
+    bests = [statistics.fmean(summaries[(arch, seed)]["best_val_loss"] for seed in (0, 1))
+             for arch in ("pre_ln", "post_ln")]  # fmt: skip
+    bests.append(min(r["val_loss"] for r in running if "val_loss" in r))
+    target = math.ceil(round(statistics.median(bests) * 100, 6)) / 100
+    assert f"steps to loss ≤ {target:g}" in (out / "report.md").read_text()
+
+
+def test_lr_sweep_largest_stable(tmp_path):
+    root = tmp_path / "lr"
+    lrs = (1e-3, 3e-3, 1e-2)
+    diverges = {("pre_ln", 1e-2), ("post_ln", 3e-3), ("post_ln", 1e-2)}
+    job = 0
+    for arch in ("pre_ln", "post_ln"):
+        for lr in lrs:
+            for seed in (0, 1):
+                recs = fake_records(1.0 + lr * 10 + seed * 0.01)
+                bad = (arch, lr) in diverges and seed == 1  # one diverged seed makes the lr unstable
+                s = summary_for(recs, arch, seed, "diverged" if bad else "completed", "loss spike")
+                make_run(tmp_path / "lr" / str(job), [f"arch={arch}", f"optim.lr={lr}", f"seed={seed}"],
+                         config(arch, seed, lr), recs, s)  # fmt: skip
+                job += 1
+    md = report.make_report(root).read_text()
+    rows = table(md, "group")
+    assert len(rows) == 6 and f"arch=pre_ln optim.lr={1e-3!r}" in rows
+    lr_rows = table(md.split("Largest stable learning rate")[1], "group")
+    for arch in ("pre_ln", "post_ln"):
+        stable = max(lr for lr in lrs if (arch, lr) not in diverges)
+        assert lr_rows[f"arch={arch}"]["largest stable lr"] == f"{stable:g}"
+        assert lr_rows[f"arch={arch}"]["diverged at"] == ", ".join(f"{lr:g}" for lr in lrs if (arch, lr) in diverges)
+    check_png(root / "lr_sweep.png")
+
+
+def test_single_run_and_different_depths(tmp_path):
+    run = make_run(tmp_path / "run", [], config(), fake_records(1.0), summary_for(fake_records(1.0), "pre_ln", 0))
+    md = report.make_report(run).read_text()
+    assert "arch=pre_ln norm=layernorm" in table(md, "group")
+
+    root = tmp_path / "depth"
+    for job, n_layer in enumerate((2, 6)):
+        recs = fake_records(1.0, n_layer=n_layer)
+        make_run(root / str(job), [f"model.n_layer={n_layer}"], config(n_layer=n_layer), recs,
+                 summary_for(recs, "pre_ln", 0))  # fmt: skip
+    md = report.make_report(root, steps=[50]).read_text()
+    assert set(table(md, "group")) == {"model.n_layer=2", "model.n_layer=6"}
+    check_png(root / "var_resid_depth.png")
+
+
+def test_missing_metric_plots_are_skipped_with_a_note(tmp_path):
+    recs = [{k: v for k, v in r.items() if not isinstance(v, list)} for r in fake_records(1.0)]
+    make_run(tmp_path / "run", ["arch=pre_ln"], config(), recs, summary_for(recs, "pre_ln", 0))
+    md = report.make_report(tmp_path).read_text()
+    assert "`var_resid_depth.png` skipped" in md and not (tmp_path / "var_resid_depth.png").exists()
+    check_png(tmp_path / "loss_curves.png")
+
+
+def test_errors(tmp_path, capsys):
+    assert report.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("normbench: error: ")
+    assert report.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("normbench: error: ") and err.count("\n") == 1
