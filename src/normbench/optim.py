@@ -153,7 +153,7 @@ def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
         examples = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         n_el = sum(params[n].numel() for n in names)
         log(
-            f"param group [{opt_name}] wd={'%g' % ocfg.weight_decay if decayed else 0}: {len(names)} tensors, "
+            f"param group [{opt_name}] wd={ocfg.weight_decay if decayed else 0:g}: {len(names)} tensors, "
             f"{n_el:,} params ({'/'.join(kinds_here)}) e.g. {examples}"
         )
 

@@ -1,0 +1,67 @@
+"""Shared test helpers: offline environment, config composition, running the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+}
+os.environ.update(OFFLINE_ENV)
+os.environ.setdefault("NORMBENCH_CACHE", str(REPO / ".cache" / "normbench"))
+
+
+def compose(overrides: list[str] | None = None):
+    """The composed, schema-checked config for ``overrides`` (as `train` would see it)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from normbench.cli import config_dir
+    from normbench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
+        cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None, check: bool = False):
+    """``python -m normbench ARGS`` in a subprocess; returns CompletedProcess (text)."""
+    full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "normbench", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"normbench {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+TINY = ["model=tiny", "trainer.batch_size=8", "diag.every=10", "trainer.log_every=5", "trainer.eval_every=10"]
+
+
+@pytest.fixture
+def tiny_cfg():
+    """A tiny config for in-process runs; call with extra overrides."""
+
+    def make(*overrides: str):
+        return compose([*TINY, *overrides])
+
+    return make
