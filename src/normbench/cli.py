@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -49,16 +50,21 @@ def error(msg: str) -> int:
 
 # ----------------------------------------------------------------------------- list
 def describe(path: Path) -> str:
-    """The first comment line of a config file (its description and paper)."""
+    """A config file's first comment line, plus the reference line of its header if separate."""
+    header = []
     for line in path.read_text().splitlines():
         line = line.strip()
-        if line.startswith("# @package"):
-            continue
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-        if line:
+        if not line.startswith("#"):
             break
-    return ""
+        if not line.startswith("# @package"):
+            header.append(line.lstrip("# ").strip())
+    if not header:
+        return ""
+    cites = re.compile(r"arXiv|et al\.|\b(19|20)\d\d\b|[\w-]{3,}/[\w.-]{3,}")
+    if cites.search(header[0]):
+        return header[0]
+    ref = next((h for h in header[1:] if cites.search(h)), "")
+    return f"{header[0]}  [{ref}]" if ref else header[0]
 
 
 def list_cli(argv: list[str]) -> int:

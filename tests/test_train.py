@@ -1,0 +1,237 @@
+"""The foundation: config composition, the run directory contract, resume, divergence, sweeps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY, compose, run_cli
+
+from normbench import cli, trainer
+from normbench.config import validate
+from normbench.metrics import read_jsonl
+
+RECORD_KEYS = {"step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "time_s"}
+DIAG_KEYS = {
+    "grad_norm_layer",
+    "grad_norm_attn",
+    "grad_norm_mlp",
+    "var_resid",
+    "rms_resid",
+    "maxabs_resid",
+    "massive_ratio_resid",
+    "update_ratio_layer",
+    "logit_maxabs",
+}
+SUMMARY_KEYS = {
+    "status",
+    "reason",
+    "step",
+    "tokens",
+    "final_loss",
+    "final_val_loss",
+    "best_val_loss",
+    "tokens_per_s",
+    "wall_s",
+    "n_params",
+    "arch",
+    "norm",
+    "optim",
+    "seed",
+    "device",
+    "precision",
+}
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in cli.GROUPS if g != "experiment" for o in cli.options(g)])
+def test_every_group_option_composes_and_validates(group, option):
+    extra = {"files": ["data.paths=[x.txt]"], "hf": ["data.hf_path=some/dataset"]}.get(option, [])
+    cfg = compose([f"{group}={option}", *extra])
+    node = cfg[group]
+    assert node.name == option
+    validate(cfg)
+
+
+@pytest.mark.parametrize("experiment", cli.options("experiment"))
+def test_every_experiment_composes(experiment):
+    cfg = compose([f"experiment={experiment}"])
+    assert cfg.model.name == "tiny"  # every ready ablation runs on CPU by default
+    text = (cli.config_dir() / "experiment" / f"{experiment}.yaml").read_text()
+    assert "# Question:" in text and "# @package _global_" in text
+
+
+def test_list_prints_every_option_with_its_source(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for group in cli.GROUPS:
+        assert f"{group}:" in out
+        for option in cli.options(group):
+            line = next(ln for ln in out.splitlines() if ln.strip().startswith(option + " "))
+            assert len(line.split(None, 1)[1]) > 10, line  # a description, not just the name
+    assert "arXiv:2410.01131" in out  # nGPT's paper
+    assert cli.main(["list", "arch"]) == 0
+    assert cli.main(["list", "bogus"]) == 2
+
+
+def _run_in_process(run_dir: Path, *overrides: str) -> dict:
+    return trainer.run(compose([*TINY, *overrides]), run_dir)
+
+
+def test_run_dir_holds_every_file_and_key(tmp_path):
+    proc = run_cli(
+        ["train", "arch=post_ln", "norm=rmsnorm", "model=tiny", "trainer.max_steps=30", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        check=True,
+    )
+    run = tmp_path / "run"
+    for name in (
+        ".hydra/config.yaml",
+        ".hydra/overrides.yaml",
+        ".hydra/hydra.yaml",
+        "metrics.jsonl",
+        "summary.json",
+        "train.log",
+        "checkpoints/last.pt",
+    ):
+        assert (run / name).is_file(), name
+    records = read_jsonl(run / "metrics.jsonl")
+    assert records and all(RECORD_KEYS <= set(r) for r in records)
+    assert [r["step"] for r in records] == sorted({r["step"] for r in records})
+    evals = [r for r in records if "val_loss" in r]
+    assert evals[0]["step"] == 1 and evals[-1]["step"] == 30
+    diag = [r for r in records if "var_resid" in r]
+    assert diag, "diag=default records diagnostics"
+    assert DIAG_KEYS <= set(diag[0])
+    assert len(diag[0]["var_resid"]) == 3 and len(diag[0]["grad_norm_layer"]) == 2
+    summary = json.loads((run / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["status"] == "completed" and summary["step"] == 30
+    assert summary["tokens"] == 30 * 16 * 64 == records[-1]["tokens"]
+    assert summary["arch"] == "post_ln" and summary["norm"] == "rmsnorm"
+    # the model learns: validation loss falls well below where it started
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 1.0
+    log = (run / "train.log").read_text()
+    assert "params" in log and "step 30/30" in log and "ETA" in log
+    assert "step 30/30" in proc.stdout  # progress on the console too
+
+
+def test_same_seed_same_losses_to_the_bit(tmp_path):
+    a = _run_in_process(tmp_path / "a", "trainer.max_steps=12", "seed=3")
+    b = _run_in_process(tmp_path / "b", "trainer.max_steps=12", "seed=3")
+    c = _run_in_process(tmp_path / "c", "trainer.max_steps=12", "seed=4")
+    la = [r["loss"] for r in read_jsonl(tmp_path / "a" / "metrics.jsonl")]
+    lb = [r["loss"] for r in read_jsonl(tmp_path / "b" / "metrics.jsonl")]
+    lc = [r["loss"] for r in read_jsonl(tmp_path / "c" / "metrics.jsonl")]
+    assert la == lb
+    assert la != lc
+    assert a["final_loss"] == b["final_loss"] != c["final_loss"]
+
+
+def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
+    args = ("trainer.max_steps=20", "trainer.ckpt_every=100", "trainer.log_every=1", "arch=peri_ln")
+    _run_in_process(tmp_path / "full", *args)
+
+    original = trainer.Trainer.optimizer_step
+
+    def stop_after_8(self, grad_norm):
+        stepped = original(self, grad_norm)
+        if self.step == 7:  # the 8th step: ask to stop as a SIGTERM would
+            self.stop_signal = 15
+        return stepped
+
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", stop_after_8)
+    with pytest.raises(trainer.Interrupted):
+        _run_in_process(tmp_path / "cut", *args)
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["step"] == 8
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", original)
+    _run_in_process(tmp_path / "cut", *args, "trainer.resume=true")
+
+    full = read_jsonl(tmp_path / "full" / "metrics.jsonl")
+    cut = read_jsonl(tmp_path / "cut" / "metrics.jsonl")
+    assert [r["step"] for r in cut] == [r["step"] for r in full] == list(range(1, 21))
+    assert [r["loss"] for r in cut] == [r["loss"] for r in full]
+    assert [r.get("val_loss") for r in cut] == [r.get("val_loss") for r in full]
+    assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_divergence_is_recorded_and_exits_zero(tmp_path):
+    proc = run_cli(
+        [
+            "train",
+            *TINY,
+            "optim=sgd",
+            "optim.lr=1e4",
+            "trainer.grad_clip=0",
+            "trainer.max_steps=40",
+            "hydra.run.dir=run",
+        ],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "diverged"
+    assert summary["reason"] and summary["step"] < 40
+
+
+def test_max_tokens_stops_first(tmp_path):
+    summary = _run_in_process(tmp_path / "r", "trainer.max_steps=100", "trainer.max_tokens=5000")
+    assert summary["step"] == 5000 // (8 * 64)
+    assert summary["tokens"] == summary["step"] * 8 * 64
+
+
+def test_data_cache_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMBENCH_CACHE", str(tmp_path / "cache"))
+    _run_in_process(tmp_path / "a", "trainer.max_steps=2", "data=synthetic")
+    _run_in_process(tmp_path / "b", "trainer.max_steps=2", "data=synthetic")
+    assert "tokenizing" in (tmp_path / "a" / "train.log").read_text()
+    log_b = (tmp_path / "b" / "train.log").read_text()
+    assert "tokenizing" not in log_b and "cached" in log_b
+
+
+def test_multirun_makes_one_dir_per_job(tmp_path):
+    proc = run_cli(
+        ["train", "-m", "arch=pre_ln,post_ln", "seed=0,1", "model=tiny", "trainer.max_steps=10"], cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    jobs = sorted(p for p in (tmp_path / "outputs" / "multirun").glob("*/*/*") if p.is_dir())
+    assert len(jobs) == 4
+    names = {p.name for p in jobs}
+    assert "0_arch=pre_ln,model=tiny,seed=0,trainer.max_steps=10" in names
+    for job in jobs:
+        assert json.loads((job / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("arch=nonsense", "arch=nonsense is not an option; choose one of: deepnorm"),
+        ("trainer.max_steps=abc", "trainer.max_steps"),
+        ("model.n_head=5", "model.n_head=5 must divide model.d_model=64"),
+        ("optim.lr=-1", "optim.lr=-1.0 must be > 0"),
+        ("trainer.max_step=3", "did you mean 'trainer.max_steps'"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, override, needle):
+    assert cli.main(["train", "model=tiny", override, f"hydra.run.dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("normbench: error:") and needle in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_cfg_job_and_help_work(tmp_path):
+    proc = run_cli(["train", "--cfg", "job", "arch=ngpt"], cwd=tmp_path, check=True)
+    assert "name: ngpt" in proc.stdout
+    proc = run_cli(["train", "--help"], cwd=tmp_path, check=True)
+    assert "arch: deepnorm, hybridnorm" in proc.stdout
+
+
+def test_console_script_is_installed():
+    exe = Path(sys.executable).parent / "normbench"
+    if not exe.exists():
+        exe = shutil.which("normbench")
+    assert exe, "the normbench console script is installed with the package"
