@@ -41,10 +41,10 @@ sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from conftest import compose  # noqa: E402
-
 from normbench import trainer as nb_trainer  # noqa: E402
 from normbench.data import load_data  # noqa: E402
+
+from conftest import compose  # noqa: E402
 
 WARMUP = 5
 ARCHS = ["pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt"]

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY, compose, run_cli
 
 from normbench import cli, trainer
 from normbench.config import validate
 from normbench.metrics import read_jsonl
+
+from conftest import TINY, compose, run_cli
 
 RECORD_KEYS = {"step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "time_s"}
 DIAG_KEYS = {
