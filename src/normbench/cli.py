@@ -13,6 +13,7 @@ import difflib
 import math
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -39,8 +40,20 @@ def config_dir() -> Path:
     raise FileNotFoundError("normbench's conf/ directory was not found (broken install?)")
 
 
-def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+def options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    dirs = (config_dir(), *extra_dirs)
+    return sorted({p.stem for d in dirs for p in (d / group).glob("*.yaml")})
+
+
+def user_config_dirs(argv: list[str]) -> tuple[Path, ...]:
+    """Directories given with Hydra's ``--config-dir``/``-cd`` (a user overlay on conf/)."""
+    dirs = []
+    for i, a in enumerate(argv):
+        if a in ("--config-dir", "-cd") and i + 1 < len(argv):
+            dirs.append(Path(argv[i + 1]).resolve())
+        elif a.startswith("--config-dir="):
+            dirs.append(Path(a.split("=", 1)[1]).resolve())
+    return tuple(dirs)
 
 
 def error(msg: str) -> int:
@@ -135,7 +148,7 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
-def prevalidate(overrides: list[str]) -> None:
+def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None:
     """Compose and validate the config for ``overrides``; raises ConfigError with one line."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -149,15 +162,17 @@ def prevalidate(overrides: list[str]) -> None:
         key, _, value = o.partition("=")
         if key in GROUPS and value and value != "null":
             for v in value.split(","):
-                if v not in options(key):
-                    raise ConfigError(f"{key}={v} is not an option; choose one of: {', '.join(options(key))}")
+                allowed = options(key, extra_dirs)
+                if v not in allowed:
+                    raise ConfigError(f"{key}={v} is not an option; choose one of: {', '.join(allowed)}")
+    searchpath = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in extra_dirs)}]"] if extra_dirs else []
     try:
-        variants = _expand(user)
+        variants = [searchpath + v for v in _expand(user)]
     except OverrideParseException as exc:
         raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
-        base_keys = _flat_keys(compose(config_name="config"))
+        base_keys = _flat_keys(compose(config_name="config", overrides=searchpath))
         for variant in variants:
             try:
                 cfg = compose(config_name="config", overrides=variant)
@@ -212,7 +227,8 @@ def train_cli(argv: list[str]) -> int:
     try:
         argv = argv + _torchrun_overrides(argv)
         if not info_only:
-            prevalidate(overrides)
+            prevalidate(overrides, user_config_dirs(argv))
+            _check_run_dir_free(argv)
     except ConfigError as exc:
         return error(str(exc))
 
@@ -227,6 +243,18 @@ def train_cli(argv: list[str]) -> int:
     finally:
         sys.argv = saved
     return 0
+
+
+def _check_run_dir_free(argv: list[str]) -> None:
+    """A single run into an explicit ``hydra.run.dir`` that a live run holds is refused before Hydra
+    rewrites that directory's ``.hydra/`` (the lock itself is taken in ``trainer.run``)."""
+    if any(a in ("-m", "--multirun") for a in argv) or int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        return
+    dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+    if dirs and "${" not in dirs[-1]:
+        from normbench.trainer import RunLock
+
+        RunLock(Path(dirs[-1])).check_free()
 
 
 def run_job(cfg) -> float:
@@ -245,16 +273,20 @@ def run_job(cfg) -> float:
         print(f"normbench: error: {exc}", file=sys.stderr)
         if not multirun:
             sys.exit(2)
-        trainer.summary_for_failure(run_dir, cfg, str(exc))
+        if not isinstance(exc, trainer.RunDirInUse):  # that directory's summary belongs to the live run
+            trainer.summary_for_failure(run_dir, cfg, str(exc))
         return math.inf
-    except trainer.Interrupted:
+    except trainer.Interrupted as exc:
+        sys.exit(128 + int(getattr(signal, str(exc), signal.SIGINT)))  # 143 for SIGTERM, 130 for SIGINT
+    except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
         if not multirun:
             raise
         # a failed job is a result of the sweep, not its end
-        print(f"normbench: job {hc.job.num} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        trainer.summary_for_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}"[:300])
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"normbench: job {hc.job.num} failed: {type(exc).__name__}: {first}", file=sys.stderr)
+        trainer.summary_for_failure(run_dir, cfg, f"{type(exc).__name__}: {first}"[:300])
         return math.inf
     if summary["status"] != "completed" or summary.get("best_val_loss") is None:
         return 1e6  # diverged: clearly worse than any real loss, not a crash
