@@ -5,13 +5,20 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import re
+import socket
 import statistics
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
 
 from normbench import report
+
+from conftest import OFFLINE_ENV, run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 N_LAYER = 3
@@ -98,6 +105,12 @@ def check_png(path):
     assert img.std() > 0  # not a blank canvas
 
 
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
 @pytest.fixture
 def sweep(tmp_path):
     """2 archs x 2 seeds completed, 1 diverged, 1 running (truncated metrics), 1 dead at start."""
@@ -117,7 +130,13 @@ def sweep(tmp_path):
     make_run(root / "4", ["arch=deepnorm", "seed=0"], config("deepnorm"), div, div_summary)
     running = fake_records(1.2)
     make_run(root / "5", ["arch=peri_ln", "seed=0"], config("peri_ln"), running, truncate=True)
+    (root / "5" / ".lock").write_text(f"{socket.gethostname()}:{os.getpid()}")  # a live trainer holds it
     make_run(root / "6", ["arch=mix_ln", "seed=0"], config("mix_ln"))
+    # killed -9 after a checkpoint: summary still says running, its dead process left the lock behind
+    killed = fake_records(1.3)[:6]
+    make_run(root / "7", ["arch=hybridnorm", "seed=0"], config("hybridnorm"), killed,
+             {**summary_for(killed, "hybridnorm", 0), "status": "running"})  # fmt: skip
+    (root / "7" / ".lock").write_text(f"{socket.gethostname()}:{dead_pid()}")
     return root, summaries, running
 
 
@@ -134,7 +153,7 @@ def test_sweep_report_table(sweep):
     assert md_path == root / "report.md"
     md = md_path.read_text()
     rows = table(md, "group")
-    assert set(rows) == {f"arch={a}" for a in ("pre_ln", "post_ln", "deepnorm", "peri_ln", "mix_ln")}
+    assert set(rows) == {f"arch={a}" for a in ("pre_ln", "post_ln", "deepnorm", "peri_ln", "mix_ln", "hybridnorm")}
 
     for arch in ("pre_ln", "post_ln"):
         row, s = rows[f"arch={arch}"], [summaries[(arch, seed)] for seed in (0, 1)]
@@ -163,6 +182,8 @@ def test_sweep_report_table(sweep):
     best_so_far = min(r["val_loss"] for r in running if "val_loss" in r)
     assert run["best val loss"] == f"{best_so_far:.4f} (partial)"
     assert rows["arch=mix_ln"]["status"] == "1 failed" and "no data" in rows["arch=mix_ln"]["notes"]
+    killed = rows["arch=hybridnorm"]
+    assert killed["status"] == "1 failed" and "stopped at step 40 without finishing" in killed["notes"]
 
     # sorted by best val loss; groups without one come last
     bests = [rows[label]["best val loss"].split(" ")[0] for label in rows]
@@ -247,3 +268,109 @@ def test_errors(tmp_path, capsys):
     assert report.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("normbench: error: ") and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ real sweeps (subprocess)
+REAL = ["model=tiny", "trainer.max_steps=20", "diag.every=5", "trainer.eval_every=10", "trainer.log_every=5",
+        "trainer.batch_size=8"]  # fmt: skip
+SWEEP_DIR = re.compile(r"outputs/multirun/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d-\d{6}$")
+
+
+def all_runs(md: str) -> dict[str, dict[str, str]]:
+    return table(md.split("## All runs", 1)[1], "run")
+
+
+def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
+    """`train -m arch=pre_ln,post_ln seed=0,1` (4 jobs), `report` while it runs, and at the end."""
+    cmd = [sys.executable, "-m", "normbench", "train", "-m", "arch=pre_ln,post_ln", "seed=0,1", *REAL]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, **OFFLINE_ENV}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    mid = None
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if list(tmp_path.glob("outputs/multirun/*/*/*/metrics.jsonl")):  # a job has started logging
+                sweep = next(tmp_path.glob("outputs/multirun/*/*"))
+                assert report.main([str(sweep), "--out", str(tmp_path / "mid")]) == 0
+                mid = (tmp_path / "mid" / "report.md").read_text(), proc.poll() is None
+                break
+            time.sleep(0.05)
+        out = proc.communicate(timeout=max(deadline - time.monotonic(), 1))[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+
+    (sweep,) = tmp_path.glob("outputs/multirun/*/*")
+    assert SWEEP_DIR.search(sweep.relative_to(tmp_path).as_posix())
+    jobs = sorted((p for p in sweep.iterdir() if p.is_dir()), key=lambda p: int(p.name.split("_")[0]))
+    rest = (
+        "diag.every=5,model=tiny,seed={},trainer.batch_size=8,trainer.eval_every=10,trainer.log_every=5,"
+        "trainer.max_steps=20"
+    )
+    assert [j.name for j in jobs] == [f"{i}_arch={a},{rest.format(s)}"
+                                      for i, (a, s) in enumerate([("pre_ln", 0), ("pre_ln", 1), ("post_ln", 0),
+                                                                  ("post_ln", 1)])]  # fmt: skip
+
+    if mid is not None:  # the sweep was still going: the runs found so far, none dropped or misread
+        md, was_running = mid
+        runs = all_runs(md)
+        assert 1 <= len(runs) <= 4 and set(runs) <= {j.name for j in jobs}
+        assert all(r["status"] in ("completed", "running") for r in runs.values()), runs
+        assert not was_running or len(runs) < 4 or any(r["status"] == "running" for r in runs.values())
+
+    assert report.main([str(sweep)]) == 0
+    md = (sweep / "report.md").read_text()
+    rows = table(md, "group")
+    assert list(rows) == sorted(rows, key=lambda g: float(rows[g]["best val loss"].split()[0]))
+    assert set(rows) == {"arch=pre_ln", "arch=post_ln"}
+    summaries = {j.name: json.loads((j / "summary.json").read_text()) for j in jobs}
+    for arch in ("pre_ln", "post_ln"):
+        mine = [s for s in summaries.values() if s["arch"] == arch]
+        assert {s["status"] for s in mine} == {"completed"} and sorted(s["seed"] for s in mine) == [0, 1]
+        row = rows[f"arch={arch}"]
+        assert row["runs"] == "2" and row["status"] == "2 completed" and row["diverged"] == "0"
+        assert row["best val loss"] == mean_std([s["best_val_loss"] for s in mine])
+        assert row["final val loss"] == mean_std([s["final_val_loss"] for s in mine])
+        assert row["tokens/s"] == f"{statistics.fmean(s['tokens_per_s'] for s in mine):,.0f}"
+    runs = all_runs(md)
+    assert set(runs) == set(summaries)
+    for name, s in summaries.items():
+        assert runs[name]["seed"] == str(s["seed"]) and runs[name]["step"] == "20" == str(s["step"])
+        assert runs[name]["group"] == f"arch={s['arch']}" and runs[name]["status"] == "completed"
+    for name in ("loss_curves.png", "var_resid_depth.png", "grad_norm_layer_depth.png", "maxabs_resid_depth.png"):
+        check_png(sweep / name)
+    assert len(re.findall(r'src="data:image/png;base64,', (sweep / "report.html").read_text())) == 4
+
+
+def test_report_on_a_partly_failed_real_sweep(tmp_path):
+    """Failed (start-up error) and diverged jobs never stop a sweep; the report shows them."""
+    sweep = tmp_path / "sweep"
+    run_cli(["train", "-m", "optim.lr=1e-3,50", "model.seq_len=32,300000", *REAL, "trainer.max_steps=10",
+             f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=True)  # fmt: skip
+    status = {}
+    for job in sweep.iterdir():
+        if job.is_dir():
+            ovr = dict(o.split("=", 1) for o in yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()))
+            s = json.loads((job / "summary.json").read_text())
+            status[(ovr["model.seq_len"], ovr["optim.lr"])] = (s["status"], s.get("reason") or "")
+    assert len(status) == 4 and status[("32", "0.001")][0] == "completed"
+    assert status[("32", "50")][0] == "diverged" and "initial loss" in status[("32", "50")][1]
+    for rate in ("0.001", "50"):
+        assert status[("300000", rate)][0] == "failed"
+        assert "longer than the validation split" in status[("300000", rate)][1]
+
+    assert report.main([str(sweep)]) == 0
+    md = (sweep / "report.md").read_text()
+    rows = table(md, "group")
+    assert rows["optim.lr=0.001 model.seq_len=32"]["status"] == "1 completed"
+    diverged = rows["optim.lr=50 model.seq_len=32"]
+    assert diverged["status"] == "1 diverged" and diverged["diverged"] == "1" and diverged["best val loss"] == "—"
+    for rate in ("0.001", "50"):
+        failed = rows[f"optim.lr={rate} model.seq_len=300000"]
+        assert failed["status"] == "1 failed" and "longer than the validation split" in failed["notes"]
+    lr_rows = table(md.split("Largest stable learning rate")[1], "group")
+    assert lr_rows["model.seq_len=32"]["largest stable lr"] == "0.001"
+    assert lr_rows["model.seq_len=32"]["diverged at"] == "50"
+    assert lr_rows["model.seq_len=300000"]["largest stable lr"] == "—"
+    for name in ("loss_curves.png", "var_resid_depth.png", "lr_sweep.png"):
+        check_png(sweep / name)

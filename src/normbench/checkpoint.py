@@ -1,46 +1,113 @@
 """Atomic checkpoints: write to a temp file, fsync, rename over ``last.pt``.
 
 A crash at any instant leaves either the previous complete ``last.pt`` or the
-new complete one, never a torn file (the rename is atomic on POSIX). Loading
-uses ``torch.load(weights_only=True)``: a checkpoint from a stranger cannot run
-code. Anything unreadable is refused with one line naming the file.
+new complete one, never a torn file (the rename is atomic on POSIX; the
+directory is fsynced after it). A temp file left by a killed writer is removed
+by the next save. Loading uses ``torch.load(weights_only=True)``: a checkpoint
+from a stranger cannot run code. Anything unreadable is refused with one line
+naming the file.
+
+Test hook: ``NORMBENCH_TEST_SLOW_CKPT=<seconds>`` makes :func:`save_atomic`
+write half of the temp file, flush it, and sleep that long before writing the
+rest, so a test can ``kill -9`` the process in the middle of a checkpoint write.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import time
+import warnings
+import zipfile
 from pathlib import Path
 
 import torch
 
 from normbench.errors import ConfigError
 
+TMP_MARK = ".tmp."
+
+
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
+
+
+def _remove_stale_tmp(path: Path) -> None:
+    """Temp files of earlier writers of ``path`` that were killed mid-write (only one run owns a directory)."""
+    mine = _tmp_path(path).name
+    for stale in path.parent.glob(f".{path.name}{TMP_MARK}*"):
+        if stale.name != mine:
+            stale.unlink(missing_ok=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 
 def save_atomic(state: dict, path: Path) -> None:
+    """Write ``state`` to ``path`` so that ``path`` is always either the old or the new complete file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _remove_stale_tmp(path)
+    tmp = _tmp_path(path)
+    slow = float(os.environ.get("NORMBENCH_TEST_SLOW_CKPT") or 0)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        with open(tmp, "wb") as f:
+            if slow > 0:  # test hook: a torn temp file exists for `slow` seconds
+                buf = io.BytesIO()
+                torch.save(state, buf)
+                data = buf.getvalue()
+                f.write(data[: len(data) // 2])
+                f.flush()
+                time.sleep(slow)
+                f.write(data[len(data) // 2 :])
+            else:
+                torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc)
+    found = re.search(r"GLOBAL (\S+)", text) or re.search(r"Unsupported (?:global|operand|class)[: ]+(\S+)", text)
+    if found:
+        return f"it holds pickled objects other than tensors and plain data ({found.group(1).rstrip('.:,')})"
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return first[:160]
 
 
 def load(path: Path) -> dict:
+    """The state dict of a normbench checkpoint; :class:`ConfigError` (one line, naming the file) otherwise."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"trainer.resume: no checkpoint at {path}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # truncated, random bytes, or pickled code: all refused the same way
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"checkpoint {path} is unreadable or not a normbench checkpoint ({first[:160]})") from None
+        is_archive = zipfile.is_zipfile(path)
+    except OSError as exc:
+        raise ConfigError(f"checkpoint {path} cannot be read ({exc.strerror or exc})") from None
+    if not is_archive:  # torch.save always writes a zip archive; never unpickle anything else
+        raise ConfigError(
+            f"checkpoint {path} is truncated or corrupt (not a complete torch.save archive); "
+            "delete it to start over, or restore a good copy"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's pickle-protocol warnings would break the one-line error
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - corrupt members or pickled code: refused the same way
+        raise ConfigError(
+            f"checkpoint {path} was refused: {_why(exc)}; normbench loads checkpoints with weights_only=True"
+        ) from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
         raise ConfigError(f"checkpoint {path} is not a normbench checkpoint (no model/step entries)")
     return state

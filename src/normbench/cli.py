@@ -20,6 +20,17 @@ from pathlib import Path
 from normbench.errors import ConfigError
 
 GROUPS = ("model", "arch", "norm", "optim", "sched", "data", "diag", "logger", "experiment")
+FLAGS_WITH_VALUE = (
+    "-cp",
+    "--config-path",
+    "-cn",
+    "--config-name",
+    "-cd",
+    "--config-dir",
+    "-p",
+    "--package",
+    "--experimental-rerun",
+)
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
 USAGE = """usage: python -m normbench {train,report,list} ...
@@ -57,7 +68,8 @@ def user_config_dirs(argv: list[str]) -> tuple[Path, ...]:
 
 
 def error(msg: str) -> int:
-    print(f"normbench: error: {msg}", file=sys.stderr)
+    if int(os.environ.get("RANK", 0)) == 0:  # under torchrun, one line, not one per rank
+        print(f"normbench: error: {msg}", file=sys.stderr)
     return 2
 
 
@@ -121,18 +133,26 @@ def _explain(exc: Exception, override: str | None, base_keys: list[str]) -> str:
         msg = str(cause).splitlines()[0]
         full_key = getattr(cause, "full_key", None) or (override.split("=", 1)[0] if override else "?")
         return f"{full_key}: {msg}"
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return f"{override}: {first}" if override and override.split("=", 1)[0] not in first else first
 
 
-def _expand(overrides: list[str]) -> list[list[str]]:
+def _expand(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[list[str]]:
     """Override lists to compose: the first value of every sweep, then each other sweep value once."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Glob
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     base, sweeps = [], []
     for i, o in enumerate(parsed):
         if o.is_sweep_override():
-            values = list(o.sweep_string_iterator())
+            if not o.is_discrete_sweep():  # interval(...): an optuna search space; check its key at the low end
+                base.append(f"{o.get_key_element()}={o.value().start}")
+                continue
+            if isinstance(o.value(), Glob):  # arch=glob(*): the group's options
+                values = o.value().filter(options(o.get_key_element(), extra_dirs))
+            else:
+                values = list(o.sweep_string_iterator())
             if not values:
                 continue
             base.append(f"{o.get_key_element()}={values[0]}")
@@ -160,25 +180,27 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
     user = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     for o in user:
         key, _, value = o.partition("=")
-        if key in GROUPS and value and value != "null":
+        if key in GROUPS and value and value != "null" and "(" not in value:  # glob(...)/choice(...): below
             for v in value.split(","):
                 allowed = options(key, extra_dirs)
                 if v not in allowed:
                     raise ConfigError(f"{key}={v} is not an option; choose one of: {', '.join(allowed)}")
     searchpath = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in extra_dirs)}]"] if extra_dirs else []
     try:
-        variants = [searchpath + v for v in _expand(user)]
+        variants = [searchpath + v for v in _expand(user, extra_dirs)]
     except OverrideParseException as exc:
         raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
         base_keys = _flat_keys(compose(config_name="config", overrides=searchpath))
+        _check_hydra_groups(overrides)
         for variant in variants:
             try:
                 cfg = compose(config_name="config", overrides=variant)
             except Exception as exc:
                 bad = _first_bad(variant)
                 raise ConfigError(_explain(exc, bad, base_keys)) from None
+            _reject_nan(cfg)
             validate(cfg)
             check_combination(cfg)
             if cfg.device == "cuda" or cfg.precision == "fp16":
@@ -186,6 +208,42 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
 
                 resolve_device(cfg)
     GlobalHydra.instance().clear()
+
+
+def _check_hydra_groups(overrides: list[str]) -> None:
+    """``hydra/launcher=...`` and the like: an unknown option is one line here, not Hydra's 14."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if key.startswith("hydra/") and value and value != "null" and "(" not in value:
+            allowed = loader.get_group_options(key)
+            for v in value.split(","):
+                if v not in allowed:
+                    raise ConfigError(f"{key}={v} is not an option; choose one of: {', '.join(allowed) or '(none)'}")
+
+
+def _reject_nan(cfg) -> None:
+    """``nan`` passes every ``< 0`` / ``== 0`` check, so it is refused for every key up front
+    (and an interpolation that cannot be resolved, e.g. ``${oc.env:UNSET}``, is one line too)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        container = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{getattr(exc, 'full_key', None) or 'config'}: {first}") from None
+
+    def walk(node, prefix: str) -> None:
+        for k, v in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(v, (dict, list)):
+                walk(v, f"{prefix}{k}.")
+            elif isinstance(v, float) and math.isnan(v):
+                raise ConfigError(f"{prefix}{k}=nan is not a number; give a finite value")
+
+    walk(container, "")
 
 
 def _first_bad(variant: list[str]) -> str | None:
@@ -226,6 +284,9 @@ def train_cli(argv: list[str]) -> int:
     overrides = [a for a in argv if not a.startswith("-") and "=" in a]
     try:
         argv = argv + _torchrun_overrides(argv)
+        for prev, a in zip(["-"] + argv, argv):
+            if not info_only and "=" not in a and not a.startswith("-") and prev not in FLAGS_WITH_VALUE:
+                raise ConfigError(f"cannot parse '{a}': an override is key=value (e.g. {a}=...)")
         if not info_only:
             prevalidate(overrides, user_config_dirs(argv))
             _check_run_dir_free(argv)

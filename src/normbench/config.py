@@ -142,7 +142,7 @@ class TrainerConfig:
     resume_allow_changed: list[str] = field(default_factory=list)  # non-model keys allowed to differ
     diverge_factor: float = 3.0  # loss > factor * initial loss (after warmup) -> diverged
     skip_nonfinite: bool = False  # skip optimizer steps whose gradients are NaN/inf
-    max_skipped: int = 10  # more consecutive skipped steps than this -> diverged
+    max_skipped: int = 10  # more skipped steps than this (in total) -> diverged
 
 
 @dataclass
@@ -202,7 +202,7 @@ def _choice(key: str, value: Any, allowed: tuple) -> None:
 def _positive(key: str, value: Any, zero_ok: bool = False) -> None:
     if value is None:
         return
-    if value < 0 or (value == 0 and not zero_ok):
+    if value != value or value < 0 or (value == 0 and not zero_ok):  # value != value: NaN
         raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
 
 

@@ -6,27 +6,86 @@ gradient norms), massive activations (Sun et al. 2024, locuslab/massive-activati
 max |x| and max/median per layer), QK-norm work (attention logit max, entropy),
 Mix-LN / layer pruning (angular distance ``1 - cos`` between consecutive blocks).
 
-Definitions (the same for every architecture, so a sweep compares like with like):
-- The residual stream ``h_l`` is the hidden state *between* blocks: ``h_0`` after
-  the embedding (and embedding norm/scale, if any), ``h_l`` the output of block
-  l-1. For Post-LN and DeepNorm that is the block's normalized output; for nGPT
-  the unit-norm hidden state. Statistics are over all tokens and features of a
-  fixed held-out batch (``diag.batch`` sequences), in fp32:
-  ``var_resid`` = population variance, ``rms_resid`` = sqrt(mean x^2),
-  ``maxabs_resid`` = max |x|, ``massive_ratio_resid`` = max |x| / median |x|.
-- ``grad_norm_layer[l]`` = L2 norm of all gradients of block l (before clipping);
-  ``grad_norm_attn``/``grad_norm_mlp`` the same over each sublayer (its norms included).
-- ``update_ratio_layer[l]`` = ||theta_after - theta_before|| / ||theta_before|| over block l.
+When (``diag=``): ``off`` does nothing at all; ``default`` and ``full`` take a
+diagnostic step at the first optimizer step and then whenever the number of
+steps done is a multiple of ``diag.every``. The record of a diagnostic step
+(``step`` = steps done, counting it) holds the gradient norms and update ratios
+of that step and the fixed-batch statistics of the weights *after* it.
+
+Definitions (the same for every architecture, so a sweep compares like with like).
+Per-block lists are indexed by block ``l`` (0-based, ``n_layer`` entries);
+``*_resid`` lists have ``n_layer + 1`` entries, index ``l`` = ``h_l``:
+
+- The residual stream ``h_l`` is the hidden state *between* blocks, exactly what
+  the next block receives: ``h_0`` after the embedding (positional embedding,
+  embedding scale/norm and dropout included), ``h_{l+1}`` the output of block l.
+  Pre-LN, Peri-LN, Mix-LN's Pre-LN blocks and HybridNorm: the un-normalized
+  residual sum. Post-LN, DeepNorm and Mix-LN's Post-LN blocks: the block's
+  normalized output ``N(alpha x + f(x))``. nGPT: the unit-norm hidden state (every
+  token vector has L2 norm 1, so ``rms_resid = 1/sqrt(d)`` exactly). The final norm
+  (``ln_f``) is not part of the stream. All statistics are over all tokens and
+  features of a fixed held-out batch (``diag.batch`` sequences of the validation
+  split, the same for every run with the same data), in fp32, model in eval mode:
+  ``var_resid`` = population variance (mean of (x - mean)^2),
+  ``rms_resid`` = sqrt(mean x^2),
+  ``maxabs_resid`` = max |x| (massive activations),
+  ``massive_ratio_resid`` = max |x| / median |x| (median = the lower middle value,
+  ``torch.median``; Sun et al. call |x| > 100 and ~1000x the median "massive").
+- ``logit_maxabs`` = max |logit| of the LM head over the fixed batch (after nGPT's s_z).
+- ``grad_norm`` (every record) = L2 norm of all gradients, before clipping.
+  ``grad_norm_layer[l]`` = L2 norm of the gradients of all of block l's parameters
+  (before clipping; after gradient accumulation, all-reduce and fp16 unscaling);
+  ``grad_norm_attn[l]`` / ``grad_norm_mlp[l]`` the same over the attention / MLP
+  sublayer, each with its own norms (GPT: ``blocks.l.attn.*`` / ``blocks.l.mlp.*``;
+  nGPT: c_attn, att_c_proj, attn_alpha, sqk / c_fc, mlp_c_proj, mlp_alpha, suv), so
+  ``attn^2 + mlp^2 = layer^2``. ``grad_norm_other`` = the same over every parameter
+  outside the blocks (embeddings, final norm, LM head, nGPT s_z), so
+  ``sum_l grad_norm_layer[l]^2 + grad_norm_other^2 = grad_norm^2``.
+  A parameter without a gradient counts as zero.
+- ``update_ratio_layer[l]`` = ||theta_after - theta_before|| / ||theta_before|| over all
+  of block l's parameters around the optimizer step (for nGPT ``theta_after`` is
+  after the re-normalization of the weights; a skipped step gives 0).
+- ``diag=full`` adds: ``attn_entropy[l]`` = mean over batch, heads and query
+  positions of the entropy (nats) of block l's causal attention distribution
+  (row t has t+1 keys, row 0 always entropy 0); ``attn_logit_max[l]`` = max
+  pre-softmax attention logit ``scale * q.k`` over allowed (causal) positions,
+  with the scale the model uses (1/sqrt(d_head); nGPT: sqrt(d_head) with s_qk
+  folded into q and k), after q/k norms and RoPE; ``kurtosis_resid[l]`` =
+  E[(x - mean)^4] / var^2 of h_l over all tokens and features (Pearson, 3 for a
+  Gaussian); ``angular_dist_layer[l]`` = mean over tokens of
+  ``1 - cos(h_l[t], h_{l+1}[t])``, the change block l makes to each token's hidden
+  state (Mix-LN's ``block_influence``; 0 = the block does nothing).
+- Learned scalars, where the architecture has them (one entry per block unless said):
+  ``norm_alpha_attn`` / ``norm_alpha_mlp`` = DyT/Derf alpha, mean over that
+  sublayer's DyT/Derf norms (input, output, post; for attention also the q/k/v norms);
+  ``norm_shift_attn`` / ``norm_shift_mlp`` the same for Derf's shift;
+  ``norm_alpha_final`` (scalar, the final norm's alpha), ``norm_alpha_embed`` (scalar,
+  embedding norm), ``embed_scale`` (scalar, the DyT/Derf LLM recipe's embedding
+  scalar); ``out_norm_gain_attn`` / ``out_norm_gain_mlp`` = mean gain of the output
+  norm (Peri-LN); nGPT: ``ngpt_alpha_attn`` / ``ngpt_alpha_mlp`` = mean |alpha| (the
+  effective eigen learning rates), ``ngpt_sqk``, ``ngpt_suv`` = mean effective s_qk,
+  s_uv, and ``ngpt_sz`` (scalar) = mean effective s_z.
+
+Loss spikes (:class:`SpikeDetector`, any ``diag=``): a step whose training loss
+exceeds ``diag.spike_factor`` x the median of the previous ``diag.spike_window``
+losses (once at least min(10, window) are known) is a spike. ``summary.json`` and
+every metrics record carry ``spikes``, the count so far; a record also carries
+``spike_steps`` (the steps, numbered like ``step``) when spikes happened since the
+previous record. The count and the loss window are in the checkpoint
+(``spikes``, ``recent_losses``).
 
 Cost: no hooks at all (the model's forward fills a ``hidden`` list only when
 asked, and attention modules compute their statistics only while ``stats`` is
 set); everything is gathered on the device and moved to the host in one transfer
-per diagnostic step (``torch._foreach_norm`` for gradient and update norms).
+per diagnostic step (``torch._foreach_norm`` for gradient and update norms);
+``diag=off`` never calls any of it.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
+from collections import deque
 
 import torch
 import torch.nn as nn
@@ -70,6 +129,7 @@ class _Gather:
 
 
 def residual_stats(hidden: list[torch.Tensor], full: bool, g: _Gather) -> None:
+    """``*_resid`` statistics of the hidden states ``h_0 .. h_L`` (and, if ``full``, kurtosis and angular distance)."""
     h = torch.stack([x.detach().float() for x in hidden])  # (L+1, B, T, d)
     flat = h.reshape(h.shape[0], -1)
     absval = flat.abs()
@@ -87,6 +147,47 @@ def residual_stats(hidden: list[torch.Tensor], full: bool, g: _Gather) -> None:
         g.add("angular_dist_layer", (1.0 - cos).mean(dim=1))
 
 
+class SpikeDetector:
+    """Loss spikes: a loss above ``factor`` x the median of the last ``window`` losses.
+
+    Detection starts once min(10, window) losses are known; every loss (a spike
+    too) then joins the window. ``steps`` collects the spike steps not yet
+    reported (:meth:`pop_steps`). ``state_dict`` gives the checkpoint keys
+    ``spikes`` and ``recent_losses``.
+    """
+
+    min_history = 10
+
+    def __init__(self, factor: float, window: int):
+        self.factor = float(factor)
+        self.recent: deque = deque(maxlen=max(0, int(window)))
+        self.count = 0
+        self.steps: list[int] = []
+
+    def update(self, loss: float, step: int | None = None) -> bool:
+        spike = False
+        if self.recent and len(self.recent) >= min(self.min_history, self.recent.maxlen):
+            spike = loss > self.factor * statistics.median(self.recent)
+        if spike:
+            self.count += 1
+            if step is not None:
+                self.steps.append(step)
+        self.recent.append(loss)
+        return spike
+
+    def pop_steps(self) -> list[int]:
+        steps, self.steps = self.steps, []
+        return steps
+
+    def state_dict(self) -> dict:
+        return {"spikes": self.count, "recent_losses": list(self.recent)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.count = int(state.get("spikes", 0))
+        self.recent.clear()
+        self.recent.extend(state.get("recent_losses", []))
+
+
 class Diagnostics:
     def __init__(self, dcfg, model: nn.Module, batch: torch.Tensor):
         self.cfg, self.model = dcfg, model
@@ -95,46 +196,64 @@ class Diagnostics:
         self.batch = batch  # (B, T+1) fixed held-out tokens
         self.n_layer = len(model.blocks)
         names, layer, sub = [], [], []
-        self.params: list[nn.Parameter] = []
+        self.params: list[nn.Parameter] = []  # block parameters
+        self.other: list[nn.Parameter] = []  # everything else (embeddings, final norm, head)
         for name, p in model.named_parameters():
             m = _BLOCK.match(name)
             if m is None:
+                self.other.append(p)
                 continue
             names.append(name)
             self.params.append(p)
             layer.append(int(m.group(1)))
             sub.append(sublayer_of(name))
         self.names = names
-        self.layer_index = torch.tensor(layer)
-        self.sub_index = torch.tensor([0 if s == "attn" else 1 for s in sub])
+        self.layer_index = torch.tensor(layer, dtype=torch.long)
+        self.sub_index = torch.tensor([0 if s == "attn" else 1 for s in sub], dtype=torch.long)
         self._before: list[torch.Tensor] | None = None
         self._pending = _Gather()
+        self._on_device: dict = {}  # device -> (layer_index, sub_index, batch): copied once, not every step
+
+    def _device_tensors(self, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Index tensors and the fixed batch on ``device`` (a blocking host-to-device copy only the first time)."""
+        key = str(device)
+        if key not in self._on_device:
+            self._on_device[key] = tuple(t.to(device) for t in (self.layer_index, self.sub_index, self.batch))
+        return self._on_device[key]
 
     # --- around the optimizer step ---
+    @staticmethod
+    def _norms_sq(params: list[nn.Parameter], device) -> torch.Tensor:
+        """Squared gradient norms, one per parameter (zero without a gradient)."""
+        zero = torch.zeros((), device=device)
+        grads = [p.grad if p.grad is not None else zero for p in params]
+        return torch.stack(torch._foreach_norm(grads)).float().pow(2)
+
     def grad_norms(self) -> None:
         """Per-layer and per-sublayer gradient norms; call before clipping."""
-        grads = [p.grad for p in self.params]
-        if any(gr is None for gr in grads) or not grads:
+        if not self.params:
             return
-        norms_sq = torch.stack(torch._foreach_norm(grads)).float().pow(2)
-        device = norms_sq.device
-        layer, sub = self.layer_index.to(device), self.sub_index.to(device)
+        device = self.params[0].device
+        norms_sq = self._norms_sq(self.params, device)
+        layer, sub, _ = self._device_tensors(device)
         per_layer = torch.zeros(self.n_layer, device=device).index_add_(0, layer, norms_sq)
         per_sub = torch.zeros(2 * self.n_layer, device=device).index_add_(0, layer * 2 + sub, norms_sq)
         self._pending.add("grad_norm_layer", per_layer.sqrt())
         self._pending.add("grad_norm_attn", per_sub[0::2].sqrt())
         self._pending.add("grad_norm_mlp", per_sub[1::2].sqrt())
+        if self.other:
+            self._pending.add("grad_norm_other", self._norms_sq(self.other, device).sum().sqrt())
 
     def before_step(self) -> None:
         self._before = [p.detach().clone() for p in self.params]
 
     def after_step(self) -> None:
-        if self._before is None:
+        if self._before is None or not self.params:
             return
         delta = torch._foreach_sub([p.detach() for p in self.params], self._before)
         d_sq = torch.stack(torch._foreach_norm(delta)).float().pow(2)
         p_sq = torch.stack(torch._foreach_norm(self._before)).float().pow(2)
-        layer = self.layer_index.to(d_sq.device)
+        layer = self._device_tensors(d_sq.device)[0]
         d_layer = torch.zeros(self.n_layer, device=d_sq.device).index_add_(0, layer, d_sq)
         p_layer = torch.zeros(self.n_layer, device=d_sq.device).index_add_(0, layer, p_sq)
         self._pending.add("update_ratio_layer", d_layer.sqrt() / p_layer.sqrt().clamp_min(1e-12))
@@ -142,30 +261,32 @@ class Diagnostics:
 
     # --- the fixed-batch forward ---
     def attention_modules(self) -> list[nn.Module]:
-        return [getattr(b.attn, "core", b) if hasattr(b, "attn") else b for b in self.model.blocks]
+        """The module of each block that fills ``stats`` (GPT: ``Attention``; nGPT: the block)."""
+        return [b.attn.core if hasattr(b, "attn") else b for b in self.model.blocks]
 
     @torch.no_grad()
     def collect(self) -> dict:
         """Everything for this diagnostic step, moved to the host in one transfer."""
         g, self._pending = self._pending, _Gather()
         was_training = self.model.training
-        self.model.eval()
         attn = self.attention_modules() if self.full else []
-        for mod in attn:
-            mod.stats = {}
-        device = next(self.model.parameters()).device
-        batch = self.batch.to(device)
+        batch = self._device_tensors(next(self.model.parameters()).device)[2]
         hidden: list[torch.Tensor] = []
-        logits, _ = self.model(batch[:, :-1], batch[:, 1:], hidden=hidden)
-        residual_stats(hidden, self.full, g)
-        g.add("logit_maxabs", logits.detach().float().abs().amax())
-        if attn:
-            g.add("attn_entropy", torch.stack([m.stats["attn_entropy"] for m in attn]))
-            g.add("attn_logit_max", torch.stack([m.stats["attn_logit_max"] for m in attn]))
+        self.model.eval()
+        try:
+            for mod in attn:
+                mod.stats = {}
+            logits, _ = self.model(batch[:, :-1], hidden=hidden)
+            residual_stats(hidden, self.full, g)
+            g.add("logit_maxabs", logits.detach().float().abs().amax())
+            if attn:
+                g.add("attn_entropy", torch.stack([m.stats["attn_entropy"] for m in attn]))
+                g.add("attn_logit_max", torch.stack([m.stats["attn_logit_max"] for m in attn]))
+        finally:
             for mod in attn:
                 mod.stats = None
+            self.model.train(was_training)
         self.learned_scalars(g)
-        self.model.train(was_training)
         return g.result()
 
     def learned_scalars(self, g: _Gather) -> None:
@@ -182,27 +303,33 @@ class Diagnostics:
                 g.add(key, torch.stack([v.abs().mean() if "alpha" in key else v.mean() for v in vals]))
             g.add("ngpt_sz", self.model.sz().mean())
             return
+        pointwise = (DyT, Derf)
         for site in ("attn", "mlp"):
             alphas, shifts, gains = [], [], []
             for b in blocks:
                 sub = getattr(b, site)
-                mods = [m for m in (sub.norm_in, sub.norm_out, sub.norm_post) if isinstance(m, (DyT, Derf))]
+                mods = [sub.norm_in, sub.norm_out, sub.norm_post]
+                if site == "attn":
+                    mods += [getattr(sub.core, k, None) for k in ("q_norm", "k_norm", "v_norm")]
+                mods = [m for m in mods if isinstance(m, pointwise)]
                 if mods:
                     alphas.append(torch.stack([m.alpha.squeeze() for m in mods]).mean())
-                    shifts += (
-                        [torch.stack([m.shift.squeeze() for m in mods]).mean()] if mods[0].shift is not None else []
-                    )
+                    if mods[0].shift is not None:
+                        shifts.append(torch.stack([m.shift.squeeze() for m in mods]).mean())
                 if sub.norm_out is not None and getattr(sub.norm_out, "weight", None) is not None:
                     gains.append(sub.norm_out.weight.mean())
-            if len(alphas) == len(blocks):
+            if alphas and len(alphas) == len(blocks):
                 g.add(f"norm_alpha_{site}", torch.stack(alphas))
             if shifts and len(shifts) == len(blocks):
                 g.add(f"norm_shift_{site}", torch.stack(shifts))
             if gains and len(gains) == len(blocks):
                 g.add(f"out_norm_gain_{site}", torch.stack(gains))
-        ln_f = getattr(self.model, "ln_f", None)
-        if isinstance(ln_f, (DyT, Derf)):
-            g.add("norm_alpha_final", ln_f.alpha.squeeze())
+        for key, mod in (
+            ("final", getattr(self.model, "ln_f", None)),
+            ("embed", getattr(self.model, "emb_norm", None)),
+        ):
+            if isinstance(mod, pointwise):
+                g.add(f"norm_alpha_{key}", mod.alpha.squeeze())
         scale = getattr(self.model, "emb_scale", None)
         if scale is not None:
             g.add("embed_scale", scale.scale.squeeze())

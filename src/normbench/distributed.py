@@ -1,17 +1,39 @@
-"""Process-group helpers for torchrun (DDP now; FSDP2 through ``parallel=fsdp``).
+"""Process-group helpers for torchrun: DDP, FSDP2, and a checkpoint format that fits both.
 
-Only what the trainer needs: rank/world from the environment torchrun sets,
-model wrapping, ``no_sync`` on all but the last micro-step, and a loss
-all-reduce. Single-process runs never touch ``torch.distributed``.
+Only what the trainer needs, with torch's own pieces (torchtitan / nanoGPT):
+
+- rank / world from the environment torchrun sets; ``init`` picks NCCL on GPU, gloo on CPU.
+- :func:`wrap_model`: ``parallel=ddp`` -> ``DistributedDataParallel``; ``parallel=fsdp`` ->
+  FSDP2 (``torch.distributed.fsdp.fully_shard`` on every block, then on the root).
+  ``compile=true`` is applied here too: the whole model before DDP (nanoGPT), each block
+  in place before ``fully_shard`` under FSDP (torchtitan), so parameter names never change.
+- :func:`maybe_no_sync`: gradient sync only on the last micro-step (DDP ``no_sync``,
+  FSDP2 ``set_requires_gradient_sync``). Both average gradients over ranks.
+- :func:`clip_grad_norm_`: the total norm over all shards (an FSDP2 gradient is a
+  ``DTensor``; its norm is reduced across ranks), returned as a plain tensor.
+- Checkpoints are one format everywhere: a *full* (unsharded) state dict, exactly what a
+  single process saves. :func:`full_state` gathers DTensors (collective: every rank calls
+  it, one tensor at a time, moved to CPU at once); rank 0 writes. Loading re-shards each
+  full tensor locally (:func:`load_model_state`, :func:`load_optimizer_state`, no
+  communication), so a checkpoint resumes under any world size and any ``parallel``.
+
+- :func:`export_submitit_env`: a multi-task submitit (SLURM) job sets torch's env:// variables
+  from its task ids (a sweep outside, DDP inside each job); :func:`check_config` refuses
+  optimizers that cannot run on FSDP2 shards.
+
+Single-process runs never touch ``torch.distributed``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 
 
 def rank() -> int:
@@ -26,6 +48,30 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", 1))
 
 
+def export_submitit_env() -> bool:
+    """Inside a submitit job with several tasks: set torch's env:// variables from it.
+
+    hydra-submitit-launcher with ``hydra.launcher.tasks_per_node=N`` (times ``nodes``)
+    starts N processes per job of a sweep; submitit's ``TorchDistributedEnvironment``
+    turns the SLURM (or submitit-local) task ids into ``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a port derived from the job id):
+    a sweep outside, DDP inside each job. Does nothing under torchrun (``RANK`` is set),
+    outside submitit, or for a one-task job. Returns whether it exported.
+    """
+    if "RANK" in os.environ or not os.environ.get("SUBMITIT_EXECUTOR"):
+        return False
+    try:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        env = TorchDistributedEnvironment()
+    except Exception:  # submitit missing, or no job environment after all
+        return False
+    if env.world_size <= 1:
+        return False
+    env.export(set_cuda_visible_devices=False, overwrite=True)  # every task sees all GPUs: cuda:LOCAL_RANK
+    return True
+
+
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -38,30 +84,78 @@ def init(device: torch.device) -> None:
         dist.init_process_group(backend=backend)
 
 
-def wrap_model(model: torch.nn.Module, cfg, device: torch.device) -> torch.nn.Module:
-    if cfg.parallel == "none" or world_size() == 1:
-        return model
+def effective_parallel(cfg) -> str:
+    """What actually runs: ``none`` in one process; DDP under torchrun unless FSDP is asked for."""
+    if world_size() == 1:
+        return "none"
+    return "fsdp" if cfg.parallel == "fsdp" else "ddp"
+
+
+# Optimizers whose update needs the whole matrix: Muon's Newton-Schulz orthogonalization
+# and Adafactor's factored row/column moments. On FSDP2 shards the first is silently
+# wrong (measured: losses drift from the single-process run), the second raises.
+FSDP_UNSUPPORTED_OPTIMS = ("muon", "adafactor")
+
+
+def check_config(cfg) -> None:
+    """Refuse what cannot run correctly in this world; raises ConfigError (one line)."""
+    from normbench.errors import ConfigError
+
+    if effective_parallel(cfg) == "fsdp" and cfg.optim.name in FSDP_UNSUPPORTED_OPTIMS:
+        raise ConfigError(
+            f"optim={cfg.optim.name} needs whole matrices, which parallel=fsdp shards; "
+            f"use parallel=ddp (or optim=adamw/sgd/lion with fsdp)"
+        )
+
+
+def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str], None] = print) -> nn.Module:
+    """The module the training loop calls (DDP/FSDP2/compiled); ``model`` stays the raw one.
+
+    Under FSDP2 ``model`` itself is sharded in place (its parameters become DTensors).
+    """
+    mode = effective_parallel(cfg)
+    if mode == "none" and cfg.parallel != "none":
+        log(f"note: parallel={cfg.parallel} ignored in a single process (launch with torchrun --nproc_per_node=N)")
+    if mode != "none" and cfg.parallel == "none":
+        log(f"note: WORLD_SIZE={world_size()} with parallel=none: using DDP")
+    if cfg.compile:
+        _prime_caches(model, device)
+    if mode == "none":
+        return torch.compile(model) if cfg.compile else model
     init(device)
-    if cfg.parallel == "ddp":
+    if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        inner = torch.compile(model) if cfg.compile else model
+        log(f"parallel: DDP over {world_size()} processes ({dist.get_backend()})")
+        return DDP(inner, device_ids=[device.index] if device.type == "cuda" else None)
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    mesh = init_device_mesh(device.type, (world_size(),))
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        if cfg.compile:
+            block.compile()  # in place: parameter names (and checkpoints) stay the same
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    log(f"parallel: FSDP2 over {world_size()} processes ({dist.get_backend()}), {len(model.blocks)} blocks + root")
     return model
 
 
-def maybe_no_sync(model: torch.nn.Module, sync: bool):
-    if not sync and hasattr(model, "no_sync"):
-        return model.no_sync()
-    if not sync and hasattr(model, "set_requires_gradient_sync"):
-        model.set_requires_gradient_sync(False)
+def _prime_caches(model: nn.Module, device: torch.device) -> None:
+    """Build lazily cached tensors (the RoPE table) before compiling: one recompile fewer."""
+    rope = getattr(model, "rope", None)
+    if callable(rope):
+        rope(device)
+
+
+def maybe_no_sync(model: nn.Module, sync: bool):
+    """Context for one micro-step: reduce gradients only when ``sync`` (the last micro-step)."""
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2 (recurses into the blocks)
+        model.set_requires_gradient_sync(sync)
         return contextlib.nullcontext()
-    if sync and hasattr(model, "set_requires_gradient_sync"):
-        model.set_requires_gradient_sync(True)
+    if not sync and hasattr(model, "no_sync"):  # DDP
+        return model.no_sync()
     return contextlib.nullcontext()
 
 
@@ -72,11 +166,116 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def any_rank_max(value: int, device: torch.device) -> int:
+    """The largest ``value`` over all ranks (e.g. a caught signal number, 0 for none)."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def _is_dtensor(t) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
+
+
+def clip_grad_norm_(params: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` that also works on FSDP2 DTensor gradients.
+
+    The total 2-norm is taken over every shard of every gradient (torchtitan's recipe:
+    ``get_total_norm`` gives a DTensor, ``full_tensor`` reduces it); returns a plain
+    0-dim tensor, the norm before clipping. ``max_norm=inf`` only measures.
+    """
+    params = [p for p in params if p.grad is not None]
+    grads = [p.grad for p in params]
+    if not grads:
+        return torch.zeros(())
+    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+    if _is_dtensor(total):
+        total = total.full_tensor()
+    if math.isfinite(max_norm):
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    return total
+
+
+# ------------------------------------------------------------------ checkpoints
+def full_state(obj, keep: bool = True):
+    """A copy of a (nested) state dict with every DTensor gathered to a full CPU tensor.
+
+    Collective when DTensors are present: every rank must call it on the same structure,
+    one tensor at a time. ``keep=False`` (ranks that do not write) drops each gathered
+    tensor at once, so only the writer ever holds the whole state in host memory.
+    Plain tensors are returned as they are (``torch.save`` copies them anyway).
+    """
+    if _is_dtensor(obj):
+        full = obj.full_tensor()
+        return full.cpu() if keep else None
+    if isinstance(obj, dict):
+        return {k: full_state(v, keep) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [full_state(v, keep) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(full_state(v, keep) for v in obj)
+    return obj
+
+
+def _shard_like(value, like):
+    """``value`` (a full tensor) laid out like ``like`` (a DTensor), from the local copy only."""
+    if not (_is_dtensor(like) and isinstance(value, torch.Tensor)) or _is_dtensor(value):
+        return value
+    if tuple(value.shape) != tuple(like.shape):
+        return value
+    from torch.distributed.tensor import distribute_tensor
+
+    local = value.to(device=like.to_local().device)
+    return distribute_tensor(local, like.device_mesh, like.placements, src_data_rank=None)
+
+
+def load_model_state(model: nn.Module, state: dict) -> None:
+    """``model.load_state_dict(state)`` for a full state dict, the model sharded or not."""
+    current = model.state_dict()
+    model.load_state_dict({k: _shard_like(v, current.get(k)) for k, v in state.items()})
+
+
+def load_optimizer_state(optimizer, state: dict) -> None:
+    """``optimizer.load_state_dict(state)`` for a full state dict (one optimizer or an OptimizerList)."""
+    if "optimizers" in state and hasattr(optimizer, "optimizers"):
+        subs = list(optimizer.optimizers)
+        if len(subs) != len(state["optimizers"]):
+            raise ValueError(f"checkpoint has {len(state['optimizers'])} optimizers, this run {len(subs)}")
+        for opt, sub in zip(subs, state["optimizers"]):
+            load_optimizer_state(opt, sub)
+        return
+    groups = state.get("param_groups", [])
+    if len(groups) != len(optimizer.param_groups):
+        raise ValueError(f"checkpoint has {len(groups)} param groups, this optimizer {len(optimizer.param_groups)}")
+    by_id = {}
+    for saved, live in zip(groups, optimizer.param_groups):
+        if len(saved["params"]) != len(live["params"]):
+            raise ValueError("checkpoint param groups differ in size from this optimizer's")
+        by_id.update(zip(saved["params"], live["params"]))
+    new_state = {}
+    for pid, entries in state.get("state", {}).items():
+        p = by_id.get(pid)
+        new_state[pid] = {k: _shard_like(v, p) for k, v in entries.items()} if p is not None else entries
+    optimizer.load_state_dict({**state, "state": new_state})
+
+
 def barrier() -> None:
     if is_distributed():
         dist.barrier()
 
 
-def shutdown() -> None:
+def shutdown(wait: bool = True) -> None:
+    """Destroy the process group (end of a torchrun job); a no-op in one process.
+
+    ``wait``: meet the other ranks first, so no rank tears its connections down while
+    another is still using them (skip it on an error path, where a peer may never come).
+    """
     if is_distributed():
+        if wait:
+            with contextlib.suppress(Exception):
+                dist.barrier()
         dist.destroy_process_group()

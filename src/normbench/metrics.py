@@ -3,6 +3,11 @@
 One JSON object per line; a reader must tolerate a truncated last line (a
 crash mid-write), see :func:`read_jsonl`. On resume, records past the
 checkpoint's step are dropped so that every step appears once.
+
+Test hooks (read when a writer opens): ``NORMBENCH_TEST_SLOW_LOG=<seconds>``
+sleeps after each record, so a test can signal or kill a run between steps;
+``NORMBENCH_TEST_FAIL_AT_STEP=<n>`` raises ``RuntimeError`` when the record of
+step ``n`` is written, a crash in the middle of training.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 
@@ -34,24 +40,42 @@ def read_jsonl(path: Path) -> list[dict]:
                 continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(rec, dict):
                 records.append(rec)
     return records
 
 
+def _env_float(name: str) -> float:
+    try:
+        return float(os.environ.get(name) or 0)
+    except ValueError:
+        return 0.0
+
+
 class JsonlWriter:
+    """Appends records to ``path``; with ``resume_step``, first keeps only the records up to that step."""
+
     def __init__(self, path: Path, resume_step: int | None = None):
         self.path = Path(path)
         if resume_step is not None:
             self.truncate_after(resume_step)
+        elif self.path.exists() and self.path.stat().st_size:
+            with open(self.path, "rb") as f:  # never glue a new record onto a torn last line
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+            if torn:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write("\n")
         self.f = open(self.path, "a", encoding="utf-8")
+        self._slow = _env_float("NORMBENCH_TEST_SLOW_LOG")
+        self._fail_at = int(_env_float("NORMBENCH_TEST_FAIL_AT_STEP")) or None
 
     def truncate_after(self, step: int) -> None:
         """Keep records with step <= ``step`` (those the checkpoint covers), drop torn lines."""
-        kept = [r for r in read_jsonl(self.path) if r.get("step", -1) <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
+        kept = [r for r in read_jsonl(self.path) if type(r.get("step")) is int and r["step"] <= step]
+        tmp = self.path.with_name(f".{self.path.name}.tmp.{os.getpid()}")
         with open(tmp, "w", encoding="utf-8") as f:
             for r in kept:
                 f.write(json.dumps(r) + "\n")
@@ -60,8 +84,12 @@ class JsonlWriter:
         os.replace(tmp, self.path)
 
     def write(self, record: dict) -> None:
+        if self._fail_at is not None and record.get("step") == self._fail_at:
+            raise RuntimeError(f"NORMBENCH_TEST_FAIL_AT_STEP: simulated crash at step {self._fail_at}")
         self.f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         self.f.flush()
+        if self._slow:
+            time.sleep(self._slow)
 
     def close(self) -> None:
         self.f.close()

@@ -1,18 +1,49 @@
 """Optimizers, the weight-decay policy, and LR schedules.
 
-Optimizers come from ``torch.optim`` (AdamW, SGD, Muon, Adafactor). Lion has no
-torch implementation, so it is written out here from its paper (Chen et al.
-2023, arXiv:2302.06675, Algorithm 2: ``u = sign(b1*m + (1-b1)*g)``,
-``p -= lr*(u + wd*p)``, ``m = b2*m + (1-b2)*g``). Muon follows its reference
-(Keller Jordan's modded-nanogpt): Newton-Schulz orthogonalized momentum for 2-D
-hidden matrices only; embeddings, head, norms, biases and scalars use AdamW.
+Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``):
 
-Parameter kinds (:func:`param_kinds`) drive the weight-decay policy:
-``matrix`` (2-D hidden weights, always decayed), ``head`` (untied LM head,
-decayed), ``embed``, ``norm_in`` (norms on a sublayer input, QK-norm, final
-norm), ``norm_out`` (Peri-LN output norms, Post-LN/DeepNorm norms after the
-residual), ``bias``, ``scalar`` (DyT/Derf alpha and shift, embedding scale, nGPT
-alpha and s). nGPT never decays anything (its reference uses wd = 0).
+- ``adamw``: ``torch.optim.AdamW``, fused kernels on CUDA, foreach elsewhere (``optim.fused``).
+- ``sgd``: ``torch.optim.SGD`` with (Nesterov) momentum. Its weight decay is torch's coupled L2 term.
+- ``lion``: no torch implementation, so :class:`Lion` is written out here from its paper
+  (Chen et al. 2023, arXiv:2302.06675, Algorithm 2): ``c = b1*m + (1-b1)*g``,
+  ``p -= lr*(sign(c) + wd*p)``, ``m = b2*m + (1-b2)*g``.
+- ``muon``: ``torch.optim.Muon`` (Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/)
+  on the 2-D hidden matrices only; embeddings, the LM head, norm gains, biases and scalars go to
+  AdamW (``optim.adamw_lr``), as in KellerJordan/Muon's README and modded-nanogpt. What torch's
+  Muon computes per matrix W (m x n), with ``momentum=mu``:
+  ``B = mu*B + (1-mu)*G``; nesterov: ``U = (1-mu)*G + mu*B``; ``O = NS5(U)`` (5 quintic
+  Newton-Schulz steps, coefficients (3.4445, -4.7750, 2.0315), in bf16, on U / ||U||_F);
+  ``W *= 1 - lr*wd``; ``W -= lr * sqrt(max(1, m/n)) * O``. The lr adjustment is torch's
+  default ``adjust_lr_fn="original"`` (Keller Jordan's ``max(1, rows/cols)**0.5``), not
+  Moonshot's ``match_rms_adamw`` (``0.2*sqrt(max(m, n))``), so ``optim.lr`` is in Muon's own
+  units (0.02..0.1 measured on model=tiny), not AdamW's. Muon's weight decay uses the
+  unadjusted lr.
+  Fused matrices are orthogonalized block by block (:class:`Muon`, :func:`fused_splits`): the
+  attention ``c_attn`` (3d x d) as q, k and v separately, and a SwiGLU ``c_fc`` (2f x d) as up
+  and gate separately, exactly as if the model had separate Linear layers. modded-nanogpt does
+  the same (separate c_q/c_k/c_v, later a (3, d, d) ``qkv_w`` orthogonalized batch-wise), and
+  orthogonalizing the stack as one matrix would equalize singular values across q, k and v
+  together and scale the step by sqrt(3) instead of 1.
+- ``adafactor``: ``torch.optim.Adafactor`` (Shazeer & Stern 2018): relative step size, so the
+  step on a tensor is ``min(lr, 1/sqrt(t)) * max(1e-3, RMS(p))`` times a normalized update;
+  no first moment.
+
+Parameter kinds (:func:`param_kinds`) drive the weight-decay policy (``optim.decay_*``):
+``matrix`` (2-D hidden weights; always decayed when ``optim.weight_decay > 0``), ``head``
+(untied LM head; always decayed), ``embed`` (token/position embeddings; a tied wte/lm_head
+tensor is one ``embed`` tensor), ``norm_in`` (gains of norms on an input: sublayer input
+norms, q/k/v norms, the final norm, the embedding norm), ``norm_out`` (gains whose output is
+a sublayer output or the residual stream itself: Peri-LN output norms, Post-LN/DeepNorm/Mix-LN
+norms after the residual add, and HybridNorm's FFN norm, which normalizes ``x + attn`` and
+carries the residual), ``bias`` (every additive bias: Linear biases and LayerNorm/DyT/Derf
+biases), ``scalar`` (DyT/Derf alpha and shift, the DyT/Derf embedding scale, nGPT alpha and
+s vectors). nGPT never decays anything (its reference uses wd = 0); that rule wins over the
+policy, with a start-up note.
+
+The config decides hyperparameters, the checkpoint carries state: after any
+``load_state_dict`` the groups' hyperparameters (lr, base_lr, weight decay, betas, ...) are
+reset to the values this run was built with, so a resume with an allowed change of
+``optim.lr`` really uses the new LR.
 
 The schedule is a pure function of the step (:func:`lr_factor`), so resuming
 needs no scheduler state beyond the step counter.
@@ -26,14 +57,30 @@ from collections import defaultdict
 import torch
 import torch.nn as nn
 
+from normbench.model.gpt import MLP, Attention, Sublayer
+from normbench.model.ngpt import NGPTBlock
 from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm
 
 NORM_TYPES = (LayerNorm, RMSNorm, DyT, Derf)
 KINDS = ("matrix", "head", "embed", "norm_in", "norm_out", "bias", "scalar")
 
 
+def _residual_norms(model: nn.Module) -> set[int]:
+    """ids of the norm modules whose output is a sublayer output or the residual stream."""
+    out: set[int] = set()
+    for mod in model.modules():
+        if isinstance(mod, Sublayer):
+            for norm in (mod.norm_out, mod.norm_post):
+                if norm is not None:
+                    out.add(id(norm))
+            if mod.norm_in is not None and mod.spec.residual_after_norm:
+                out.add(id(mod.norm_in))
+    return out
+
+
 def param_kinds(model: nn.Module) -> dict[str, str]:
-    """Map each (deduplicated) parameter name to its kind."""
+    """Map each (deduplicated) parameter name to its kind (see the module docstring)."""
+    residual = _residual_norms(model)
     kinds: dict[str, str] = {}
     seen: set[int] = set()
     for mod_name, mod in model.named_modules():
@@ -46,8 +93,10 @@ def param_kinds(model: nn.Module) -> dict[str, str]:
             if isinstance(mod, NORM_TYPES):
                 if p_name in ("alpha", "shift"):
                     kinds[name] = "scalar"
+                elif p_name == "bias":
+                    kinds[name] = "bias"
                 else:
-                    kinds[name] = "norm_out" if leaf in ("norm_out", "norm_post") else "norm_in"
+                    kinds[name] = "norm_out" if id(mod) in residual else "norm_in"
             elif isinstance(mod, nn.Embedding):
                 kinds[name] = "embed"
             elif isinstance(mod, nn.Linear):
@@ -55,6 +104,18 @@ def param_kinds(model: nn.Module) -> dict[str, str]:
             else:
                 kinds[name] = "scalar"
     return kinds
+
+
+def fused_splits(model: nn.Module) -> dict[str, int]:
+    """Fused weight matrices and their number of row blocks: c_attn (q, k, v) 3, SwiGLU c_fc (up, gate) 2."""
+    splits: dict[str, int] = {}
+    for name, mod in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if isinstance(mod, (Attention, NGPTBlock)):
+            splits[f"{prefix}c_attn.weight"] = 3
+        if isinstance(mod, NGPTBlock) or (isinstance(mod, MLP) and mod.kind == "swiglu"):
+            splits[f"{prefix}c_fc.weight"] = 2
+    return splits
 
 
 def decayed_kinds(ocfg, arch_name: str) -> set[str]:
@@ -100,6 +161,32 @@ class Lion(torch.optim.Optimizer):
         return loss
 
 
+class Muon(torch.optim.Muon):
+    """``torch.optim.Muon`` that orthogonalizes a fused matrix block by block.
+
+    A param group with ``split=k`` has each of its matrices cut into k equal row blocks
+    (views), and torch's Muon update (momentum, Newton-Schulz, lr adjustment, weight decay)
+    runs on every block as on a separate matrix. ``split=1`` is plain ``torch.optim.Muon``.
+    """
+
+    def __init__(self, params, **kw):
+        super().__init__(params, **kw)
+        for group in self.param_groups:
+            k = group.setdefault("split", 1)
+            for p in group["params"]:
+                if p.shape[0] % k:
+                    raise ValueError(f"Muon split={k} does not divide a matrix of shape {tuple(p.shape)}")
+
+    def _init_group(self, group, params_with_grad, grads, muon_momentum_bufs):
+        start = len(params_with_grad)
+        has_complex = super()._init_group(group, params_with_grad, grads, muon_momentum_bufs)
+        k = group.get("split", 1)
+        if k > 1:  # replace each matrix (and its grad and momentum buffer) by k row-block views
+            for lst in (params_with_grad, grads, muon_momentum_bufs):
+                lst[start:] = [block for t in lst[start:] for block in t.chunk(k, dim=0)]
+        return has_complex
+
+
 class OptimizerList:
     """Several optimizers stepped as one (Muon + AdamW); torch.optim-like surface."""
 
@@ -122,67 +209,88 @@ class OptimizerList:
         return {"optimizers": [opt.state_dict() for opt in self.optimizers]}
 
     def load_state_dict(self, state: dict) -> None:
-        for opt, s in zip(self.optimizers, state["optimizers"], strict=True):
+        saved = state.get("optimizers", [])
+        if len(saved) != len(self.optimizers):
+            names = ", ".join(type(o).__name__ for o in self.optimizers)
+            raise ValueError(f"checkpoint has {len(saved)} optimizer(s), this run {len(self.optimizers)} ({names})")
+        for opt, s in zip(self.optimizers, saved):
             opt.load_state_dict(s)
 
 
+def _keep_config_hparams(opt: torch.optim.Optimizer) -> None:
+    """After any load_state_dict, put back this run's group hyperparameters (state stays loaded)."""
+    built = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+
+    def restore(optimizer: torch.optim.Optimizer) -> None:
+        for group, hp in zip(optimizer.param_groups, built):
+            group.update(hp)
+
+    opt.register_load_state_dict_post_hook(restore)
+
+
 def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
-    """The configured optimizer with decay/no-decay groups; logs one line per group."""
+    """The configured optimizer with its weight-decay groups; logs one line per group."""
     ocfg = cfg.optim
+    name = ocfg.name
     kinds = param_kinds(model)
     params = dict(model.named_parameters())
     decay = decayed_kinds(ocfg, cfg.arch.name)
     if cfg.arch.name == "ngpt" and ocfg.weight_decay > 0:
         log(f"note: arch=ngpt uses no weight decay anywhere (optim.weight_decay={ocfg.weight_decay} ignored)")
-    by_group: dict[tuple[str, bool], list[str]] = defaultdict(list)
-    for name, kind in kinds.items():
-        is_muon = ocfg.name == "muon" and kind == "matrix" and params[name].ndim == 2
-        by_group[("muon" if is_muon else "main", kind in decay)].append(name)
+    splits = fused_splits(model) if name == "muon" else {}
+    main_name = "adamw" if name == "muon" else name
+    # (optimizer, decayed, split) -> parameter names
+    by_group: dict[tuple[str, bool, int], list[str]] = defaultdict(list)
+    for pname, kind in kinds.items():
+        if name == "muon" and kind == "matrix" and params[pname].ndim == 2:
+            by_group[("muon", kind in decay, splits.get(pname, 1))].append(pname)
+        else:
+            by_group[(main_name, kind in decay, 1)].append(pname)
+
+    for (opt_name, decayed, split), names in sorted(by_group.items()):
+        kinds_here = "/".join(sorted({kinds[n] for n in names}))
+        examples = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        n_el = sum(params[n].numel() for n in names)
+        blocks = f", orthogonalized as {split} row blocks" if split > 1 else ""
+        log(
+            f"param group [{opt_name}] wd={ocfg.weight_decay if decayed else 0:g}: {len(names)} tensors, "
+            f"{n_el:,} params ({kinds_here}{blocks}) e.g. {examples}"
+        )
 
     def groups(which: str) -> list[dict]:
         out = []
-        for (opt_name, decayed), names in sorted(by_group.items()):
-            if opt_name != which or not names:
-                continue
-            wd = ocfg.weight_decay if decayed else 0.0
-            out.append({"params": [params[n] for n in names], "weight_decay": wd, "names": names})
+        for (opt_name, decayed, split), names in sorted(by_group.items()):
+            if opt_name == which:
+                g = {"params": [params[n] for n in names], "weight_decay": ocfg.weight_decay if decayed else 0.0}
+                if which == "muon":
+                    g["split"] = split
+                out.append(g)
         return out
 
-    for (opt_name, decayed), names in sorted(by_group.items()):
-        kinds_here = sorted({kinds[n] for n in names})
-        examples = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        n_el = sum(params[n].numel() for n in names)
-        log(
-            f"param group [{opt_name}] wd={ocfg.weight_decay if decayed else 0:g}: {len(names)} tensors, "
-            f"{n_el:,} params ({'/'.join(kinds_here)}) e.g. {examples}"
-        )
-
-    main_groups, muon_groups = groups("main"), groups("muon")
-    for g in main_groups + muon_groups:
-        del g["names"]
     device_type = next(model.parameters()).device.type
     optimizers: list[torch.optim.Optimizer] = []
-    if ocfg.name == "adamw" or ocfg.name == "muon":
-        lr = ocfg.lr if ocfg.name == "adamw" else (ocfg.adamw_lr or ocfg.lr)
+    if name in ("adamw", "muon"):
+        lr = ocfg.lr if name == "adamw" else (ocfg.adamw_lr if ocfg.adamw_lr is not None else ocfg.lr)
         fused = ocfg.fused if ocfg.fused is not None else device_type == "cuda"
         kw = {"fused": True} if fused else {"foreach": True}
-        optimizers.append(torch.optim.AdamW(main_groups, lr=lr, betas=tuple(ocfg.betas), eps=ocfg.eps, **kw))
-        if muon_groups:
+        optimizers.append(torch.optim.AdamW(groups("adamw"), lr=lr, betas=tuple(ocfg.betas), eps=ocfg.eps, **kw))
+        if name == "muon" and groups("muon"):
             optimizers.append(
-                torch.optim.Muon(
-                    muon_groups, lr=ocfg.lr, momentum=ocfg.momentum, nesterov=ocfg.nesterov, ns_steps=ocfg.ns_steps
-                )
+                Muon(groups("muon"), lr=ocfg.lr, momentum=ocfg.momentum, nesterov=ocfg.nesterov, ns_steps=ocfg.ns_steps)
             )
-    elif ocfg.name == "sgd":
+    elif name == "sgd":
         nesterov = ocfg.nesterov and ocfg.momentum > 0
-        optimizers.append(torch.optim.SGD(main_groups, lr=ocfg.lr, momentum=ocfg.momentum, nesterov=nesterov))
-    elif ocfg.name == "lion":
-        optimizers.append(Lion(main_groups, lr=ocfg.lr, betas=tuple(ocfg.betas)))
-    elif ocfg.name == "adafactor":
-        optimizers.append(torch.optim.Adafactor(main_groups, lr=ocfg.lr))
+        optimizers.append(torch.optim.SGD(groups("sgd"), lr=ocfg.lr, momentum=ocfg.momentum, nesterov=nesterov))
+    elif name == "lion":
+        optimizers.append(Lion(groups("lion"), lr=ocfg.lr, betas=tuple(ocfg.betas)))
+    elif name == "adafactor":
+        optimizers.append(torch.optim.Adafactor(groups("adafactor"), lr=ocfg.lr))
+    else:
+        raise ValueError(f"unknown optimizer {name!r}")
     for opt in optimizers:
         for g in opt.param_groups:
             g["base_lr"] = g["lr"]
+        _keep_config_hparams(opt)
     return OptimizerList(optimizers)
 
 
@@ -192,7 +300,15 @@ def warmup_steps(scfg, max_steps: int) -> int:
 
 
 def lr_factor(step: int, max_steps: int, scfg) -> float:
-    """Multiplier of the base LR at ``step`` (0-based) for warmup + cosine / wsd / constant."""
+    """Multiplier of the base LR at ``step`` (0-based) for warmup + cosine / wsd / constant.
+
+    Warmup: ``(step + 1) / warmup`` for ``step < warmup`` (none when warmup is 0).
+    cosine: from 1 at ``step = warmup`` to ``min_lr_ratio`` at ``step = max_steps``.
+    wsd (warmup-stable-decay, Hu et al. 2024, MiniCPM): 1 until the last
+    ``decay_fraction * max_steps`` steps (never inside the warmup), then linear to
+    ``min_lr_ratio`` at ``step = max_steps``. The floor is reached at the end of the run,
+    so the last executed step (``max_steps - 1``) is one decay step above it.
+    """
     warmup = warmup_steps(scfg, max_steps)
     if step < warmup:
         return (step + 1) / warmup
@@ -202,16 +318,17 @@ def lr_factor(step: int, max_steps: int, scfg) -> float:
     if scfg.name == "cosine":
         progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    # wsd: stable at 1, then linear decay to the floor over the last decay_fraction of the run
-    decay_steps = max(1, int(round(scfg.decay_fraction * max_steps)))
-    decay_start = max_steps - decay_steps
+    if scfg.name != "wsd":
+        raise ValueError(f"unknown schedule {scfg.name!r}")
+    decay_start = max(warmup, max_steps - int(round(scfg.decay_fraction * max_steps)))
     if step < decay_start:
         return 1.0
-    progress = min(1.0, (step - decay_start) / decay_steps)
+    progress = min(1.0, (step - decay_start) / max(1, max_steps - decay_start))
     return 1.0 - (1.0 - floor) * progress
 
 
 def set_lr(optimizer: OptimizerList, factor: float) -> float:
+    """Every group's lr = its base lr x ``factor``; returns the first group's lr (for the log)."""
     for g in optimizer.param_groups:
         g["lr"] = g["base_lr"] * factor
     return optimizer.param_groups[0]["lr"]

@@ -16,7 +16,9 @@ import base64
 import html
 import json
 import math
+import os
 import re
+import socket
 import statistics
 import sys
 from collections import Counter
@@ -90,21 +92,51 @@ class Run:
     overrides: list[str]
     summary: dict | None
     records: list[dict]
+    live: bool = False  # a live process holds the run's .lock
 
     @property
     def status(self) -> str:
-        if self.summary and self.summary.get("status"):
-            return str(self.summary["status"])
-        # No summary yet: still training if it has logged anything, else it died at start.
-        return "running" if self.records else "failed"
+        status = str((self.summary or {}).get("status") or "")
+        if status and status != "running":
+            return status
+        if self.live:
+            return "running"
+        # no process trains it and it never finished: killed (or died at start)
+        return "failed"
 
     @property
     def reason(self) -> str:
-        if self.summary:
+        if self.summary and self.summary.get("status") != "running":
             return str(self.summary.get("reason") or "")
-        if self.records:
-            return f"no summary yet, at step {max(r['step'] for r in self.records)}"
+        step = max((r["step"] for r in self.records), default=(self.summary or {}).get("step"))
+        if self.live:
+            return f"no summary yet, at step {step}" if step is not None else "starting"
+        if self.records or self.summary:
+            return f"stopped at step {step} without finishing (killed?)"
         return "no data"
+
+
+def _alive(lock: Path) -> bool:
+    """Whether the process named in a run's ``.lock`` (``host:pid``, written by the trainer,
+    removed when it ends) still lives. Read-only: the report never takes the lock. A lock
+    from another host counts as alive (a job on a cluster node)."""
+    try:
+        host, _, pid = lock.read_text(errors="replace").strip().partition(":")
+    except OSError:
+        return False
+    if not host:
+        return False
+    if host != socket.gethostname():
+        return True
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def _load_yaml(path: Path):
@@ -127,6 +159,7 @@ def load_run(path: Path) -> Run:
         overrides=[str(o) for o in ovr] if isinstance(ovr, list) else [],
         summary=summary if isinstance(summary, dict) else None,
         records=read_metrics(path / "metrics.jsonl"),
+        live=_alive(path / ".lock"),
     )
 
 
@@ -523,6 +556,12 @@ def build_report(root: Path, target_loss=None, steps=None, out=None) -> tuple[Pa
         blocks += [("h", 2, "Largest stable learning rate"),
                    ("p", "Largest lr at which every run completed without diverging."),
                    ("table", *lr_table(sweep))]  # fmt: skip
+    optuna = _load_yaml(root / "optimization_results.yaml")  # hydra/sweeper=optuna writes it at the end
+    if isinstance(optuna, dict) and "best_params" in optuna:
+        best = ", ".join(f"`{k}={v}`" for k, v in (optuna.get("best_params") or {}).items())
+        blocks += [("h", 2, "Optuna search"),
+                   ("p", f"Best parameters: {best or DASH}; best value (best val loss): {optuna.get('best_value')}. "
+                         "Diverged trials count as 1e6, failed ones as inf.")]  # fmt: skip
     rows = [[str(r.path.relative_to(root)), g.label, _setting(r, "seed") or DASH, r.status,
              str(max((x["step"] for x in r.records), default=(r.summary or {}).get("step", DASH))),
              _mean_std([b] if (b := _val_losses(r)[1]) is not None else []), r.reason]

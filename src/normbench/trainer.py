@@ -13,16 +13,15 @@ in ``last.pt``; the schedule is a pure function of the step).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import math
 import os
 import signal
 import socket
-import statistics
 import sys
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +32,9 @@ from normbench import checkpoint as ckpt
 from normbench import distributed as dist_utils
 from normbench.config import validate
 from normbench.data import load_data
-from normbench.diagnostics import Diagnostics
+from normbench.diagnostics import Diagnostics, SpikeDetector
 from normbench.errors import ConfigError
+from normbench.flops import mfu, model_flops_per_token, peak_flops, peak_memory_gb
 from normbench.metrics import JsonlWriter, write_json_atomic
 from normbench.model import build_model, check_combination, padded_vocab
 from normbench.optim import build_optimizer, lr_factor, set_lr
@@ -45,7 +45,20 @@ log = logging.getLogger("normbench")
 # Keys that define the model: a checkpoint can never be resumed with these changed.
 MODEL_KEYS = ("model", "arch", "norm", "data.name", "data.tokenizer", "data.vocab_size", "data.paths", "data.hf_path")
 # Keys that may always differ on resume (they do not change the computation).
-FREE_KEYS = ("trainer.resume", "trainer.resume_allow_changed", "logger", "device", "diag.every")
+FREE_KEYS = (
+    "trainer.resume",
+    "trainer.resume_allow_changed",
+    "trainer.log_every",
+    "trainer.eval_every",
+    "trainer.ckpt_every",
+    "data.cache_dir",
+    "logger",
+    "device",
+    "diag.every",
+    "parallel",  # how, not what: checkpoints are full state dicts, resumable under any world size
+    "compile",
+    "peak_flops",
+)
 
 
 class Interrupted(Exception):
@@ -76,7 +89,7 @@ def resolve_device(cfg) -> torch.device:
     if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
         device = torch.device("cpu")
     else:
-        device = torch.device("cuda", dist_utils.local_rank())
+        device = torch.device("cuda", dist_utils.local_rank() % torch.cuda.device_count())  # 1 GPU/task: cuda:0
     if cfg.precision == "fp16" and device.type == "cpu":
         raise ConfigError("precision=fp16 needs a CUDA GPU (GradScaler); on CPU use precision=fp32 or bf16")
     return device
@@ -134,52 +147,127 @@ def config_diff(old: dict, new: dict) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
+def _changes(keys: list[str], old: dict, new: dict) -> str:
+    """``key (checkpoint -> now)`` for the first few keys, one line."""
+    shown = ", ".join(f"{k} ({_short(old.get(k, '<absent>'))} -> {_short(new.get(k, '<absent>'))})" for k in keys[:6])
+    return shown + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+
+
+def _short(value) -> str:
+    text = str(value).replace("\n", " ")
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def check_resume_config(old: dict, new: dict, allowed: list[str], path: Path) -> list[str]:
+    """The keys that differ from the checkpoint's config; ConfigError if any may not (one line, names them)."""
     diff = [k for k in config_diff(old, new) if not any(k == f or k.startswith(f + ".") for f in FREE_KEYS)]
     model_diff = [k for k in diff if any(k == m or k.startswith(m + ".") for m in MODEL_KEYS)]
     if model_diff:
-        raise ConfigError(f"checkpoint {path} was made with a different model: {', '.join(model_diff[:8])} differ")
+        raise ConfigError(
+            f"checkpoint {path} was made with a different model: {_changes(model_diff, old, new)} "
+            "(model keys can never change on resume; use a new run directory)"
+        )
     refused = [k for k in diff if "all" not in allowed and not any(k == a or k.startswith(a + ".") for a in allowed)]
     if refused:
         raise ConfigError(
-            f"checkpoint {path} was made with a different config: {', '.join(refused[:8])} differ "
+            f"checkpoint {path} was made with a different config: {_changes(refused, old, new)} "
             f"(allow with trainer.resume_allow_changed=[{','.join(refused[:8])}])"
         )
     return diff
 
 
+class RunDirInUse(ConfigError):
+    """Another live process trains into this run directory."""
+
+
 class RunLock:
-    """``run_dir/.lock`` holding the owner's pid; a dead owner's lock is taken over."""
+    """``run_dir/.lock``: an exclusive ``flock`` held while the run lives, its owner ``host:pid`` inside.
+
+    The kernel drops a flock when its process dies, kill -9 included, so a dead run's
+    lock never blocks: a ``.lock`` file that no process holds is simply taken over
+    (also after a requeue onto another node of a cluster). On a filesystem without
+    flock the owner's pid decides: dead on this host -> taken over; alive, or on
+    another host -> refused (remove the file if that run is gone).
+    """
 
     def __init__(self, run_dir: Path):
-        self.path = run_dir / ".lock"
+        self.path = Path(run_dir) / ".lock"
+        self.fd: int | None = None
         self.held = False
 
     def acquire(self) -> None:
         me = f"{socket.gethostname()}:{os.getpid()}"
-        for _ in range(2):
+        for _ in range(5):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                owner = self.path.read_text().strip() if self.path.exists() else ""
-                host, _, pid = owner.partition(":")
-                alive = host == socket.gethostname() and pid.isdigit() and _pid_alive(int(pid))
-                if alive or (host and host != socket.gethostname()):
-                    raise ConfigError(
-                        f"run directory {self.path.parent} is in use by process {owner} "
-                        f"(remove {self.path} if that run is gone)"
-                    ) from None
-                self.path.unlink(missing_ok=True)  # stale: its process is dead
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise self._in_use() from None
+            except OSError:  # no flock on this filesystem
+                os.close(fd)
+                self._acquire_by_pid(me)
+                return
+            try:
+                same_file = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same_file = False
+            if not same_file:  # the owner removed the file as we opened it: lock the new one
+                os.close(fd)
                 continue
-            with os.fdopen(fd, "w") as f:
-                f.write(me)
-            self.held = True
+            os.ftruncate(fd, 0)
+            os.write(fd, me.encode())
+            self.fd, self.held = fd, True
             return
+        raise self._in_use()
+
+    def check_free(self) -> None:
+        """Raise RunDirInUse if a live process holds the lock (without taking it)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            raise self._in_use() from None
+        except OSError:
+            if self._owner_alive():
+                raise self._in_use() from None
+        finally:
+            os.close(fd)
+
+    def _owner(self) -> str:
+        try:
+            return self.path.read_text(errors="replace").strip()
+        except OSError:
+            return ""
+
+    def _owner_alive(self) -> bool:
+        host, _, pid = self._owner().partition(":")
+        if host and host != socket.gethostname():
+            return True  # cannot tell from here
+        return pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid))
+
+    def _acquire_by_pid(self, me: str) -> None:
+        if self._owner_alive():
+            raise self._in_use()
+        self.path.write_text(me)  # stale (its process is dead) or ours
+        self.held = True
+
+    def _in_use(self) -> RunDirInUse:
+        return RunDirInUse(
+            f"run directory {self.path.parent} is in use by process {self._owner() or '(unknown)'} "
+            f"(lock {self.path}); wait for that run to end or choose another hydra.run.dir"
+        )
 
     def release(self) -> None:
         if self.held:
-            self.path.unlink(missing_ok=True)
-            self.held = False
+            self.path.unlink(missing_ok=True)  # before the flock goes, so no one locks a removed file
+            if self.fd is not None:
+                os.close(self.fd)
+            self.fd, self.held = None, False
 
 
 def _pid_alive(pid: int) -> bool:
@@ -211,6 +299,7 @@ class Trainer:
                 f"trainer.grad_accum={t.grad_accum} must be a multiple of the world size ({self.world}) "
                 "so the global batch stays what the config says"
             )
+        dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
         torch.manual_seed(cfg.seed)
         for note in notes:
             log.info("note: %s", note)
@@ -235,9 +324,12 @@ class Trainer:
             self.vocab,
             f"{self.n_params:,}",
         )
-        self.model = dist_utils.wrap_model(self.raw_model, cfg, self.device)
-        if cfg.compile:
-            self.model = torch.compile(self.model)
+        self.flops_per_token = model_flops_per_token(self.raw_model, cfg.model)
+        self.peak_flops = peak_flops(self.device, cfg.peak_flops)
+        # DDP / FSDP2 (raw_model sharded in place) / torch.compile: distributed.wrap_model
+        self.model = dist_utils.wrap_model(self.raw_model, cfg, self.device, log=log.info)
+        if self.world > 1:
+            torch.manual_seed(cfg.seed + 1_000_003 * self.rank)  # dropout differs per rank; init did not
         self.optimizer = build_optimizer(self.raw_model, cfg, log=log.info)
         self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
@@ -249,42 +341,62 @@ class Trainer:
         if t.max_tokens:
             self.max_steps = min(t.max_steps, max(1, t.max_tokens // self.tokens_per_step))
         self.diag = Diagnostics(cfg.diag, self.raw_model, fixed_batches(self.data.val, 1, cfg.diag.batch, T, 4321)[0])
+        if self.diag.enabled and dist_utils.effective_parallel(cfg) == "fsdp":
+            log.info("note: diagnostics are off under parallel=fsdp (they read sharded parameters); use parallel=ddp")
+            self.diag.enabled = False
 
         # state that a checkpoint carries
         self.step, self.tokens, self.best_val, self.last_val = 0, 0, math.inf, None
         self.initial_loss: float | None = None
-        self.spikes, self.skipped = 0, 0
-        self.recent_losses: deque = deque(maxlen=cfg.diag.spike_window)
+        self.skipped = 0
+        self.spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)  # checkpoint: spikes, recent_losses
         self.wandb_id: str | None = None
+        self.resumed_summary: dict = {}  # the checkpoint's summary: a resumed run keeps its final numbers
         resumed = self._maybe_resume()
         if self.is_main:
             self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl", resume_step=self.step if resumed else 0)
             self.wandb = WandbLogger(cfg, self.run_dir, resume_id=self.wandb_id)
             self.wandb_id = self.wandb.run_id
         self.summary = self._base_summary()
+        kept = ("final_loss", "final_val_loss", "best_val_loss", "tokens_per_s", "step_time_s", "mfu", "wall_s")
+        self.summary.update({k: self.resumed_summary[k] for k in kept if k in self.resumed_summary})
+        self.write_summary()  # status "running" from here on (a killed process leaves it so)
 
     def _maybe_resume(self) -> bool:
         path = self.run_dir / "checkpoints" / "last.pt"
         if not self.cfg.trainer.resume:
+            if path.exists() and self.is_main:  # a fresh run here: a later resume must not pick up the old one
+                kept = path.with_name(f"replaced-{time.strftime('%Y%m%d-%H%M%S')}.pt")
+                os.replace(path, kept)
+                log.warning("trainer.resume=false: starting over; the old checkpoint is now %s", kept)
             return False
         if not path.exists():
             log.info("trainer.resume=true but no checkpoint at %s: starting from step 0", path)
             return False
         state = ckpt.load(path)
-        diff = check_resume_config(
-            state.get("config", {}), flat_config(self.cfg), list(self.cfg.trainer.resume_allow_changed), path
-        )
+        old_cfg = state.get("config") if isinstance(state.get("config"), dict) else {}
+        diff = check_resume_config(old_cfg, flat_config(self.cfg), list(self.cfg.trainer.resume_allow_changed), path)
+        if not isinstance(state["step"], int) or state["step"] > self.max_steps:
+            raise ConfigError(
+                f"checkpoint {path} is at step {state['step']}, past trainer.max_steps={self.max_steps}; "
+                "to train on, raise trainer.max_steps and add trainer.resume_allow_changed=[trainer.max_steps]"
+            )
+        self._warn_schedule_change(state, old_cfg)
         try:
-            self.raw_model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, KeyError, ValueError) as exc:
-            raise ConfigError(f"checkpoint {path} does not fit this model ({str(exc).splitlines()[0][:160]})") from None
+            dist_utils.load_model_state(self.raw_model, state["model"])  # full state dict; re-sharded under FSDP
+            dist_utils.load_optimizer_state(self.optimizer, state["optimizer"])
+        except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+            why = next((ln for ln in lines if "mismatch" in ln or "key(s)" in ln), lines[0])  # state_dict details
+            raise ConfigError(f"checkpoint {path} does not fit this model ({why[:200]})") from None
+        self.resumed_summary = state.get("summary") if isinstance(state.get("summary"), dict) else {}
         self.step, self.tokens = state["step"], state["tokens"]
         self.best_val = state.get("best_val", math.inf)
         self.last_val = state.get("last_val")
         self.initial_loss = state.get("initial_loss")
-        self.spikes, self.skipped = state.get("spikes", 0), state.get("skipped", 0)
-        self.recent_losses.extend(state.get("recent_losses", []))
+        self.skipped = state.get("skipped", 0)
+        self.spike.load_state_dict(state)
+        self.spike.steps = list(state.get("spike_steps_unlogged", []))
         self.wandb_id = state.get("wandb_id")
         self.batches.gen.set_state(state["sampler_rng"])
         torch.set_rng_state(state["torch_rng"])
@@ -292,6 +404,26 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         log.info("resumed from %s at step %d%s", path, self.step, f" (changed: {', '.join(diff)})" if diff else "")
         return True
+
+    def _warn_schedule_change(self, state: dict, old_cfg: dict) -> None:
+        """The LR schedule is a function of (step, max_steps): a new run length moves the LR at the resume step."""
+        old_max = (state.get("summary") or {}).get("max_steps") or old_cfg.get("trainer.max_steps")
+        step = state["step"]
+        if not isinstance(old_max, int) or old_max == self.max_steps or step >= self.max_steps:
+            return
+        before = lr_factor(min(step, old_max - 1), old_max, self.cfg.sched)
+        after = lr_factor(step, self.max_steps, self.cfg.sched)
+        if abs(after - before) > 0.01 * max(before, after):
+            log.warning(
+                "run length changed %d -> %d steps: the LR at step %d moves from %.3g to %.3g x optim.lr "
+                "(sched=%s is laid over the new length; sched=wsd extends smoothly while still in its stable phase)",
+                old_max,
+                self.max_steps,
+                step,
+                before,
+                after,
+                self.cfg.sched.name,
+            )
 
     def _base_summary(self) -> dict:
         cfg = self.cfg
@@ -304,6 +436,11 @@ class Trainer:
             "final_val_loss": self.last_val,
             "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
             "tokens_per_s": None,
+            "step_time_s": None,
+            "mfu": None,  # null without a known peak (CPU, unknown GPU: set peak_flops=)
+            "peak_mem_gb": None,
+            "flops_per_token": self.flops_per_token,
+            "peak_flops": self.peak_flops,
             "wall_s": 0.0,
             "n_params": self.n_params,
             "arch": cfg.arch.name,
@@ -312,7 +449,7 @@ class Trainer:
             "seed": cfg.seed,
             "device": self.device.type,
             "precision": cfg.precision,
-            "spikes": self.spikes,
+            "spikes": self.spike.count,
             "skipped_steps": self.skipped,
             "max_steps": self.max_steps,
             "host": socket.gethostname(),
@@ -321,20 +458,25 @@ class Trainer:
 
     # ------------------------------------------------------------- checkpoint
     def save_checkpoint(self) -> None:
+        # one format for every world size and parallel mode: the full (unsharded) state dict.
+        # Under FSDP the gather is collective, so every rank gets here; rank 0 writes.
+        model_state = dist_utils.full_state(self.raw_model.state_dict(), keep=self.is_main)
+        optim_state = dist_utils.full_state(self.optimizer.state_dict(), keep=self.is_main)
         if not self.is_main:
             return
         state = {
-            "model": self.raw_model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optim_state,
             "step": self.step,
             "tokens": self.tokens,
             "best_val": self.best_val,
             "last_val": self.last_val,
             "initial_loss": self.initial_loss,
-            "spikes": self.spikes,
+            **self.spike.state_dict(),  # spikes, recent_losses
+            "spike_steps_unlogged": list(self.spike.steps),  # found since the last record (interrupt mid-interval)
             "skipped": self.skipped,
-            "recent_losses": list(self.recent_losses),
             "wandb_id": self.wandb_id,
+            "summary": dict(self.summary),
             "sampler_rng": self.batches.gen.get_state(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -352,15 +494,19 @@ class Trainer:
         micro_batches = self.batches.global_step(self.cfg.trainer.grad_accum, self.rank, self.world)
         loss_sum = torch.zeros((), device=self.device)
         scale = 1.0 / self.cfg.trainer.grad_accum
+        # this rank's mean; DDP/FSDP average over ranks, so the gradient is the global-batch mean
+        grad_scale = 1.0 / len(micro_batches)
         for i, (x, y) in enumerate(micro_batches):
             sync = i == len(micro_batches) - 1
             with dist_utils.maybe_no_sync(self.model, sync), self.autocast():
                 _, loss = self.model(x, y)
-            loss_for_grad = loss * scale
+            loss_for_grad = loss * grad_scale
             if self.scaler is not None:
                 loss_for_grad = self.scaler.scale(loss_for_grad)
             loss_for_grad.backward()
             loss_sum += loss.detach()
+        if str(self.step + 1) in os.environ.get("NORMBENCH_TEST_NAN_GRAD", "").split(","):  # test hook: steps 1..
+            next(p for p in self.raw_model.parameters() if p.grad is not None).grad.fill_(float("nan"))
         loss_mean = dist_utils.all_reduce_sum(loss_sum) * scale
         if self.scaler is not None:
             for opt in self.optimizer.optimizers:
@@ -368,7 +514,7 @@ class Trainer:
         if diag_now:
             self.diag.grad_norms()  # before clipping, as DESIGN.md §3 defines them
         clip = self.cfg.trainer.grad_clip if self.cfg.trainer.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip, foreach=True)
+        grad_norm = dist_utils.clip_grad_norm_(self.raw_model.parameters(), clip)  # total over FSDP shards too
         return loss_mean, grad_norm
 
     def optimizer_step(self, grad_norm: torch.Tensor) -> bool:
@@ -419,7 +565,8 @@ class Trainer:
             step = self.step
             t0 = time.perf_counter()
             lr = set_lr(self.optimizer, lr_factor(step, self.max_steps, cfg.sched))
-            diag_now = self.diag.enabled and step % cfg.diag.every == 0
+            # the first step, then every diag.every steps done (records at step 1, every, 2*every, ...)
+            diag_now = self.diag.enabled and (step == 0 or (step + 1) % cfg.diag.every == 0)
             loss, grad_norm = self.train_step(diag_now)
             if diag_now:
                 self.diag.before_step()
@@ -446,6 +593,7 @@ class Trainer:
                 pending.clear()
                 status = self._check_losses(losses, grad_norm)
                 tps = window_tokens / max(window_time, 1e-9)
+                step_time = window_time * self.tokens_per_step / max(window_tokens, 1)
                 window_time, window_tokens = 0.0, 0
                 record = {
                     "step": self.step,
@@ -455,7 +603,13 @@ class Trainer:
                     "grad_norm": grad_norm.item(),
                     "tokens_per_s": tps,
                     "time_s": time.perf_counter() - start_wall,
+                    "step_time_s": step_time,
+                    "mfu": mfu(self.flops_per_token, tps, self.peak_flops, self.world),
+                    "peak_mem_gb": peak_memory_gb(self.device),
+                    "spikes": self.spike.count,  # loss spikes so far (diagnostics.SpikeDetector)
                 }
+                if spike_steps := self.spike.pop_steps():
+                    record["spike_steps"] = spike_steps
                 if diag_now:
                     record.update(self.diag.collect())
                 eval_now = self.step % t.eval_every == 0 or self.step in (1, self.max_steps)
@@ -466,7 +620,14 @@ class Trainer:
                 self._update_summary(losses[-1], train_tokens, train_time, start_wall)
                 if status is not None:
                     return self._finish("diverged", status)
-            if self.stop_signal is not None:
+            if self.world > 1:  # a signal seen by any rank stops every rank after the same step
+                self.stop_signal = dist_utils.any_rank_max(self.stop_signal or 0, self.device) or None
+            if self.stop_signal is not None and self.step < self.max_steps:
+                if pending:  # the losses since the last log step get the bookkeeping a log step gives them
+                    status = self._check_losses(torch.stack(pending).tolist(), grad_norm)
+                    pending.clear()
+                    if status is not None:
+                        return self._finish("diverged", status)
                 self.save_checkpoint()
                 name = signal.Signals(self.stop_signal).name
                 self._finish("interrupted", f"{name} at step {self.step}; resume with trainer.resume=true")
@@ -479,18 +640,14 @@ class Trainer:
     def _check_losses(self, losses: list[float], grad_norm: torch.Tensor) -> str | None:
         """Divergence and spike bookkeeping over the losses since the last log step."""
         t = self.cfg.trainer
-        for loss in losses:
+        for step, loss in enumerate(losses, self.step - len(losses) + 1):  # step numbers as in the records
             if not math.isfinite(loss):
                 return f"non-finite loss ({loss}) at step {self.step}"
             if self.initial_loss is None:
                 self.initial_loss = loss
             if loss > t.diverge_factor * self.initial_loss:
                 return f"loss {loss:.3f} > {t.diverge_factor} x initial loss {self.initial_loss:.3f}"
-            if len(self.recent_losses) >= 10:
-                median = statistics.median(self.recent_losses)
-                if loss > self.cfg.diag.spike_factor * median:
-                    self.spikes += 1
-            self.recent_losses.append(loss)
+            self.spike.update(loss, step)
         if self.skipped > t.max_skipped:
             return f"{self.skipped} optimizer steps skipped for non-finite gradients"
         return None
@@ -522,8 +679,11 @@ class Trainer:
             final_val_loss=self.last_val,
             best_val_loss=self.best_val if math.isfinite(self.best_val) else None,
             tokens_per_s=(train_tokens / train_time) if train_time > 0 else None,
+            step_time_s=(train_time * self.tokens_per_step / train_tokens) if train_tokens else None,
+            mfu=mfu(self.flops_per_token, train_tokens / max(train_time, 1e-9), self.peak_flops, self.world),
+            peak_mem_gb=peak_memory_gb(self.device),
             wall_s=time.perf_counter() - start_wall,
-            spikes=self.spikes,
+            spikes=self.spike.count,
             skipped_steps=self.skipped,
         )
 
@@ -546,6 +706,7 @@ class Trainer:
     def close(self, exit_code: int = 0) -> None:
         if self.is_main and hasattr(self, "metrics"):
             self.metrics.close()
+        if self.is_main and hasattr(self, "wandb"):  # setup may have failed in between: keep its error
             self.wandb.finish(exit_code)
 
 
@@ -564,6 +725,7 @@ def run(cfg, run_dir: Path) -> dict:
     """Train one run into ``run_dir``; returns the summary. Raises ConfigError on bad input."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    dist_utils.export_submitit_env()  # a multi-task submitit (SLURM) job: DDP across its tasks
     rank = dist_utils.rank()
     setup_logging(run_dir, rank)
     lock = RunLock(run_dir)
@@ -574,12 +736,15 @@ def run(cfg, run_dir: Path) -> dict:
 
     def on_signal(signum, frame):
         if trainer.stop_signal is not None:  # second signal: stop now
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt("a second signal: stopped at once; resume from the last checkpoint")
         trainer.stop_signal = signum
         log.warning("received %s: checkpointing at the end of this step", signal.Signals(signum).name)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    preempt = _preemption_signals()
+    for sig in (signal.SIGTERM, signal.SIGINT, *preempt):
         with contextlib.suppress(ValueError):  # not the main thread (e.g. joblib)
+            if sig in preempt and not callable(signal.getsignal(sig)):
+                continue  # only chained in front of a Python handler that wants it (submitit's requeue)
             handlers[sig] = signal.signal(sig, on_signal)
     exit_code = 1
     try:
@@ -591,13 +756,17 @@ def run(cfg, run_dir: Path) -> dict:
         raise
     except Interrupted:
         exit_code = 128 + (trainer.stop_signal or signal.SIGTERM)
+        previous = handlers.get(trainer.stop_signal)
+        if trainer.stop_signal in preempt and callable(previous):
+            log.info("checkpoint written; %s goes on to the launcher", signal.Signals(trainer.stop_signal).name)
+            previous(trainer.stop_signal, None)  # submitit: requeue this job (which then resumes), exit
         raise
     except BaseException as exc:
         if trainer.summary:
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-            trainer.summary.update(
-                status="failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted", reason=reason
-            )
+            # KeyboardInterrupt: a second signal; SystemExit: e.g. submitit's preemption handler (it requeues)
+            stopped = isinstance(exc, (KeyboardInterrupt, SystemExit))
+            trainer.summary.update(status="interrupted" if stopped else "failed", reason=reason)
             trainer.write_summary()
         raise
     finally:
@@ -605,12 +774,24 @@ def run(cfg, run_dir: Path) -> dict:
         for sig, h in handlers.items():
             signal.signal(sig, h)
         lock.release()
+        dist_utils.shutdown(wait=exit_code == 0)  # torchrun: destroy the process group (no-op in one process)
+
+
+def _preemption_signals() -> tuple[signal.Signals, ...]:
+    """The signal submitit sends before a preemption or time-out (``SUBMITIT_PREEMPT_SIGNAL``, default USR2)."""
+    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()
+    sig = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
+    return (sig,) if isinstance(sig, signal.Signals) and sig not in (signal.SIGTERM, signal.SIGINT) else ()
 
 
 def summary_for_failure(run_dir: Path, cfg, reason: str, status: str = "failed") -> None:
     """Record a job that failed before training could write its own summary (sweeps go on)."""
     path = Path(run_dir) / "summary.json"
-    summary = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        summary = {}
+    summary = summary if isinstance(summary, dict) else {}
     summary.update(
         status=status, reason=reason, arch=cfg.arch.name, norm=cfg.norm.name, optim=cfg.optim.name, seed=cfg.seed
     )

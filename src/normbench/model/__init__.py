@@ -25,7 +25,13 @@ def padded_vocab(cfg, data_vocab: int) -> int:
 
 
 def check_combination(cfg) -> list[str]:
-    """Refuse arch x norm combinations that make no sense; return start-up notes."""
+    """Refuse arch x norm combinations that make no sense (ConfigError, one line); return start-up notes.
+
+    Refused: ``norm=none`` with any arch but ``pre_ln`` (the other archs would lose the
+    norms that define them); ``arch.qk_norm=true`` with ``norm=none``; ``norm.embed_scale``
+    with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe).
+    nGPT ignores ``norm=`` and the model keys it has no use for, and says so in the notes.
+    """
     arch, norm = cfg.arch.name, cfg.norm.name
     notes = []
     if arch == "ngpt":
@@ -33,6 +39,19 @@ def check_combination(cfg) -> list[str]:
             notes.append(f"arch=ngpt ignores norm={norm}: nGPT normalizes by L2 projection onto the unit sphere")
         if cfg.model.tie_embeddings:
             notes.append("arch=ngpt unties embeddings (the reference never ties wte and lm_head)")
+        m = cfg.model
+        ignored = [
+            f"model.{key}={value}"
+            for key, value, default in (
+                ("pos", m.pos, "rope"),
+                ("mlp", m.mlp, "swiglu"),
+                ("bias", m.bias, False),
+                ("dropout", m.dropout, 0.0),
+            )
+            if value != default
+        ]
+        if ignored:
+            notes.append(f"arch=ngpt ignores {', '.join(ignored)}: it always uses RoPE, SwiGLU, no biases, no dropout")
         return notes
     if norm == "none" and arch in _NEEDS_NORM:
         raise ConfigError(
@@ -42,6 +61,11 @@ def check_combination(cfg) -> list[str]:
     if norm == "none" and cfg.arch.qk_norm:
         raise ConfigError(
             "arch.qk_norm=true needs a norm layer; norm=none has none (choose layernorm/rmsnorm/dyt/derf)"
+        )
+    if cfg.norm.embed_scale and norm not in ("dyt", "derf"):
+        raise ConfigError(
+            f"norm.embed_scale=true belongs to the DyT/Derf recipe; norm={norm} has no embedding scalar "
+            "(set norm.embed_scale=false or choose norm=dyt/derf)"
         )
     return notes
 

@@ -10,10 +10,15 @@ Init (shared/ARCHITECTURES.md §3):
 - all Linear/Embedding N(0, model.init_std); biases 0.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
+  The untied LM head (if any) gets the same std (OLMo's full_megatron gives it d^-0.5; the
+  HybridNorm recipe ties embeddings, so this does not arise there).
 - deepnorm: the paper's init, not torchscale's: xavier_normal(gain=beta) on the MLP
-  matrices, v and the attention output; xavier_normal(gain=1) on q and k.
-RoPE is the standard rotate-half rotation (GPT-NeoX/LLaMA), applied after the
-q/k norms (HybridNorm, OLMo 2, Qwen3 apply QK-norm before RoPE).
+  matrices, v and the attention output; xavier_normal(gain=1) on q and k. Fused matrices are
+  initialised per logical matrix (q, k, v rows of c_attn; the up and gate halves of a SwiGLU
+  c_fc), each with its own fans, as separate Linear layers would be. Biases stay 0.
+RoPE is the standard rotate-half rotation (GPT-NeoX/LLaMA): the pair (x_i, x_{i+d_h/2}) is
+rotated by t * theta^(-2i/d_h); it is applied after the q/k norms (HybridNorm, OLMo 2, Qwen3
+apply QK-norm before RoPE).
 """
 
 from __future__ import annotations
@@ -199,7 +204,12 @@ class GPT(nn.Module):
                 for i, gain in enumerate((1.0, 1.0, beta)):
                     nn.init.xavier_normal_(w_qkv[i * d : (i + 1) * d], gain=gain)
                 nn.init.xavier_normal_(block.attn.core.c_proj.weight, gain=beta)
-                nn.init.xavier_normal_(block.mlp.core.c_fc.weight, gain=beta)
+                # SwiGLU's c_fc stores two (d_ff, d) matrices [up; gate]: each gets its own xavier
+                # fans, as two separate Linear layers would (fc1 and the gate in torchscale's GLU)
+                w_fc = block.mlp.core.c_fc.weight
+                halves = w_fc.chunk(2, dim=0) if block.mlp.core.kind == "swiglu" else (w_fc,)
+                for w in halves:
+                    nn.init.xavier_normal_(w, gain=beta)
                 nn.init.xavier_normal_(block.mlp.core.c_proj.weight, gain=beta)
         elif arch.scaled_init:
             for block in self.blocks:

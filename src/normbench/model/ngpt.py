@@ -17,6 +17,9 @@ Deviations from the reference, on purpose:
 - Standard rotate-half RoPE (the reference's rotary is not a true rotation, NVIDIA/ngpt#10).
 - L2 normalizations use ``F.normalize`` in fp32 with an eps (the reference has no eps, NVIDIA/ngpt#7).
 - Weights are fp32 masters (the reference stores Linear weights in bf16).
+- Like the reference, always RoPE and SwiGLU (c_fc: d -> 2 * 4d), no biases, no dropout, untied
+  head: ``model.pos/mlp/bias/dropout/tie_embeddings`` are ignored with a start-up note
+  (:func:`normbench.model.check_combination`).
 The weight re-projection (:meth:`NGPT.normalize_matrices`) runs under no_grad in
 fp32 after every optimizer step, outside any compiled graph (the trainer calls
 ``model.after_step()``). ``norm=`` is ignored: nGPT has no LayerNorm/RMSNorm.
@@ -102,7 +105,7 @@ class NGPT(nn.Module):
         self.lm_head = nn.Linear(d, vocab_size, bias=False)  # never tied
         self.sz = ScaledVector(vocab_size, arch.s_z_init, 1.0 / math.sqrt(d))
         self.head_dim, self.rope_theta, self.seq_len = d // mcfg.n_head, mcfg.rope_theta, mcfg.seq_len
-        self.use_rope = mcfg.pos == "rope"
+        self.use_rope = True  # the reference always uses RoPE; model.pos=learned is ignored (start-up note)
         self.wpe = None
         self._rope = None
         base = 1.0 / math.sqrt(d)

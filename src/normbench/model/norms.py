@@ -4,14 +4,23 @@ References (see shared/ARCHITECTURES.md §1):
 - LayerNorm: karpathy/nanoGPT model.py (eps 1e-5, optional bias).
 - RMSNorm: statistics in fp32, cast back before the gain (NVIDIA/ngpt model.py, OLMo).
 - DyT: Zhu et al. 2025, arXiv:2503.10622, jiachenzhu/DyT dynamic_tanh.py:
-  ``y = g * tanh(a x) + b`` with ONE learnable scalar a; separate a0 for the
-  attention, FFN and final sites (LLaMA recipe); the LLM recipe adds a learnable
-  embedding scalar initialised to sqrt(d).
-- Derf: zlab-princeton/Derf, arXiv:2512.10938: ``y = g * erf(a x + s) + b``,
-  scalars a (a0 = 0.5) and s (s0 = 0).
+  ``y = g * tanh(a x) + b`` with ONE learnable scalar a (shape [1]). conf/norm/dyt.yaml follows
+  the LLaMA recipe (other_tasks/LLaMA/.../llama.py): no bias, separate a0 for the attention,
+  FFN and final sites, and a learnable embedding scalar initialised to sqrt(d).
+- Derf: zlab-princeton/Derf, arXiv:2512.10938: ``y = g * erf(a x + s) + b``, scalars a and s.
+  conf/norm/derf.yaml follows the GPT-2 patch (language model/model_derf.patch): bias on, per-site
+  a0 at the recipe default 1.0 (the class default 0.5 is the ViT value), s0 = 0, embedding scalar.
 
-Deviation: the statistics-free layers (DyT/Derf) compute in the input dtype; the
-statistic layers (LayerNorm/RMSNorm) always reduce in fp32, also under bf16 autocast.
+Sites (:data:`SITES`, which a0 a DyT/Derf gets): a norm takes the site of the sublayer it
+belongs to. ``attn``: the attention input norm (Pre/Peri/Mix-LN, HybridNorm* block 0), Peri-LN's
+attention output norm, the Post-LN/DeepNorm norm after the attention residual, and the per-head
+q/k/v norms. ``ffn``: the same for the MLP sublayer (HybridNorm's ``z = N(x + attn)`` included).
+``final``: ln_f. ``embed`` (Peri-LN's optional embedding norm) uses the final a0. The references
+only define the Pre-LN sites (ln_1 -> attn, ln_2 -> ffn, ln_f -> final); the rest is our choice.
+
+Deviations: the statistics-free layers (DyT/Derf) compute in the input dtype; the statistic
+layers (LayerNorm/RMSNorm) always reduce in fp32, also under bf16 autocast, and return the
+input dtype before the gain is applied (so an fp32 gain gives an fp32 output under autocast).
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ References (equations in shared/ARCHITECTURES.md §2):
 - hybridnorm: Zhuo et al. 2025, BryceZhuo/HybridNorm: q/k/v norm and no attention input norm;
   FFN ``z = N(y); x' = z + F(z)``.  hybridnorm_star: block 0 is Pre-Norm plus q/k/v norm.
 - deepnorm: Wang et al. 2022, arXiv:2203.00555; torchscale: ``N(alpha*x + f(x))``, alpha=(2L)^(1/4).
+
+``arch.qk_norm`` adds per-head q/k norms (over d_h, before RoPE) to any softmax arch;
+hybridnorm/hybridnorm_star always have q/k/v norms, whatever ``arch.qk_norm`` says.
+Mix-LN with ``floor(post_ratio * L) = 0`` (e.g. L=2 at 0.25) is all Pre-LN, as in the reference.
 """
 
 from __future__ import annotations

@@ -1,0 +1,308 @@
+"""torchrun with 2 CPU processes (gloo): DDP and FSDP2 reproduce a single process with the same global batch.
+
+The fast tests at the top check the helpers of ``normbench.distributed`` in one process.
+
+Every test here starts ``python -m torch.distributed.run --standalone --nproc_per_node=2``
+(a free rendezvous port each time) and compares against an in-process single run of
+the same config: losses per step to rtol 1e-5, final weights to 1e-6. The global batch
+is ``batch_size=4 x grad_accum=2``: one micro-batch per rank, synced once per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import OFFLINE_ENV, compose, run_cli
+
+BASE = [
+    "model=tiny",
+    "trainer.batch_size=4",
+    "trainer.grad_accum=2",
+    "trainer.log_every=1",
+    "trainer.eval_every=2",
+    "trainer.eval_batches=2",
+    "sched=constant",  # the schedule ignores max_steps: a 2-step run resumed to 4 equals a 4-step run
+    "sched.warmup_steps=0",
+    "diag.every=2",
+    "diag.batch=2",
+]
+STEPS = 4
+
+
+# ------------------------------------------------------------------ one process, fast
+def test_single_process_helpers_are_plain(tiny_cfg, monkeypatch):
+    from normbench import distributed as du
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    cfg = tiny_cfg("parallel=fsdp")
+    model = torch.nn.Linear(4, 3)
+    notes = []
+    assert du.wrap_model(model, cfg, torch.device("cpu"), log=notes.append) is model
+    assert "ignored in a single process" in notes[0]
+    assert du.effective_parallel(cfg) == "none" and not du.is_distributed()
+    assert not du.export_submitit_env()  # not a submitit job
+    model(torch.randn(2, 4)).pow(2).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    norm = du.clip_grad_norm_(model.parameters(), 1e-3)
+    assert norm == pytest.approx(torch.cat([g.flatten() for g in grads]).norm().item())
+    clipped = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    assert clipped == pytest.approx(1e-3, rel=1e-3)
+    assert du.full_state({"a": [torch.ones(2)], "b": 3})["b"] == 3
+
+
+def test_fsdp_refuses_whole_matrix_optimizers(tiny_cfg, monkeypatch):
+    from normbench import distributed as du
+    from normbench.errors import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for optim in ("muon", "adafactor"):
+        with pytest.raises(ConfigError, match=f"optim={optim} needs whole matrices"):
+            du.check_config(tiny_cfg("parallel=fsdp", f"optim={optim}"))
+        du.check_config(tiny_cfg("parallel=ddp", f"optim={optim}"))
+    du.check_config(tiny_cfg("parallel=fsdp", "optim=lion"))
+
+
+def test_optimizer_state_round_trip(tiny_cfg):
+    """The full-state-dict loader gives the same result as load_state_dict in one process."""
+    from normbench import distributed as du
+    from normbench.model import build_model
+    from normbench.optim import build_optimizer
+
+    cfg = tiny_cfg("optim=muon")  # an OptimizerList of two optimizers
+    model = build_model(cfg, 256)
+    opt = build_optimizer(model, cfg, log=lambda *_: None)
+    idx = torch.randint(0, 256, (2, 8))
+    model(idx, idx)[1].backward()
+    opt.step()
+    saved = du.full_state(opt.state_dict())
+    fresh = build_optimizer(model, cfg, log=lambda *_: None)
+    du.load_optimizer_state(fresh, saved)
+    a, b = opt.state_dict(), fresh.state_dict()
+    for sa, sb in zip(a["optimizers"], b["optimizers"]):
+        assert sa["state"].keys() == sb["state"].keys()
+        for pid in sa["state"]:
+            for k, v in sa["state"][pid].items():
+                assert torch.equal(v, sb["state"][pid][k])
+    with pytest.raises(ValueError, match="optimizers"):
+        du.load_optimizer_state(fresh, {"optimizers": saved["optimizers"][:1]})
+
+
+# ------------------------------------------------------------------ torchrun, 2 processes
+def torchrun(args: list[str], cwd: Path, module: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd = [*launcher, "-m", "normbench", "train", *args] if module else [*launcher, *args]
+    env = {**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        (cwd / "torchrun.log").write_text(proc.stdout + "\n" + proc.stderr)
+        raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def records(run_dir: Path) -> dict[int, dict]:
+    out = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        out[rec["step"]] = rec
+    return out
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def assert_same_run(got: dict[int, dict], ref: dict[int, dict], steps) -> None:
+    for s in steps:
+        a, b = got[s], ref[s]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), s
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4), s
+        if "val_loss" in b:
+            assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5), s
+        if "grad_norm_layer" in a:  # diagnostics (DDP): the synced gradients are the single-process ones
+            assert a["grad_norm_layer"] == pytest.approx(b["grad_norm_layer"], rel=1e-4), s
+
+
+def assert_same_weights(got: dict, ref: dict, atol: float = 1e-6) -> None:
+    assert got.keys() == ref.keys()
+    for k in ref:
+        assert torch.allclose(got[k].float(), ref[k].float(), atol=atol, rtol=0), k
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """In-process single-process reference runs, by arch."""
+    from normbench import trainer
+
+    cache = {}
+
+    def get(arch: str = "pre_ln") -> Path:
+        if arch not in cache:
+            run_dir = tmp_path_factory.mktemp(f"single-{arch}")
+            trainer.run(compose([*BASE, f"arch={arch}", f"trainer.max_steps={STEPS}"]), run_dir)
+            cache[arch] = run_dir
+        return cache[arch]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_torchrun_matches_single_process(mode, single, tmp_path):
+    ref = single("pre_ln")
+    run_dir = tmp_path / "run"
+    proc = torchrun([*BASE, f"trainer.max_steps={STEPS}", f"parallel={mode}", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert_same_run(records(run_dir), records(ref), range(1, STEPS + 1))
+    assert_same_weights(weights(run_dir), weights(ref))
+    # one shared run dir, written by rank 0 only; no per-rank Hydra dirs anywhere
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        ".hydra",
+        "checkpoints",
+        "metrics.jsonl",
+        "summary.json",
+        "train.log",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in (run_dir / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["world_size"] == 2
+    assert proc.stdout.count("run completed") == 1  # rank 0 alone prints progress
+    log = (run_dir / "train.log").read_text()
+    assert f"parallel: {'DDP' if mode == 'ddp' else 'FSDP2'} over 2 processes (gloo)" in log
+    if mode == "ddp":
+        assert "grad_norm_layer" in records(run_dir)[1]
+    else:
+        assert "diagnostics are off under parallel=fsdp" in log
+
+
+@pytest.mark.slow
+def test_ddp_resume_and_resume_across_world_sizes(single, tmp_path):
+    """Stop a 2-process DDP run at step 2; resume it under DDP, FSDP2 and in one process."""
+    from normbench import trainer
+
+    ref = single("pre_ln")
+    first = tmp_path / "first"
+    torchrun([*BASE, "trainer.max_steps=2", "parallel=ddp", f"hydra.run.dir={first}"], tmp_path)
+    assert_same_run(records(first), records(ref), [1, 2])
+    resume = ["trainer.resume=true", "trainer.resume_allow_changed=[trainer.max_steps]", f"trainer.max_steps={STEPS}"]
+    for name in ("ddp", "fsdp", "single"):
+        run_dir = tmp_path / name
+        shutil.copytree(first, run_dir)
+        if name == "single":
+            trainer.run(compose([*BASE, *resume]), run_dir)
+        else:
+            torchrun([*BASE, *resume, f"parallel={name}", f"hydra.run.dir={run_dir}"], tmp_path)
+        assert "resumed from" in (run_dir / "train.log").read_text(), name
+        assert_same_run(records(run_dir), records(ref), range(1, STEPS + 1))
+        assert_same_weights(weights(run_dir), weights(ref))
+
+
+WORKER = textwrap.dedent(
+    """
+    # torchrun worker: train in-process, then dump every rank's view of the parameters.
+    import json, sys
+    from pathlib import Path
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from hydra import compose, initialize_config_dir
+    from torch.distributed.tensor import DTensor
+
+    from normbench import distributed as du, trainer as tr
+    from normbench.cli import config_dir
+    from normbench.config import register_configs
+
+    out, overrides = Path(sys.argv[1]), sys.argv[2:]
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
+        cfg = compose(config_name="config", overrides=overrides)
+    run_dir = out / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t = tr.Trainer(cfg, run_dir)
+    t.setup()
+    t.fit()
+    t.close()
+    full = lambda v: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
+    local = lambda v: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu()
+    sd = t.raw_model.state_dict()
+    torch.save({"full": {k: full(v) for k, v in sd.items()}, "local": {k: local(v) for k, v in sd.items()}},
+               out / f"rank{du.rank()}.pt")
+    result = {}
+    if cfg.parallel == "fsdp":
+        # nGPT's re-normalization on sharded parameters = the full-tensor normalization
+        gen = torch.Generator().manual_seed(1)
+        errs, befores = [], []
+        with torch.no_grad():
+            for w, dim in t.raw_model.matrices():
+                noise = torch.randn(w.shape, generator=gen)  # the same full noise on every rank
+                w.add_(du._shard_like(noise, w) * 0.05)
+                befores.append((full(w), dim))
+        t.raw_model.after_step()
+        for (before, dim), (w, _) in zip(befores, t.raw_model.matrices()):
+            errs.append((full(w) - F.normalize(before, dim=dim, eps=cfg.arch.norm_eps)).abs().max().item())
+        result["renorm_err"] = max(errs)
+        result["sharded"] = all(isinstance(w, DTensor) for w, _ in t.raw_model.matrices())
+        # uneven shards (3 rows over 2 ranks): both directions still use full row/column norms
+        torch.manual_seed(0)  # the same matrix on every rank (the trainer offsets RNGs by rank)
+        lin = nn.Linear(6, 3, bias=False)
+        ref = lin.weight.detach().clone()
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(lin)
+        errs = [full(F.normalize(lin.weight, dim=d, eps=1e-6)) - F.normalize(ref, dim=d, eps=1e-6) for d in (0, 1)]
+        result["uneven_err"] = max(e.abs().max().item() for e in errs)
+    (out / f"result{du.rank()}.json").write_text(json.dumps(result))
+    du.shutdown()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_ngpt_ranks_agree_and_renormalize_sharded(mode, single, tmp_path):
+    ref = single("ngpt")
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    out = tmp_path / "out"
+    args = [str(script), str(out), *BASE, "arch=ngpt", f"trainer.max_steps={STEPS}", f"parallel={mode}"]
+    torchrun(args, tmp_path, module=False)
+    ranks = [torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert_same_run(records(out / "run"), records(ref), range(1, STEPS + 1))
+    assert_same_weights(ranks[0]["full"], weights(ref))
+    if mode == "ddp":  # every rank holds the whole model: bit-identical everywhere
+        for k, v in ranks[0]["full"].items():
+            assert torch.equal(v, ranks[1]["full"][k]), k
+        return
+    # FSDP2: each rank holds one dim-0 shard; the shards put together are the full matrix
+    k = "blocks.0.att_c_proj.weight"  # normalized along dim 0, across the shard boundary
+    assert ranks[0]["local"][k].shape[0] < ranks[0]["full"][k].shape[0]
+    assert torch.equal(torch.cat([ranks[0]["local"][k], ranks[1]["local"][k]]), ranks[0]["full"][k])
+    for r in (0, 1):
+        res = json.loads((out / f"result{r}.json").read_text())
+        assert res["sharded"]
+        assert res["renorm_err"] < 1e-6 and res["uneven_err"] < 1e-6, res
+
+
+@pytest.mark.slow
+def test_submitit_sweep_outside_ddp_inside(single, tmp_path):
+    """hydra-submitit-launcher (local executor) with 2 tasks per job: each job trains with DDP over its tasks."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    ref = single("pre_ln")
+    sweep = tmp_path / "sweep"
+    launcher = ["hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", "hydra.launcher.gpus_per_node=0"]
+    args = ["-m", *launcher, *BASE, f"trainer.max_steps={STEPS}", "parallel=ddp", f"hydra.sweep.dir={sweep}"]
+    proc = run_cli(["train", *args], cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (job,) = [p for p in sweep.iterdir() if p.name.startswith("0_")]
+    assert json.loads((job / "summary.json").read_text())["world_size"] == 2
+    assert "parallel: DDP over 2 processes (gloo)" in (job / "train.log").read_text()
+    assert_same_run(records(job), records(ref), range(1, STEPS + 1))
+    assert_same_weights(weights(job), weights(ref))

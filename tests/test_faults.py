@@ -1,0 +1,537 @@
+"""Fault injection: signals, kill -9 (also inside a checkpoint write), corrupt and foreign checkpoints,
+changed configs, the run-directory lock, non-finite gradients, divergence, failing sweep jobs.
+
+Every resumed run is compared with one uninterrupted run of the same config, record by record, to the
+last bit (CPU). Test hooks used: ``NORMBENCH_TEST_SLOW_LOG`` (sleep after each metrics record, so a
+signal lands mid-run), ``NORMBENCH_TEST_SLOW_CKPT`` (a half-written temp checkpoint stays that many
+seconds), ``NORMBENCH_TEST_NAN_GRAD`` (NaN gradients at given steps) and ``NORMBENCH_TEST_FAIL_AT_STEP``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from normbench import checkpoint as ckpt
+from normbench import cli, report, trainer
+from normbench.errors import ConfigError
+from normbench.metrics import JsonlWriter, read_jsonl
+
+from conftest import OFFLINE_ENV, compose, run_cli
+
+# 12 steps, a record every step, evals at 6 and 12, checkpoints at 4 and 8, diagnostics too
+RUN = [
+    "model=tiny",
+    "model.seq_len=32",
+    "trainer.batch_size=2",
+    "trainer.max_steps=12",
+    "trainer.log_every=1",
+    "trainer.eval_every=6",
+    "trainer.eval_batches=2",
+    "trainer.ckpt_every=4",
+    "diag.every=6",
+]
+COMPARED = ("step", "tokens", "loss", "lr", "grad_norm", "val_loss", "var_resid", "grad_norm_layer", "spikes")
+
+
+@pytest.fixture(autouse=True)
+def _drop_log_handlers():
+    """In-process runs attach console/file handlers to captured streams; drop them afterwards."""
+    yield
+    logger = logging.getLogger("normbench")
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The uninterrupted run every interrupted-and-resumed run must equal."""
+    cwd = tmp_path_factory.mktemp("reference")
+    run_cli(["train", *RUN, "hydra.run.dir=run"], cwd=cwd, check=True)
+    return cwd / "run"
+
+
+def start(cwd: Path, *args: str, **env: str) -> subprocess.Popen:
+    """``python -m normbench train ARGS`` in the background; output goes to cwd/out.txt, cwd/err.txt."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "normbench", "train", *args],
+        cwd=cwd,
+        env={**os.environ, **OFFLINE_ENV, **env},
+        stdout=open(cwd / "out.txt", "w"),  # noqa: SIM115 - closed with the process
+        stderr=open(cwd / "err.txt", "w"),  # noqa: SIM115
+    )
+
+
+def wait_for(condition, proc: subprocess.Popen, timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before the moment to interrupt it"
+        assert time.monotonic() < end, "timed out waiting for the run"
+        time.sleep(0.02)
+
+
+def steps(run: Path) -> list[int]:
+    return [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
+
+
+def summary(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text())
+
+
+def assert_same_run(run: Path, ref: Path) -> None:
+    """Same records at the same steps, each step once, same final summary numbers."""
+    got, want = read_jsonl(run / "metrics.jsonl"), read_jsonl(ref / "metrics.jsonl")
+    assert [r["step"] for r in got] == list(range(1, 13)), "every step exactly once"
+    for key in COMPARED:
+        assert [r.get(key) for r in got] == [r.get(key) for r in want], key
+    s, r = summary(run), summary(ref)
+    assert s["status"] == "completed" and s["step"] == 12
+    for key in ("final_loss", "final_val_loss", "best_val_loss", "spikes", "skipped_steps"):
+        assert s[key] == r[key], key
+    assert not (run / ".lock").exists()
+    assert not list((run / "checkpoints").glob(".last.pt.tmp.*")), "no temp checkpoint left behind"
+
+
+# ------------------------------------------------------------------------------------------- interruption
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
+def test_signal_checkpoints_marks_interrupted_and_resume_matches(tmp_path, reference, sig):
+    run = tmp_path / "run"
+    proc = start(tmp_path, *RUN, "hydra.run.dir=run", NORMBENCH_TEST_SLOW_LOG="0.15")
+    wait_for(lambda: len(steps(run)) >= 5, proc)
+    # while it runs, the directory is locked: a second run is refused with the owner's pid
+    with pytest.raises(trainer.RunDirInUse, match=f"in use by process {socket.gethostname()}:{proc.pid}"):
+        trainer.RunLock(run).check_free()
+    proc.send_signal(sig)
+    assert proc.wait(timeout=120) == 128 + sig
+    assert "Traceback" not in (tmp_path / "err.txt").read_text()
+
+    s = summary(run)
+    assert s["status"] == "interrupted"
+    assert signal.Signals(sig).name in s["reason"] and "trainer.resume=true" in s["reason"]
+    assert 5 <= s["step"] < 12
+    assert ckpt.load(run / "checkpoints" / "last.pt")["step"] == s["step"], "checkpoint at the current step"
+    assert not (run / ".lock").exists()
+
+    proc = run_cli(["train", *RUN, "hydra.run.dir=run", "trainer.resume=true"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"resumed from {run / 'checkpoints' / 'last.pt'} at step {s['step']}" in proc.stdout
+    assert_same_run(run, reference)
+
+
+# ------------------------------------------------------------------------------------------- kill -9
+KILL_POINTS = [
+    "inside_checkpoint_write",
+    pytest.param("before_first_checkpoint", marks=pytest.mark.slow),
+    pytest.param("between_checkpoints", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_kill9_then_resume_loses_nothing(tmp_path, reference, point):
+    run = tmp_path / "run"
+    last = run / "checkpoints" / "last.pt"
+    temps = lambda: list((run / "checkpoints").glob(".last.pt.tmp.*"))  # noqa: E731
+    env = {"NORMBENCH_TEST_SLOW_LOG": "0.15"}
+    if point == "inside_checkpoint_write":
+        env["NORMBENCH_TEST_SLOW_CKPT"] = "1.0"
+        moment = lambda: last.exists() and temps()  # noqa: E731 - the step-8 checkpoint is half written
+    elif point == "before_first_checkpoint":
+        moment = lambda: len(steps(run)) >= 2  # noqa: E731
+    else:
+        moment = lambda: len(steps(run)) >= 6  # noqa: E731 - step 4 checkpointed, step 8 not yet
+    proc = start(tmp_path, *RUN, "hydra.run.dir=run", **env)
+    wait_for(moment, proc)
+    proc.kill()
+    proc.wait(timeout=60)
+
+    assert summary(run)["status"] == "running", "a killed run says so until it is resumed"
+    assert (run / ".lock").exists(), "the dead process's lock is still there"
+    if point == "before_first_checkpoint":
+        assert not last.exists()
+    else:
+        assert ckpt.load(last)["step"] == 4, "last.pt is the previous complete checkpoint"
+        assert max(steps(run)) > 4, "metrics past the checkpoint exist and must be dropped"
+    if point == "inside_checkpoint_write":
+        assert temps(), "the torn temp file was left behind"
+    # a crash mid-write of metrics.jsonl leaves a torn last line: every reader skips it
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 99, "loss": 1.2')
+    assert steps(run)[-1] != 99 and [r["step"] for r in report.read_metrics(run / "metrics.jsonl")] == steps(run)
+
+    proc = run_cli(["train", *RUN, "hydra.run.dir=run", "trainer.resume=true"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert_same_run(run, reference)
+
+
+def test_torn_and_corrupt_metrics_lines_are_tolerated(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "loss": 2.0}\n\xff\xfe garbage\n[1, 2]\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2]
+    assert [r["step"] for r in report.read_metrics(path)] == [1, 2]
+    writer = JsonlWriter(path)  # appending never glues a record onto the torn line
+    writer.write({"step": 3, "loss": 1.0})
+    writer.close()
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3]
+    JsonlWriter(path, resume_step=2).close()  # resume at step 2: later and torn records go
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2]
+    assert path.read_text().endswith("}\n")
+
+
+def test_checkpoint_write_is_atomic_and_cleans_up(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoints" / "last.pt"
+    ckpt.save_atomic({"model": {"w": torch.ones(2)}, "step": 1}, path)
+    stale = path.with_name(".last.pt.tmp.999999")
+    stale.write_bytes(b"half a checkpoint")
+
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", boom)
+    with pytest.raises(OSError):
+        ckpt.save_atomic({"model": {"w": torch.zeros(2)}, "step": 2}, path)
+    assert ckpt.load(path)["step"] == 1, "a failed write keeps the previous checkpoint"
+    assert not list(path.parent.glob(".last.pt.tmp.*")), "temp files (ours and a dead writer's) are removed"
+
+
+# ------------------------------------------------------------------------------------------- corrupt files
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory) -> Path:
+    """A finished 2-step run (RUN with max_steps=2) to copy and damage."""
+    run = tmp_path_factory.mktemp("saved") / "run"
+    trainer.run(compose([*RUN, "trainer.max_steps=2"]), run)
+    return run
+
+
+def resume(capsys, run: Path, *extra: str) -> tuple[int, str]:
+    """``train RUN trainer.max_steps=2 ... trainer.resume=true`` in-process: (exit code, stderr)."""
+    capsys.readouterr()
+    try:
+        code = cli.main(["train", *RUN, "trainer.max_steps=2", *extra, "trainer.resume=true", f"hydra.run.dir={run}"])
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def copy_of(saved_run: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(saved_run, run)
+    return run
+
+
+class Evil:
+    """Unpickling this would run code: it creates the file ``path``."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _damage(kind: str, path: Path, tmp_path: Path) -> Path | None:
+    marker = tmp_path / "PWNED"
+    data = path.read_bytes()
+    if kind == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "random bytes":
+        path.write_bytes(os.urandom(len(data)))
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "pickled code (torch.save)":
+        torch.save({"model": Evil(marker), "step": 1}, path)
+    elif kind == "pickled code (plain pickle)":
+        import pickle
+
+        path.write_bytes(pickle.dumps({"model": Evil(marker), "step": 1}))
+    elif kind == "not a normbench checkpoint":
+        torch.save({"weights": torch.ones(3)}, path)
+    return marker
+
+
+@pytest.mark.parametrize(
+    "kind,needle",
+    [
+        ("truncated", "truncated or corrupt"),
+        ("random bytes", "truncated or corrupt"),
+        ("empty", "truncated or corrupt"),
+        ("pickled code (torch.save)", "pickled objects other than tensors"),
+        ("pickled code (plain pickle)", "truncated or corrupt"),  # not a torch.save archive: never unpickled
+        ("not a normbench checkpoint", "not a normbench checkpoint"),
+    ],
+)
+def test_damaged_checkpoint_is_refused_in_one_line(tmp_path, capsys, saved_run, kind, needle):
+    run = copy_of(saved_run, tmp_path)
+    last = run / "checkpoints" / "last.pt"
+    marker = _damage(kind, last, tmp_path)
+    before = (run / "metrics.jsonl").read_text()
+    code, err = resume(capsys, run)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"normbench: error: checkpoint {last}") and needle in err, err
+    assert "Traceback" not in err
+    assert not marker.exists(), "loading a checkpoint never runs its code"
+    assert (run / "metrics.jsonl").read_text() == before, "a refused resume changes nothing"
+
+
+def test_pickled_code_never_runs_even_through_load(tmp_path):
+    marker = tmp_path / "PWNED"
+    torch.save({"model": Evil(marker), "step": 1}, tmp_path / "evil.pt")
+    with pytest.raises(ConfigError, match="weights_only=True"):
+        ckpt.load(tmp_path / "evil.pt")
+    assert not marker.exists()
+    torch.load(tmp_path / "evil.pt", weights_only=False)["model"].close()  # the control: it really runs code
+    assert marker.exists()
+
+
+def test_checkpoint_of_another_model_is_refused_naming_the_keys(tmp_path, capsys, saved_run):
+    run = copy_of(saved_run, tmp_path)
+    code, err = resume(capsys, run, "model.d_model=128", "arch=post_ln")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(run / "checkpoints" / "last.pt") in err and "different model" in err
+    assert "model.d_model (64 -> 128)" in err and "arch.name (pre_ln -> post_ln)" in err
+
+
+def test_checkpoint_whose_tensors_do_not_fit_is_refused(tmp_path, capsys, saved_run):
+    run = copy_of(saved_run, tmp_path)
+    last = run / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    name = next(iter(state["model"]))
+    state["model"][name] = torch.zeros(3, 3)  # same config, foreign shapes
+    torch.save(state, last)
+    code, err = resume(capsys, run)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"checkpoint {last} does not fit this model" in err and name in err
+
+
+def test_changed_config_is_refused_unless_allowed(tmp_path, capsys, saved_run):
+    run = copy_of(saved_run, tmp_path)
+    lr = compose(RUN).optim.lr
+    code, err = resume(capsys, run, f"optim.lr={lr * 2}")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"different config: optim.lr ({lr} -> {lr * 2})" in err
+    assert "trainer.resume_allow_changed=[optim.lr]" in err
+
+    # extending the run: allowed with the documented override; the metrics continue without repeats
+    capsys.readouterr()
+    code = cli.main(
+        [
+            "train",
+            *RUN,
+            "trainer.max_steps=8",
+            "trainer.resume=true",
+            "trainer.resume_allow_changed=[trainer.max_steps]",
+            f"hydra.run.dir={run}",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "at step 2 (changed: trainer.max_steps)" in out
+    assert "run length changed 2 -> 8 steps" in out  # the cosine schedule is laid over the new length
+    assert steps(run) == list(range(1, 9))
+    assert summary(run)["status"] == "completed" and summary(run)["step"] == 8
+
+    # shortening below the checkpoint's step makes no sense: refused
+    code, err = resume(capsys, run, "trainer.resume_allow_changed=[trainer.max_steps]")
+    assert code == 2 and "is at step 8, past trainer.max_steps=2" in err, err
+
+
+def test_resume_of_a_finished_run_keeps_its_summary(tmp_path, saved_run):
+    run = copy_of(saved_run, tmp_path)
+    before = summary(run)
+    again = trainer.run(compose([*RUN, "trainer.max_steps=2", "trainer.resume=true"]), run)
+    assert again["status"] == "completed" and again["step"] == 2
+    for key in ("final_loss", "final_val_loss", "best_val_loss"):
+        assert again[key] == before[key] is not None, key
+    assert steps(run) == [1, 2]
+
+
+def test_preemption_signal_checkpoints_then_goes_on_to_submitit(tmp_path, monkeypatch):
+    """Under hydra-submitit-launcher, submitit's USR2 handler requeues the job: normbench writes the
+    checkpoint at the end of the step first, then calls it."""
+    run = tmp_path / "run"
+    calls = []
+
+    def submitit_handler(signum, frame):  # stands in for submitit's checkpoint_and_try_requeue
+        calls.append((signum, ckpt.load(run / "checkpoints" / "last.pt")["step"], summary(run)["status"]))
+        raise SystemExit(-1)  # submitit exits the job once it is requeued
+
+    original = trainer.Trainer.optimizer_step
+
+    def preempt_at_step_3(self, grad_norm):
+        if self.step == 2:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        return original(self, grad_norm)
+
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", preempt_at_step_3)
+    previous = signal.signal(signal.SIGUSR2, submitit_handler)
+    try:
+        with pytest.raises(SystemExit):
+            trainer.run(compose([*RUN, "trainer.max_steps=8"]), run)
+        assert signal.getsignal(signal.SIGUSR2) is submitit_handler, "the launcher's handler is back"
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert calls == [(signal.SIGUSR2, 3, "interrupted")], "checkpoint at the step, then the requeue"
+    assert "SIGUSR2 at step 3" in summary(run)["reason"]
+    assert not (run / ".lock").exists()
+    # the requeued job runs the same command; with trainer.resume=true it continues from step 3
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", original)
+    assert trainer.run(compose([*RUN, "trainer.max_steps=8", "trainer.resume=true"]), run)["status"] == "completed"
+    assert steps(run) == list(range(1, 9))
+
+
+def test_fresh_run_into_a_used_dir_sets_the_old_checkpoint_aside(tmp_path, saved_run, monkeypatch):
+    run = copy_of(saved_run, tmp_path)
+    monkeypatch.setenv("NORMBENCH_TEST_FAIL_AT_STEP", "1")  # the fresh run crashes before its first checkpoint
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        trainer.run(compose([*RUN, "trainer.max_steps=2"]), run)
+    assert summary(run)["status"] == "failed"
+    (kept,) = (run / "checkpoints").glob("replaced-*.pt")
+    assert ckpt.load(kept)["step"] == 2, "the old run's checkpoint is kept, under another name"
+    assert not (run / "checkpoints" / "last.pt").exists()
+    monkeypatch.delenv("NORMBENCH_TEST_FAIL_AT_STEP")
+    # so a resume continues the run that was started last (from step 0), not the old one
+    assert trainer.run(compose([*RUN, "trainer.max_steps=2", "trainer.resume=true"]), run)["status"] == "completed"
+    assert steps(run) == [1, 2]
+
+
+def test_resume_without_a_checkpoint_starts_fresh(tmp_path):
+    # what a requeued job sees the first time: trainer.resume=true from the start is always safe
+    result = trainer.run(compose([*RUN, "trainer.max_steps=2", "trainer.resume=true"]), tmp_path / "run")
+    assert result["status"] == "completed" and steps(tmp_path / "run") == [1, 2]
+
+
+# ------------------------------------------------------------------------------------------- the lock
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_live_lock_refuses_a_second_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = trainer.RunLock(run)
+    holder.acquire()
+    try:
+        capsys.readouterr()
+        code = cli.main(["train", *RUN, f"hydra.run.dir={run}"])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"run directory {run} is in use by process {socket.gethostname()}:{os.getpid()}" in err
+        assert not (run / ".hydra").exists(), "refused before Hydra writes into the directory"
+        with pytest.raises(trainer.RunDirInUse):  # the lock the run itself takes (sweeps, torchrun)
+            trainer.RunLock(run).acquire()
+    finally:
+        holder.release()
+    assert not (run / ".lock").exists()
+
+
+def test_sweep_job_into_a_live_run_dir_leaves_that_run_alone(tmp_path, capsys):
+    job = tmp_path / "sweep" / "job0"
+    job.mkdir(parents=True)
+    (job / "summary.json").write_text('{"status": "running", "step": 7}')
+    holder = trainer.RunLock(job)
+    holder.acquire()
+    try:
+        code = cli.main(
+            ["train", "-m", *RUN, "trainer.max_steps=2", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+            + ["hydra.sweep.subdir=job${hydra.job.num}"]
+        )
+    finally:
+        holder.release()
+    err = capsys.readouterr().err
+    assert code == 0 and f"run directory {job} is in use" in err
+    assert json.loads((job / "summary.json").read_text()) == {"status": "running", "step": 7}, "not overwritten"
+    assert not (job / "metrics.jsonl").exists()
+
+
+def test_stale_lock_of_a_dead_process_does_not_block(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").write_text(f"{socket.gethostname()}:{_dead_pid()}")
+    assert trainer.run(compose([*RUN, "trainer.max_steps=2"]), run)["status"] == "completed"
+    assert not (run / ".lock").exists()
+
+
+def test_lock_without_flock_falls_back_to_the_pid(tmp_path, monkeypatch):
+    def no_flock(fd, op):
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(trainer.fcntl, "flock", no_flock)
+    lock_file = tmp_path / ".lock"
+    lock_file.write_text(f"{socket.gethostname()}:{_dead_pid()}")
+    lock = trainer.RunLock(tmp_path)
+    lock.acquire()  # dead owner: taken over
+    assert lock_file.read_text() == f"{socket.gethostname()}:{os.getpid()}"
+    lock.release()
+    lock_file.write_text(f"{socket.gethostname()}:{os.getppid()}")  # a live owner
+    with pytest.raises(trainer.RunDirInUse):
+        trainer.RunLock(tmp_path).acquire()
+
+
+# ------------------------------------------------------------------------------------------- non-finite
+def test_nonfinite_gradients_are_skipped_and_counted(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMBENCH_TEST_NAN_GRAD", "3,5")
+    args = [*RUN, "trainer.max_steps=8"]
+    skipped = trainer.run(compose([*args, "trainer.skip_nonfinite=true"]), tmp_path / "skip")
+    assert skipped["status"] == "completed" and skipped["skipped_steps"] == 2
+    records = read_jsonl(tmp_path / "skip" / "metrics.jsonl")
+    assert [r["step"] for r in records] == list(range(1, 9))
+    nan_norms = [r["step"] for r in records if r["grad_norm"] is None]  # NaN is written as null
+    assert nan_norms == [3, 5]
+    state = ckpt.load(tmp_path / "skip" / "checkpoints" / "last.pt")
+    assert all(torch.isfinite(t).all() for t in state["model"].values()), "no NaN reached the weights"
+
+    plain = trainer.run(compose(args), tmp_path / "plain")  # without skipping, the NaN poisons the model
+    assert plain["status"] == "diverged" and "non-finite" in plain["reason"]
+
+
+def test_huge_lr_diverges_and_exits_zero(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = cli.main(["train", *RUN, "optim.lr=1e3", "sched.warmup_steps=0", f"hydra.run.dir={run}"])
+    assert code == 0
+    s = summary(run)
+    assert s["status"] == "diverged" and s["reason"] and s["step"] < 12
+
+
+# ------------------------------------------------------------------------------------------- sweeps
+def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
+    (tmp_path / "small.txt").write_text("hello world, a small file.\n" * 38)  # validation split ~50 tokens
+    proc = run_cli(
+        [
+            "train",
+            "-m",
+            *RUN,
+            "data=files",
+            "data.paths=[small.txt]",  # relative: job directory names hold the overrides
+            "model.seq_len=16,64",  # 64 > the validation split: found in the job, not before the sweep
+            "trainer.max_steps=2,4",  # 4 steps meet the simulated crash at step 3
+            "hydra.sweep.dir=sweep",
+        ],
+        cwd=tmp_path,
+        env={"NORMBENCH_TEST_FAIL_AT_STEP": "3"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    jobs = {p.name.split("_", 1)[0]: summary(p) for p in (tmp_path / "sweep").iterdir() if p.is_dir()}
+    assert sorted(jobs) == ["0", "1", "2", "3"], "every job ran"
+    assert jobs["0"]["status"] == "completed"
+    assert jobs["1"]["status"] == "failed" and "simulated crash at step 3" in jobs["1"]["reason"]
+    assert jobs["1"]["step"] in (2, 3), "the failed job's summary says how far it got"
+    for job in ("2", "3"):
+        assert jobs[job]["status"] == "failed" and "longer than the validation split" in jobs[job]["reason"]
+
+    assert report.main([str(tmp_path / "sweep")]) == 0
+    text = (tmp_path / "sweep" / "report.md").read_text()
+    assert "failed" in text and "simulated crash at step 3" in text and "longer than the validation split" in text

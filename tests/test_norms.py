@@ -1,0 +1,212 @@
+"""Norm layers against their equations (shared/ARCHITECTURES.md §1), written out here.
+
+LayerNorm/RMSNorm are compared with ``torch.nn.functional`` (also under bf16
+autocast on CPU, where the statistics must stay fp32); DyT/Derf with
+``g * tanh(a x) + b`` and ``g * erf(a x + s) + b``; the per-site alpha init and
+the DyT/Derf embedding scalar are checked on built models.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from normbench.errors import ConfigError
+from normbench.model import build_model, check_combination
+from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm, build_norm
+
+from conftest import compose
+
+D = 48
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors run fastest single-threaded, and the machine's cores are shared."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _randomize(mod: torch.nn.Module, seed: int = 0) -> None:
+    """Non-trivial gains/biases/scalars so a wrong formula cannot hide behind g=1, b=0."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5 + (1.0 if p.dim() else 0.0))
+
+
+def _x(*shape, seed=1, scale=3.0, offset=0.5):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale + offset
+
+
+# ------------------------------------------------------------------ LayerNorm / RMSNorm
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layernorm_matches_functional(affine, bias):
+    ln = LayerNorm(D, eps=1e-5, affine=affine, bias=bias)
+    _randomize(ln)
+    x = _x(4, 7, D)
+    w = ln.weight if affine else None
+    b = ln.bias if (affine and bias) else None
+    torch.testing.assert_close(ln(x), F.layer_norm(x, (D,), w, b, eps=1e-5), rtol=1e-6, atol=1e-6)
+    # and the textbook formula: biased variance, eps inside the sqrt
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + 1e-5)
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    torch.testing.assert_close(ln(x), y, rtol=1e-5, atol=1e-5)
+    assert (ln.bias is not None) == (affine and bias)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_rmsnorm_matches_functional(affine):
+    rms = RMSNorm(D, eps=1e-6, affine=affine)
+    _randomize(rms)
+    x = _x(4, 7, D)
+    w = rms.weight if affine else None
+    torch.testing.assert_close(rms(x), F.rms_norm(x, (D,), w, eps=1e-6), rtol=1e-6, atol=1e-6)
+    y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(rms(x), y * w if affine else y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_statistics_fp32_under_bf16_autocast(kind):
+    """Under CPU bf16 autocast the statistics are fp32: a large common offset with a small spread,
+    which bf16 statistics would wreck, still normalizes like fp32 F.layer_norm/F.rms_norm."""
+    mod = LayerNorm(D, eps=1e-5) if kind == "layernorm" else RMSNorm(D, eps=1e-6)
+    _randomize(mod)
+    x = _x(3, 5, D, scale=0.05, offset=40.0)  # fp32 activations entering the norm inside autocast
+    if kind == "layernorm":
+        ref = F.layer_norm(x, (D,), mod.weight, mod.bias, eps=1e-5)
+        bad = F.layer_norm(x.bfloat16(), (D,), mod.weight.bfloat16(), mod.bias.bfloat16(), eps=1e-5).float()
+    else:
+        ref = F.rms_norm(x, (D,), mod.weight, eps=1e-6)
+        xb = x.bfloat16()
+        bad = (xb * torch.rsqrt((xb * xb).mean(-1, keepdim=True) + 1e-6) * mod.weight.bfloat16()).float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = mod(x)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+    assert (bad - ref).abs().max() > 1e-2  # the check above can tell bf16 statistics apart
+
+    # bf16 input (what a bf16 residual stream gives): fp32 statistics of that input, output
+    # rounded once; the result equals the fp32 reference on the same bf16 values to bf16 precision.
+    xb = _x(3, 5, D).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        yb = mod(xb)
+    if kind == "layernorm":
+        refb = F.layer_norm(xb.float(), (D,), mod.weight, mod.bias, eps=1e-5)
+    else:
+        refb = F.rms_norm(xb.float(), (D,), mod.weight, eps=1e-6)
+    torch.testing.assert_close(yb.float(), refb, rtol=1e-2, atol=1e-2)
+
+
+# ----------------------------------------------------------------------------- DyT / Derf
+def test_dyt_equation_and_scalar_alpha():
+    for bias in (False, True):
+        m = DyT(D, alpha_init=0.7, bias=bias)
+        assert m.alpha.shape == (1,) and m.alpha.item() == pytest.approx(0.7)
+        assert (m.bias is not None) == bias
+        _randomize(m, seed=3)
+        x = _x(2, 5, D)
+        a = m.alpha.item()
+        expected = m.weight * torch.tanh(a * x) + (m.bias if bias else 0.0)
+        torch.testing.assert_close(m(x), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_derf_equation_and_scalar_alpha_shift():
+    m = Derf(D, alpha_init=0.5, shift_init=0.0, bias=True)
+    assert m.alpha.shape == (1,) and m.shift.shape == (1,)
+    assert m.alpha.item() == pytest.approx(0.5) and m.shift.item() == 0.0
+    _randomize(m, seed=4)
+    x = _x(2, 5, D)
+    a, s = m.alpha.item(), m.shift.item()
+    assert s != 0.0
+    z = a * x + s
+    expected = m.weight * torch.tensor([math.erf(v) for v in z.flatten().tolist()]).view_as(z) + m.bias
+    torch.testing.assert_close(m(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_norm_configs_defaults():
+    """Config files: DyT follows the LLaMA recipe (no bias), Derf its GPT-2 patch (bias), LayerNorm nanoGPT."""
+    dyt, derf, ln, rms = (compose([f"norm={n}"]).norm for n in ("dyt", "derf", "layernorm", "rmsnorm"))
+    assert dyt.bias is False and derf.bias is True and ln.bias is True
+    assert (dyt.alpha_init_attn, dyt.alpha_init_ffn, dyt.alpha_init_final) == (0.8, 0.2, 0.2)
+    assert (derf.alpha_init_attn, derf.alpha_init_ffn, derf.alpha_init_final, derf.shift_init) == (1.0, 1.0, 1.0, 0.0)
+    assert ln.eps == 1e-5 and rms.eps == 1e-6
+    assert dyt.embed_scale and derf.embed_scale and not ln.embed_scale and not rms.embed_scale
+    assert isinstance(build_norm(dyt, D, "attn"), DyT) and isinstance(build_norm(derf, D, "ffn"), Derf)
+
+
+ARCH_SITES = {
+    # arch -> {module path in block: site}; q/k/v norms take the attention site
+    "pre_ln": {"attn.norm_in": "attn", "mlp.norm_in": "ffn"},
+    "post_ln": {"attn.norm_post": "attn", "mlp.norm_post": "ffn"},
+    "peri_ln": {"attn.norm_in": "attn", "attn.norm_out": "attn", "mlp.norm_in": "ffn", "mlp.norm_out": "ffn"},
+    "hybridnorm": {"attn.core.q_norm": "attn", "attn.core.k_norm": "attn", "attn.core.v_norm": "attn"},
+    "deepnorm": {"attn.norm_post": "attn", "mlp.norm_post": "ffn"},
+}
+
+
+@pytest.mark.parametrize("norm", ["dyt", "derf"])
+@pytest.mark.parametrize("arch", sorted(ARCH_SITES))
+def test_per_site_alpha_init(arch, norm):
+    """Each DyT/Derf takes the alpha0 of the sublayer it belongs to; ln_f (and the embed norm) the final one."""
+    cfg = compose(
+        [
+            "model=tiny",
+            "model.d_model=32",
+            f"arch={arch}",
+            f"norm={norm}",
+            "norm.alpha_init_attn=0.9",
+            "norm.alpha_init_ffn=0.3",
+            "norm.alpha_init_final=0.15",
+            "arch.final_norm=true",
+            "arch.embed_norm=true",
+        ]
+    )
+    model = build_model(cfg, 256)
+    want = {"attn": 0.9, "ffn": 0.3}
+    cls = DyT if norm == "dyt" else Derf
+    for block in model.blocks:
+        for path, site in ARCH_SITES[arch].items():
+            mod = block.get_submodule(path)
+            assert isinstance(mod, cls), path
+            assert mod.alpha.shape == (1,)
+            assert mod.alpha.item() == pytest.approx(want[site]), path
+    assert model.ln_f.alpha.item() == pytest.approx(0.15)
+    assert model.emb_norm.alpha.item() == pytest.approx(0.15)
+    alphas = [m.alpha for m in model.modules() if isinstance(m, cls)]
+    assert alphas and all(a.numel() == 1 for a in alphas)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "dyt", "derf", "none"])
+def test_embed_scalar_only_for_dyt_derf(norm):
+    d = 48
+    cfg = compose(["model=tiny", f"model.d_model={d}", f"norm={norm}"])
+    model = build_model(cfg, 256)
+    if norm in ("dyt", "derf"):
+        assert model.emb_scale is not None
+        assert model.emb_scale.scale.shape == (1,)
+        assert model.emb_scale.scale.item() == pytest.approx(math.sqrt(d))
+        # applied to (token + position) embedding before the first block
+        idx = torch.tensor([[1, 2, 3]])
+        torch.testing.assert_close(model.embed(idx), model.wte(idx) * math.sqrt(d))
+    else:
+        assert model.emb_scale is None
+        assert not any("emb_scale" in n for n, _ in model.named_parameters())
+
+
+def test_embed_scalar_refused_outside_dyt_derf():
+    cfg = compose(["model=tiny", "norm=rmsnorm", "norm.embed_scale=true"])
+    with pytest.raises(ConfigError) as exc:
+        check_combination(cfg)
+    assert "\n" not in str(exc.value) and "embed_scale" in str(exc.value)
