@@ -65,3 +65,26 @@ def tiny_cfg():
         return compose([*TINY, *overrides])
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """Tiny models run fastest single-threaded, and the machine's cores are shared."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def _drop_log_handlers():
+    """In-process runs attach console/file handlers to captured streams; drop them afterwards."""
+    yield
+    import logging
+
+    logger = logging.getLogger("normbench")
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()

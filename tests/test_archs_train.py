@@ -45,15 +45,6 @@ RUN = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded, and the machine's cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def train(tmp_path, *overrides):
     cfg = compose([*RUN, *overrides])
     summary = trainer.run(cfg, tmp_path)

@@ -25,16 +25,6 @@ from conftest import run_cli
 BASE = ["model=tiny", "trainer.batch_size=2", "trainer.max_steps=2", "trainer.eval_batches=1"]
 
 
-@pytest.fixture(autouse=True)
-def _drop_log_handlers():
-    """In-process runs attach console/file handlers to the captured streams; drop them afterwards."""
-    yield
-    logger = logging.getLogger("normbench")
-    for h in list(logger.handlers):
-        logger.removeHandler(h)
-        h.close()
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("data")

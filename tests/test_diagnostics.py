@@ -37,15 +37,6 @@ PER_RESID = {"var_resid", "rms_resid", "maxabs_resid", "massive_ratio_resid", "k
 ALL_DIAG = DEFAULT_KEYS | FULL_KEYS
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The test machine is shared: one intra-op thread."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def make(*overrides: str, n_layer: int = 2, diag: str = "full"):
     """(model, Diagnostics) for a tiny model with seed-0 weights and a fixed (2, 17) token batch."""
     cfg = compose([*TINY, f"model.n_layer={n_layer}", f"diag={diag}", *overrides])

@@ -10,7 +10,6 @@ seconds), ``NORMBENCH_TEST_NAN_GRAD`` (NaN gradients at given steps) and ``NORMB
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ import pytest
 import torch
 
 from normbench import checkpoint as ckpt
-from normbench import cli, report, trainer
+from normbench import cli, report, rundir, trainer
 from normbench.errors import ConfigError
 from normbench.metrics import JsonlWriter, read_jsonl
 
@@ -43,16 +42,6 @@ RUN = [
     "diag.every=6",
 ]
 COMPARED = ("step", "tokens", "loss", "lr", "grad_norm", "val_loss", "var_resid", "grad_norm_layer", "spikes")
-
-
-@pytest.fixture(autouse=True)
-def _drop_log_handlers():
-    """In-process runs attach console/file handlers to captured streams; drop them afterwards."""
-    yield
-    logger = logging.getLogger("normbench")
-    for h in list(logger.handlers):
-        logger.removeHandler(h)
-        h.close()
 
 
 @pytest.fixture(scope="module")
@@ -468,7 +457,7 @@ def test_lock_without_flock_falls_back_to_the_pid(tmp_path, monkeypatch):
     def no_flock(fd, op):
         raise OSError(37, "No locks available")
 
-    monkeypatch.setattr(trainer.fcntl, "flock", no_flock)
+    monkeypatch.setattr(rundir.fcntl, "flock", no_flock)
     lock_file = tmp_path / ".lock"
     lock_file.write_text(f"{socket.gethostname()}:{_dead_pid()}")
     lock = trainer.RunLock(tmp_path)

@@ -50,15 +50,6 @@ def known_input(B=2, T=7, d=32, seed=5):
     return torch.randn(B, T, d, generator=torch.Generator().manual_seed(seed)) * 1.5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors run fastest single-threaded, and the machine's cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 # --------------------------------------------------------------------------- reference ops
 def ref_norm(mod, x):
     """The norm's equation from its parameters (shared/ARCHITECTURES.md §1)."""

@@ -23,15 +23,6 @@ from conftest import compose
 D = 48
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors run fastest single-threaded, and the machine's cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _randomize(mod: torch.nn.Module, seed: int = 0) -> None:
     """Non-trivial gains/biases/scalars so a wrong formula cannot hide behind g=1, b=0."""
     g = torch.Generator().manual_seed(seed)

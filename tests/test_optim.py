@@ -32,15 +32,6 @@ FAST = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded, and the machine's cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _losses(run_dir: Path) -> list[float]:
     return [r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")]
 
