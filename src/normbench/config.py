@@ -149,7 +149,7 @@ class TrainerConfig:
 class DiagConfig:
     name: str = "default"
     every: int = 50
-    batch: int = 4  # sequences in the fixed held-out diagnostic batch
+    batch: int = 2  # sequences in the fixed held-out diagnostic batch
     spike_factor: float = 1.5  # loss > factor * running median -> spike
     spike_window: int = 50
 

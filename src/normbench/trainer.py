@@ -440,8 +440,12 @@ class Trainer:
                 }
                 if spike_steps := self.spike.pop_steps():
                     record["spike_steps"] = spike_steps
-                if diag_now:
+                if diag_now:  # the diagnostic forward is training-time cost: counted in tokens/s
+                    t_diag = time.perf_counter()
                     record.update(self.diag.collect())
+                    t_diag = time.perf_counter() - t_diag
+                    train_time += t_diag if step - first_step >= 5 else 0.0
+                    window_time += t_diag
                 eval_now = self.step % t.eval_every == 0 or self.step in (1, self.max_steps)
                 if eval_now and status is None:
                     record["val_loss"] = self.last_val = self.evaluate()

@@ -95,7 +95,7 @@ class MLP(nn.Module):
         self.kind = kind
         self.c_fc = nn.Linear(d, 2 * d_ff if kind == "swiglu" else d_ff, bias=bias)
         self.c_proj = nn.Linear(d_ff, d, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)
@@ -165,7 +165,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(mcfg.seq_len, d) if mcfg.pos == "learned" else None
         self.emb_scale = EmbedScale(d) if norm_cfg.embed_scale else None
         self.emb_norm = build_norm(norm_cfg, d, "embed") if arch.embed_norm else None
-        self.drop = nn.Dropout(mcfg.dropout)
+        self.drop = nn.Dropout(mcfg.dropout) if mcfg.dropout > 0 else nn.Identity()
         self.blocks = nn.ModuleList(Block(s, mcfg, norm_cfg, default_d_ff(mcfg)) for s in self.specs)
         self.ln_f = build_norm(norm_cfg, d, "final") if arch.final_norm else None
         self.lm_head = nn.Linear(d, vocab_size, bias=False)

@@ -45,6 +45,8 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused kernel; same math as below
+            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
         y = F.layer_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
         if self.weight is not None:
             y = y * self.weight
@@ -60,6 +62,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused kernel; same math as below
+            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
         y = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
         return y * self.weight if self.weight is not None else y
 
