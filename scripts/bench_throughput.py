@@ -22,7 +22,6 @@ machine noise hits all alike; the median is reported. Timing excludes the first
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -37,14 +36,13 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from normbench import trainer as nb_trainer  # noqa: E402
+from normbench.cli import compose_config as compose  # noqa: E402
 from normbench.data import load_data  # noqa: E402
-
-from conftest import compose  # noqa: E402
+from normbench.model import padded_vocab  # noqa: E402
 
 WARMUP = 5
 ARCHS = ["pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt"]
@@ -90,7 +88,7 @@ def plain_loop(cfg, steps: int, device: str) -> float:
     torch.manual_seed(0)
     data = load_data(cfg.data, log=lambda *a: None).train
     m, t = cfg.model, cfg.trainer
-    vocab = 64 * math.ceil(256 / 64) if cfg.data.tokenizer == "byte" else 50304
+    vocab = padded_vocab(cfg, load_data(cfg.data, log=lambda *a: None).vocab_size)
     model = PlainGPT(vocab, m.d_model, m.n_layer, m.n_head, m.seq_len).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
     gen = torch.Generator().manual_seed(0)
@@ -271,7 +269,7 @@ def suite_diag(args) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--suite", default=None, help="baseline,archs,diag (default: all)")
+    p.add_argument("--suite", default="baseline,archs,diag", help="comma-separated: baseline,archs,diag")
     p.add_argument("--model", default=None, help="model config (default: small on CPU, gpt2_124m on CUDA)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--steps", type=int, default=None)
@@ -288,12 +286,13 @@ def main() -> int:
     args.steps = args.steps or (50 if gpu else 40)
     args.precision = args.precision or ("bf16" if gpu else "fp32")
     quiet_logs()
-    torch.set_num_threads(torch.get_num_threads())
     print(
         f"# normbench throughput, device={args.device} ({torch.cuda.get_device_name() if gpu else 'CPU'}), "
         f"torch {torch.__version__}, threads {torch.get_num_threads()}"
     )
-    suites = (args.suite or "baseline,archs,diag").split(",")
+    suites = args.suite.split(",")
+    if bad := [s for s in suites if s not in ("baseline", "archs", "diag")]:
+        p.error(f"unknown suite(s) {', '.join(bad)}; choose from baseline, archs, diag")
     for name in suites:
         {"baseline": suite_baseline, "archs": suite_archs, "diag": suite_diag}[name](args)
     return 0

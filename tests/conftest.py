@@ -23,19 +23,9 @@ os.environ.setdefault("NORMBENCH_CACHE", str(REPO / ".cache" / "normbench"))
 
 def compose(overrides: list[str] | None = None):
     """The composed, schema-checked config for ``overrides`` (as `train` would see it)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from normbench.cli import compose_config
 
-    from normbench.cli import config_dir
-    from normbench.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
-    GlobalHydra.instance().clear()
-    return cfg
+    return compose_config(overrides)
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None, check: bool = False):

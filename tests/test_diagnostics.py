@@ -482,9 +482,9 @@ def test_spikes_counted_and_recorded(tmp_path):
         "diag.spike_window=4",
     )
     assert summary["spikes"] == 6
-    assert [r["step"] for r in records] == [3, 6, 9, 10]
-    assert [r["spikes"] for r in records] == [0, 2, 5, 6]
-    assert [r.get("spike_steps") for r in records] == [None, [5, 6], [7, 8, 9], [10]]
+    assert [r["step"] for r in records] == [1, 3, 6, 9, 10]  # step 1: the first evaluation is always logged
+    assert [r["spikes"] for r in records] == [0, 0, 2, 5, 6]
+    assert [r.get("spike_steps") for r in records] == [None, None, [5, 6], [7, 8, 9], [10]]
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     assert state["spikes"] == 6 and len(state["recent_losses"]) == 4
     assert state["recent_losses"][-1] == records[-1]["loss"]

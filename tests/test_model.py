@@ -634,3 +634,12 @@ def test_ngpt_unit_norms_after_optimizer_step():
     assert len(hidden) == cfg.model.n_layer + 1
     for h in hidden:
         torch.testing.assert_close(h.norm(dim=-1), torch.ones(h.shape[:-1]), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_embed_init_std_holds_with_tied_and_untied_embeddings(tie):
+    cfg = compose(["arch=mix_ln", "arch.embed_init_std=0.632", "model.d_model=256", f"model.tie_embeddings={tie}"])
+    model = build_model(cfg, 512)
+    assert abs(model.wte.weight.std().item() - 0.632) < 0.632 * 0.02
+    block_std = model.blocks[0].attn.core.c_attn.weight.std().item()
+    assert abs(block_std - 0.02) < 0.02 * 0.05  # the Linears keep model.init_std

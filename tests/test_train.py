@@ -214,10 +214,12 @@ def test_multirun_makes_one_dir_per_job(tmp_path):
         ("model.n_head=5", "model.n_head=5 must divide model.d_model=64"),
         ("optim.lr=-1", "optim.lr=-1.0 must be > 0"),
         ("trainer.max_step=3", "did you mean 'trainer.max_steps'"),
+        ("optim.eps=-1", "optim.eps=-1.0 must be >= 0"),
+        ("optim=sgd optim.momentum=-1", "optim.momentum=-1.0 must be in [0, 1)"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, override, needle):
-    assert cli.main(["train", "model=tiny", override, f"hydra.run.dir={tmp_path / 'run'}"]) == 2
+    assert cli.main(["train", "model=tiny", *override.split(), f"hydra.run.dir={tmp_path / 'run'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("normbench: error:") and needle in err
     assert len(err.splitlines()) == 1
@@ -248,3 +250,21 @@ def test_user_config_dir_overlays_conf(tmp_path):
     assert "qk_norm: true" in (tmp_path / "r" / ".hydra" / "config.yaml").read_text()
     proc = run_cli([*args, "arch=pre_qkz"], cwd=tmp_path)
     assert proc.returncode == 2 and "pre_qk" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_eval_follows_eval_every_whatever_log_every(tmp_path):
+    _run_in_process(tmp_path / "r", "trainer.max_steps=60", "trainer.log_every=10", "trainer.eval_every=25", "diag=off")
+    evals = [r["step"] for r in read_jsonl(tmp_path / "r" / "metrics.jsonl") if "val_loss" in r]
+    assert evals == [1, 25, 50, 60]
+
+
+def test_checkpoint_between_log_steps_carries_every_loss(tmp_path):
+    """A periodic checkpoint taken between log steps must hold the loss bookkeeping up to its step."""
+    from normbench import checkpoint
+
+    _run_in_process(tmp_path / "r", "trainer.max_steps=12", "trainer.ckpt_every=5", "trainer.log_every=10")
+    full = read_jsonl(tmp_path / "r" / "metrics.jsonl")
+    state = checkpoint.load(tmp_path / "r" / "checkpoints" / "last.pt")
+    assert state["step"] == 12
+    assert state["initial_loss"] == full[0]["loss"]  # the step-1 loss, checked before the step-5 checkpoint
+    assert len(state["recent_losses"]) == 12

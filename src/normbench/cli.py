@@ -73,9 +73,28 @@ def error(msg: str) -> int:
     return 2
 
 
+def compose_config(overrides: list[str] | None = None):
+    """The composed, schema-checked config for ``overrides``, as `train` sees it (no run)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from normbench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
+        cfg = compose(config_name="config", overrides=list(overrides or []))
+    GlobalHydra.instance().clear()
+    return cfg
+
+
 # ----------------------------------------------------------------------------- list
+_CITES = re.compile(r"arXiv|et al\.|\b(19|20)\d\d\b|\b[A-Za-z][A-Za-z0-9-]{2,}/[A-Za-z][\w.-]{2,}")
+_SENTENCE_END = re.compile(r"(?<!al\.)(?<=\.)\s+(?=[A-Z(`])")
+
+
 def describe(path: Path) -> str:
-    """A config file's first comment line, plus the reference line of its header if separate."""
+    """A config file's first sentence, plus the sentence that cites its source if that is another one."""
     header = []
     for line in path.read_text().splitlines():
         line = line.strip()
@@ -83,13 +102,14 @@ def describe(path: Path) -> str:
             break
         if not line.startswith("# @package"):
             header.append(line.lstrip("# ").strip())
-    if not header:
+    sentences = _SENTENCE_END.split(" ".join(header))
+    if not sentences or not sentences[0]:
         return ""
-    cites = re.compile(r"arXiv|et al\.|\b(19|20)\d\d\b|[\w-]{3,}/[\w.-]{3,}")
-    if cites.search(header[0]):
-        return header[0]
-    ref = next((h for h in header[1:] if cites.search(h)), "")
-    return f"{header[0]}  [{ref}]" if ref else header[0]
+    first = sentences[0]
+    if _CITES.search(first):
+        return first
+    ref = next((s for s in sentences[1:] if _CITES.search(s)), "")
+    return f"{first}  [{ref.rstrip('.')}]" if ref else first
 
 
 def list_cli(argv: list[str]) -> int:

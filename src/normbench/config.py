@@ -140,7 +140,7 @@ class TrainerConfig:
     ckpt_every: int = 100
     resume: bool = False
     resume_allow_changed: list[str] = field(default_factory=list)  # non-model keys allowed to differ
-    diverge_factor: float = 3.0  # loss > factor * initial loss (after warmup) -> diverged
+    diverge_factor: float = 3.0  # loss > factor * the first step's loss -> diverged
     skip_nonfinite: bool = False  # skip optimizer steps whose gradients are NaN/inf
     max_skipped: int = 10  # more skipped steps than this (in total) -> diverged
 
@@ -239,6 +239,12 @@ def validate(cfg: Any) -> None:
     _positive("arch.beta", a.beta)
     _positive("norm.eps", n.eps)
     _positive("optim.lr", o.lr)
+    _positive("optim.eps", o.eps, zero_ok=True)
+    _positive("optim.ns_steps", o.ns_steps)
+    if not 0.0 <= o.momentum < 1.0:
+        raise ConfigError(f"optim.momentum={o.momentum} must be in [0, 1)")
+    _positive("arch.norm_eps", a.norm_eps)
+    _positive("trainer.max_skipped", t.max_skipped, zero_ok=True)
     _positive("optim.weight_decay", o.weight_decay, zero_ok=True)
     _positive("optim.adamw_lr", o.adamw_lr)
     if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
@@ -272,3 +278,5 @@ def validate(cfg: Any) -> None:
         raise ConfigError("data.hf_path is not set; data=hf needs data.hf_path=<hub name or local path>")
     _positive("diag.every", cfg.diag.every)
     _positive("diag.batch", cfg.diag.batch)
+    _positive("diag.spike_factor", cfg.diag.spike_factor)
+    _positive("diag.spike_window", cfg.diag.spike_window)

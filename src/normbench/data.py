@@ -26,6 +26,8 @@ half-written files. User mistakes raise a one-line :class:`DataError` naming the
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -378,6 +380,20 @@ def _fmt(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 100_000 else f"{n / 1e3:.1f}k" if n >= 1000 else str(n)
 
 
+@contextlib.contextmanager
+def _entry_lock(root: Path, entry: Path):
+    """An exclusive flock on ``root/.<entry>.lock`` (released by the kernel if the process dies)."""
+    fd = os.open(root / f".{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a filesystem without flock: rename's atomicity is all we have
+            pass
+        yield
+    finally:
+        os.close(fd)
+
+
 def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible."""
     name, tok_name = _get(cfg, "name"), _get(cfg, "tokenizer")
@@ -434,21 +450,22 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
             "seconds": round(time.time() - t0, 2),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last: marks the entry complete
-        if _open_entry(entry) is not None:  # a parallel job finished first: keep its entry, readers may use it
-            log(f"another process cached {entry.name} first; using its copy")
-        else:
-            if entry.exists():  # a broken leftover (not one of ours: ours appear complete or not at all)
-                shutil.rmtree(entry, ignore_errors=True)
-            try:
-                os.rename(tmp, entry)  # atomic; fails if a parallel job renamed its copy in meanwhile
-            except OSError:
-                if _open_entry(entry) is None:
-                    raise
+        # check -> remove a broken leftover -> rename, under a lock: parallel jobs (joblib sweeps on a
+        # cold cache) must never delete an entry another job has just completed
+        with _entry_lock(root, entry):
+            if _open_entry(entry) is not None:  # a parallel job finished first: keep its entry
                 log(f"another process cached {entry.name} first; using its copy")
+            else:
+                if entry.exists():  # a broken leftover (ours appear complete or not at all)
+                    shutil.rmtree(entry, ignore_errors=True)
+                os.rename(tmp, entry)  # atomic
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    meta, train, val = _open_entry(entry)
+    opened = _open_entry(entry)
+    if opened is None:
+        raise DataError(f"data.cache_dir: the token cache entry {entry} is incomplete; remove it and run again")
+    meta, train, val = opened
     if tok_name == "bpe":  # the entry's tokenizer.json (maybe another process's) matches its ids
         tokenizer = build_tokenizer(tok_name, vocab, None, entry)
     log(f"cached {_fmt(len(train) + len(val))} tokens at {entry} ({time.time() - t0:.1f}s)")

@@ -31,7 +31,9 @@ Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``
 Parameter kinds (:func:`param_kinds`) drive the weight-decay policy (``optim.decay_*``):
 ``matrix`` (2-D hidden weights; always decayed when ``optim.weight_decay > 0``), ``head``
 (untied LM head; always decayed), ``embed`` (token/position embeddings; a tied wte/lm_head
-tensor is one ``embed`` tensor), ``norm_in`` (gains of norms on an input: sublayer input
+tensor is one ``embed`` tensor, so by default it is NOT decayed — nanoGPT decays it, set
+``optim.decay_embed=true`` for nanoGPT's recipe; untying therefore also changes what is
+decayed), ``norm_in`` (gains of norms on an input: sublayer input
 norms, q/k/v norms, the final norm, the embedding norm), ``norm_out`` (gains whose output is
 a sublayer output or the residual stream itself: Peri-LN output norms, Post-LN/DeepNorm/Mix-LN
 norms after the residual add, and HybridNorm's FFN norm, which normalizes ``x + attn`` and

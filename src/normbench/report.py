@@ -75,7 +75,8 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 
 def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A real number; metrics.jsonl stores +-inf as +-1e308 (JSON has no inf), so those are not."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) < 1e308
 
 
 def _series(records: list[dict], key: str) -> list[tuple[int, object]]:
@@ -428,11 +429,19 @@ def plot_losses(groups, styles, path: Path) -> bool:
     fig, axes = _figure(2 if has_val else 1)
     for ax, key, title in zip(axes, ("loss", "val_loss"), ("train loss", "val loss")):
         for g in groups:
-            steps, ys = _mean_curve(g.runs, key)
+            pool, _ = _loss_pool(g)  # the runs the table averages: diverged/failed ones are not
+            steps, ys = _mean_curve(pool, key)
             if steps:
                 lone = {"marker": "o"} if len(steps) == 1 else {}  # a single point is invisible otherwise
                 ax.plot(steps, ys, label=g.label, markevery=0.1, **{**styles[g.label], **lone})
-        ax.set(title=f"{title} (mean over seeds)", xlabel="step", ylabel="loss")
+            for r in g.runs:  # diverged runs: faint, each on its own, ending in an x
+                pts = [(st, v) for st, v in _series(r.records, key) if _finite(v)] if r.status == "diverged" else []
+                if pts:
+                    xs, vs = zip(*pts)
+                    color = styles[g.label].get("color")
+                    ax.plot(xs, vs, color=color, alpha=0.35, linewidth=0.8)
+                    ax.plot(xs[-1:], vs[-1:], "x", color=color, alpha=0.6)
+        ax.set(title=f"{title} (mean over seeds; x: diverged)", xlabel="step", ylabel="loss")
     axes[0].legend(fontsize="x-small")
     fig.savefig(path, dpi=100)
     return True
@@ -443,7 +452,7 @@ def plot_depth(groups, styles, key: str, steps: list[int], title: str, path: Pat
     drawn = False
     for ax, step in zip(axes, steps):
         for g in groups:
-            if (ys := _depth_profile(g.runs, key, step)) is not None:
+            if (ys := _depth_profile(_loss_pool(g)[0], key, step)) is not None:
                 ax.plot(
                     range(len(ys)),
                     ys,

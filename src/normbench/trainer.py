@@ -350,6 +350,8 @@ class Trainer:
     def optimizer_step(self, grad_norm: torch.Tensor) -> bool:
         """Step unless gradients are non-finite and skipping is on; returns whether it stepped."""
         if self.cfg.trainer.skip_nonfinite and not torch.isfinite(grad_norm).item():
+            if self.scaler is not None:
+                self.scaler.update()  # lowers the loss scale and clears its per-step unscale state
             self.optimizer.zero_grad(set_to_none=True)
             return False
         if self.scaler is not None:
@@ -408,7 +410,9 @@ class Trainer:
             pending.append(loss)
             self.step += 1
             self.tokens += self.tokens_per_step
-            log_now = self.step % t.log_every == 0 or self.step == self.max_steps or diag_now
+            eval_now = self.step % t.eval_every == 0 or self.step in (1, self.max_steps)
+            ckpt_now = self.step % t.ckpt_every == 0 and self.step < self.max_steps
+            log_now = self.step % t.log_every == 0 or self.step == self.max_steps or diag_now or eval_now
             if log_now and self.device.type == "cuda":
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
@@ -446,7 +450,6 @@ class Trainer:
                     t_diag = time.perf_counter() - t_diag
                     train_time += t_diag if step - first_step >= 5 else 0.0
                     window_time += t_diag
-                eval_now = self.step % t.eval_every == 0 or self.step in (1, self.max_steps)
                 if eval_now and status is None:
                     record["val_loss"] = self.last_val = self.evaluate()
                     self.best_val = min(self.best_val, self.last_val)
@@ -454,20 +457,25 @@ class Trainer:
                 self._update_summary(losses[-1], train_tokens, train_time, start_wall)
                 if status is not None:
                     return self._finish("diverged", status)
-            if self.world > 1:  # a signal seen by any rank stops every rank after the same step
+            if self.world == 1:
+                stop_now = self.stop_signal is not None
+            elif log_now or ckpt_now:  # ranks agree on a stop (one collective) at log and checkpoint steps
                 self.stop_signal = dist_utils.any_rank_max(self.stop_signal or 0, self.device) or None
-            if self.stop_signal is not None and self.step < self.max_steps:
-                if pending:  # the losses since the last log step get the bookkeeping a log step gives them
-                    status = self._check_losses(torch.stack(pending).tolist(), grad_norm)
-                    pending.clear()
-                    if status is not None:
-                        return self._finish("diverged", status)
+                stop_now = self.stop_signal is not None
+            else:
+                stop_now = False
+            if (stop_now and self.step < self.max_steps) or ckpt_now:
+                # the losses since the last log step get a log step's bookkeeping before the checkpoint
+                # takes the spike/divergence state, so a resume continues it exactly
+                status = self._check_losses(torch.stack(pending).tolist(), grad_norm) if pending else None
+                pending.clear()
+                if status is not None:
+                    return self._finish("diverged", status)
                 self.save_checkpoint()
+            if stop_now and self.step < self.max_steps:
                 name = signal.Signals(self.stop_signal).name
                 self._finish("interrupted", f"{name} at step {self.step}; resume with trainer.resume=true")
                 raise Interrupted(name)
-            if self.step % t.ckpt_every == 0 and self.step < self.max_steps:
-                self.save_checkpoint()
         self.save_checkpoint()
         return self._finish("completed", None)
 

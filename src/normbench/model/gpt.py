@@ -86,16 +86,15 @@ def record_attention_stats(stats: dict, q: torch.Tensor, k: torch.Tensor, scale:
     logp = torch.log_softmax(logits, dim=-1)
     entropy = -(logp.exp() * logp.masked_fill(~mask, 0.0)).sum(-1)
     stats["attn_entropy"] = entropy.mean()
-    stats["attn_logit_max"] = logits.masked_fill(~mask, float("-inf")).amax()
+    stats["attn_logit_max"] = logits.amax()  # masked entries are -inf
 
 
 class MLP(nn.Module):
-    def __init__(self, d: int, d_ff: int, kind: str, bias: bool, dropout: float):
+    def __init__(self, d: int, d_ff: int, kind: str, bias: bool):
         super().__init__()
         self.kind = kind
         self.c_fc = nn.Linear(d, 2 * d_ff if kind == "swiglu" else d_ff, bias=bias)
         self.c_proj = nn.Linear(d_ff, d, bias=bias)
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)
@@ -106,7 +105,7 @@ class MLP(nn.Module):
             h = F.gelu(h)
         else:
             h = F.relu(h)
-        return self.dropout(self.c_proj(h))
+        return self.c_proj(h)
 
 
 class Sublayer(nn.Module):
@@ -141,7 +140,8 @@ class Block(nn.Module):
         d = mcfg.d_model
         attn = Attention(d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm)
         self.attn = Sublayer(spec.attn, attn, norm_cfg, d, "attn", mcfg.dropout)
-        self.mlp = Sublayer(spec.mlp, MLP(d, d_ff, mcfg.mlp, mcfg.bias, mcfg.dropout), norm_cfg, d, "ffn", 0.0)
+        mlp = MLP(d, d_ff, mcfg.mlp, mcfg.bias)  # dropout on both sublayer outputs, after any output norm
+        self.mlp = Sublayer(spec.mlp, mlp, norm_cfg, d, "ffn", mcfg.dropout)
 
     def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
         return self.mlp(self.attn(x, rope))
@@ -195,7 +195,8 @@ class GPT(nn.Module):
                 normal(mod.weight, std)
                 if mod.bias is not None:
                     nn.init.zeros_(mod.bias)
-            elif isinstance(mod, nn.Embedding):
+        for mod in self.modules():  # after the Linears: a tied lm_head must not overwrite the embedding's init
+            if isinstance(mod, nn.Embedding):
                 normal(mod.weight, emb_std)
         if arch.name == "deepnorm":
             beta = arch.beta if arch.beta is not None else deepnorm_beta(L)
