@@ -180,7 +180,8 @@ def test_torn_and_corrupt_metrics_lines_are_tolerated(tmp_path):
 
 def test_checkpoint_write_is_atomic_and_cleans_up(tmp_path, monkeypatch):
     path = tmp_path / "checkpoints" / "last.pt"
-    ckpt.save_atomic({"model": {"w": torch.ones(2)}, "step": 1}, path)
+    minimal = dict.fromkeys(ckpt.REQUIRED_KEYS, 0)  # what load() insists on
+    ckpt.save_atomic({**minimal, "model": {"w": torch.ones(2)}, "step": 1}, path)
     stale = path.with_name(".last.pt.tmp.999999")
     stale.write_bytes(b"half a checkpoint")
 
@@ -189,7 +190,7 @@ def test_checkpoint_write_is_atomic_and_cleans_up(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", boom)
     with pytest.raises(OSError):
-        ckpt.save_atomic({"model": {"w": torch.zeros(2)}, "step": 2}, path)
+        ckpt.save_atomic({**minimal, "model": {"w": torch.zeros(2)}, "step": 2}, path)
     assert ckpt.load(path)["step"] == 1, "a failed write keeps the previous checkpoint"
     assert not list(path.parent.glob(".last.pt.tmp.*")), "temp files (ours and a dead writer's) are removed"
 
@@ -524,3 +525,10 @@ def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert report.main([str(tmp_path / "sweep")]) == 0
     text = (tmp_path / "sweep" / "report.md").read_text()
     assert "failed" in text and "simulated crash at step 3" in text and "longer than the validation split" in text
+
+
+def test_checkpoint_without_resume_state_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "last.pt"
+    torch.save({"model": {}, "step": 3}, path)  # loads with weights_only, but cannot be resumed
+    with pytest.raises(ConfigError, match=r"not a normbench checkpoint \(no optimizer, tokens, sampler_rng"):
+        ckpt.load(path)

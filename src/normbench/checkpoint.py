@@ -29,6 +29,10 @@ from normbench.errors import ConfigError
 TMP_MARK = ".tmp."
 
 
+# What a resume reads unconditionally (trainer._maybe_resume).
+REQUIRED_KEYS = ("model", "optimizer", "step", "tokens", "sampler_rng", "torch_rng")
+
+
 def _tmp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
 
@@ -108,6 +112,9 @@ def load(path: Path) -> dict:
         raise ConfigError(
             f"checkpoint {path} was refused: {_why(exc)}; normbench loads checkpoints with weights_only=True"
         ) from None
-    if not isinstance(state, dict) or "model" not in state or "step" not in state:
-        raise ConfigError(f"checkpoint {path} is not a normbench checkpoint (no model/step entries)")
+    if not isinstance(state, dict):
+        raise ConfigError(f"checkpoint {path} is not a normbench checkpoint (not a dict)")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise ConfigError(f"checkpoint {path} is not a normbench checkpoint (no {', '.join(missing)} entries)")
     return state
