@@ -65,7 +65,7 @@ def sweep_info(sweep_dir: Path) -> dict:
     n_layer = max((int(r.config.get("model", {}).get("n_layer") or 0) for r in runs), default=0)
     wcfg = next((r.config.get("logger", {}).get("wandb") for r in runs if r.config.get("logger")), None) or {}
     return {
-        "group": sweep_group(sweep_dir),
+        "group": wcfg.get("group") or sweep_group(sweep_dir),  # logger.wandb.group wins, as in the jobs
         "varying": varying,
         "n_layer": n_layer,
         "lr_sweep": any(k == "lr" or k.endswith(".lr") for k in varying),

@@ -268,3 +268,24 @@ def test_checkpoint_between_log_steps_carries_every_loss(tmp_path):
     assert state["step"] == 12
     assert state["initial_loss"] == full[0]["loss"]  # the step-1 loss, checked before the step-5 checkpoint
     assert len(state["recent_losses"]) == 12
+
+
+def test_wall_clock_and_throughput_continue_across_a_resume(tmp_path, monkeypatch):
+    args = ("trainer.max_steps=16", "trainer.log_every=1", "diag=off")
+    original = trainer.Trainer.optimizer_step
+
+    def stop_after_8(self, grad_norm):
+        stepped = original(self, grad_norm)
+        if self.step == 7:
+            self.stop_signal = 15
+        return stepped
+
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", stop_after_8)
+    with pytest.raises(trainer.Interrupted):
+        _run_in_process(tmp_path / "r", *args)
+    first = json.loads((tmp_path / "r" / "summary.json").read_text())
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", original)
+    final = _run_in_process(tmp_path / "r", *args, "trainer.resume=true")
+    times = [r["time_s"] for r in read_jsonl(tmp_path / "r" / "metrics.jsonl")]
+    assert times == sorted(times)  # time_s does not restart at 0 after the resume
+    assert final["wall_s"] > first["wall_s"]

@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from normbench.errors import ConfigError
+from normbench.metrics import read_jsonl
 
 # A fixed colour per architecture, so every plot (and every report) agrees.
 ARCH_COLORS = {
@@ -57,21 +58,14 @@ def read_metrics(path: str | Path) -> list[dict]:
     """Records of a ``metrics.jsonl`` in file order; ``[]`` if the file is missing.
 
     A run that is still writing, or was killed mid-write, can leave a truncated last
-    line, so every line that is not a JSON object with an integer ``step`` is skipped.
+    line: :func:`normbench.metrics.read_jsonl` skips it, and records without an
+    integer ``step`` are left out here.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        records = read_jsonl(Path(path))
     except OSError:
         return []
-    records = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and type(rec.get("step")) is int:
-            records.append(rec)
-    return records
+    return [r for r in records if type(r.get("step")) is int]
 
 
 def _finite(x) -> bool:

@@ -182,6 +182,8 @@ class Trainer:
         self.spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)  # checkpoint: spikes, recent_losses
         self.wandb_id: str | None = None
         self.resumed_summary: dict = {}  # the checkpoint's summary: a resumed run keeps its final numbers
+        self.clock = {"wall_s": 0.0, "train_time": 0.0, "train_tokens": 0}  # continued across a resume
+        self.start_wall = time.perf_counter()
         resumed = self._maybe_resume()
         if self.is_main:
             self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl", resume_step=self.step if resumed else 0)
@@ -221,6 +223,8 @@ class Trainer:
             raise ConfigError(f"checkpoint {path} does not fit this model ({why[:200]})") from None
         self.resumed_summary = state.get("summary") if isinstance(state.get("summary"), dict) else {}
         self.step, self.tokens = state["step"], state["tokens"]
+        if isinstance(state.get("clock"), dict):
+            self.clock.update(state["clock"])
         self.best_val = state.get("best_val", math.inf)
         self.last_val = state.get("last_val")
         self.initial_loss = state.get("initial_loss")
@@ -307,6 +311,7 @@ class Trainer:
             "skipped": self.skipped,
             "wandb_id": self.wandb_id,
             "summary": dict(self.summary),
+            "clock": {**self.clock, "wall_s": time.perf_counter() - self.start_wall},
             "sampler_rng": self.batches.gen.get_state(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -379,8 +384,9 @@ class Trainer:
     # ------------------------------------------------------------------- loop
     def fit(self) -> dict:
         cfg, t = self.cfg, self.cfg.trainer
-        start_wall = time.perf_counter()
-        train_time, train_tokens = 0.0, 0  # steady-state throughput: steps >= 5, no eval/ckpt
+        # wall clock and steady-state throughput (steps >= 5 of each segment, no eval/ckpt) go on
+        # across a resume: the checkpoint carries them (self.clock)
+        self.start_wall = start_wall = time.perf_counter() - self.clock["wall_s"]
         window_time, window_tokens = 0.0, 0
         pending: list[torch.Tensor] = []  # per-step losses on device, synced at log steps
         first_step = self.step
@@ -395,6 +401,8 @@ class Trainer:
         self.model.train()
         while self.step < self.max_steps:
             step = self.step
+            if self.device.type == "cuda" and step - first_step == 5:
+                torch.cuda.synchronize()  # the untimed first steps' queued GPU work must not leak into the timing
             t0 = time.perf_counter()
             lr = set_lr(self.optimizer, lr_factor(step, self.max_steps, cfg.sched))
             # the first step, then every diag.every steps done (records at step 1, every, 2*every, ...)
@@ -417,8 +425,8 @@ class Trainer:
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
             if step - first_step >= 5:
-                train_time += dt
-                train_tokens += self.tokens_per_step
+                self.clock["train_time"] += dt
+                self.clock["train_tokens"] += self.tokens_per_step
             window_time += dt
             window_tokens += self.tokens_per_step
 
@@ -448,13 +456,13 @@ class Trainer:
                     t_diag = time.perf_counter()
                     record.update(self.diag.collect())
                     t_diag = time.perf_counter() - t_diag
-                    train_time += t_diag if step - first_step >= 5 else 0.0
+                    self.clock["train_time"] += t_diag if step - first_step >= 5 else 0.0
                     window_time += t_diag
                 if eval_now and status is None:
                     record["val_loss"] = self.last_val = self.evaluate()
                     self.best_val = min(self.best_val, self.last_val)
                 self._emit(record, tps)
-                self._update_summary(losses[-1], train_tokens, train_time, start_wall)
+                self._update_summary(losses[-1], self.clock["train_tokens"], self.clock["train_time"], start_wall)
                 if status is not None:
                     return self._finish("diverged", status)
             if self.world == 1:

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 from pathlib import Path
+from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
@@ -55,8 +56,10 @@ def _has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
     netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    # `wandb login` writes the API host to ~/.netrc; a self-hosted server has its own host
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
     try:
-        return netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="replace")
+        return netrc.exists() and host in netrc.read_text(errors="replace")
     except OSError:
         return False
 

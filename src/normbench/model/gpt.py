@@ -155,7 +155,31 @@ def default_d_ff(mcfg) -> int:
     return 4 * mcfg.d_model
 
 
-class GPT(nn.Module):
+class CausalLM:
+    """What GPT and nGPT share: the cached RoPE table and the parameter count.
+
+    The RoPE table is rebuilt on first use (and on a device change), never stored in a
+    buffer, so meta-device init / ``to_empty`` cannot wipe it (OLMo-core PR #698).
+    """
+
+    use_rope: bool
+    seq_len: int
+    head_dim: int
+    rope_theta: float
+    _rope: tuple[torch.Tensor, torch.Tensor] | None
+
+    def rope(self, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if not self.use_rope:
+            return None
+        if self._rope is None or self._rope[0].device != device:
+            self._rope = rope_cache(self.seq_len, self.head_dim, self.rope_theta, device)
+        return self._rope
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class GPT(CausalLM, nn.Module):
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         super().__init__()
         self.n_layer, self.d_model, self.vocab_size = mcfg.n_layer, mcfg.d_model, vocab_size
@@ -218,12 +242,6 @@ class GPT(nn.Module):
                     normal(proj.weight, std / math.sqrt(2 * L))
 
     # ----- forward -----
-    def rope(self, device) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if not self.use_rope:
-            return None
-        if self._rope is None or self._rope[0].device != device:
-            self._rope = rope_cache(self.seq_len, self.head_dim, self.rope_theta, device)
-        return self._rope
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.wte(idx)
@@ -259,6 +277,3 @@ class GPT(nn.Module):
 
     def after_step(self) -> None:
         """Called after every optimizer step (nGPT re-normalizes weights here)."""
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())

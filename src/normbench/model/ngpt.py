@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.gpt import apply_rope, record_attention_stats, rope_cache
+from normbench.model.gpt import CausalLM, apply_rope, record_attention_stats
 
 
 class ScaledVector(nn.Module):
@@ -49,7 +49,7 @@ class ScaledVector(nn.Module):
 
 
 class NGPTBlock(nn.Module):
-    def __init__(self, d: int, n_head: int, d_ff: int, arch, n_layer: int):
+    def __init__(self, d: int, n_head: int, d_ff: int, arch):
         super().__init__()
         self.n_head, self.head_dim, self.d = n_head, d // n_head, d
         self.eps = arch.norm_eps
@@ -93,7 +93,7 @@ class NGPTBlock(nn.Module):
         return self.norm(h_norm + alpha.abs() * (out_norm - h_norm))
 
 
-class NGPT(nn.Module):
+class NGPT(CausalLM, nn.Module):
     def __init__(self, mcfg, arch, vocab_size: int):
         super().__init__()
         d, L = mcfg.d_model, mcfg.n_layer
@@ -101,12 +101,11 @@ class NGPT(nn.Module):
         self.eps = arch.norm_eps
         d_ff = mcfg.d_ff or 4 * d  # reference: c_fc maps d -> 2 * 4d
         self.wte = nn.Embedding(vocab_size, d)
-        self.blocks = nn.ModuleList(NGPTBlock(d, mcfg.n_head, d_ff, arch, L) for _ in range(L))
+        self.blocks = nn.ModuleList(NGPTBlock(d, mcfg.n_head, d_ff, arch) for _ in range(L))
         self.lm_head = nn.Linear(d, vocab_size, bias=False)  # never tied
         self.sz = ScaledVector(vocab_size, arch.s_z_init, 1.0 / math.sqrt(d))
         self.head_dim, self.rope_theta, self.seq_len = d // mcfg.n_head, mcfg.rope_theta, mcfg.seq_len
         self.use_rope = True  # the reference always uses RoPE; model.pos=learned is ignored (start-up note)
-        self.wpe = None
         self._rope = None
         base = 1.0 / math.sqrt(d)
         for mod in self.modules():
@@ -116,13 +115,6 @@ class NGPT(nn.Module):
             for proj in (block.att_c_proj, block.mlp_c_proj):
                 nn.init.normal_(proj.weight, std=base / math.sqrt(2 * L))
         self.normalize_matrices()
-
-    def rope(self, device):
-        if not self.use_rope:
-            return None
-        if self._rope is None or self._rope[0].device != device:
-            self._rope = rope_cache(self.seq_len, self.head_dim, self.rope_theta, device)
-        return self._rope
 
     def matrices(self) -> list[tuple[nn.Parameter, int]]:
         """Every matrix with the dim along which its vectors in R^d lie (train.py L388-411)."""
@@ -153,6 +145,3 @@ class NGPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
