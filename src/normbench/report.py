@@ -559,10 +559,14 @@ def build_report(root: Path, target_loss=None, steps=None, out=None) -> tuple[Pa
         blocks += [("h", 2, "Largest stable learning rate"),
                    ("p", "Largest lr at which every run completed without diverging."),
                    ("table", *lr_table(sweep))]  # fmt: skip
-    optuna = _load_yaml(root / "optimization_results.yaml")  # hydra/sweeper=optuna writes it at the end
-    if isinstance(optuna, dict) and "best_params" in optuna:
+    # hydra/sweeper=optuna writes optimization_results.yaml into its sweep dir at the end (DIR may be a parent)
+    for found in sorted(root.rglob("optimization_results.yaml")):
+        optuna = _load_yaml(found)
+        if not (isinstance(optuna, dict) and "best_params" in optuna):
+            continue
         best = ", ".join(f"`{k}={v}`" for k, v in (optuna.get("best_params") or {}).items())
-        blocks += [("h", 2, "Optuna search"),
+        where = "" if found.parent == root else f" ({found.parent.relative_to(root)})"
+        blocks += [("h", 2, f"Optuna search{where}"),
                    ("p", f"Best parameters: {best or DASH}; best value (best val loss): {optuna.get('best_value')}. "
                          "Diverged trials count as 1e6, failed ones as inf.")]  # fmt: skip
     rows = [[str(r.path.relative_to(root)), g.label, _setting(r, "seed") or DASH, r.status,
