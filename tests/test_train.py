@@ -131,24 +131,29 @@ def test_same_seed_same_losses_to_the_bit(tmp_path):
     assert a["final_loss"] == b["final_loss"] != c["final_loss"]
 
 
+def _interrupt_after(monkeypatch, run_dir: Path, steps: int, *overrides: str) -> None:
+    """Run in-process and stop after ``steps`` optimizer steps the way a SIGTERM does."""
+    original = trainer.Trainer.optimizer_step
+
+    def stepping_then_stop(self, grad_norm):
+        stepped = original(self, grad_norm)
+        if self.step == steps - 1:  # the step counter moves on right after the optimizer step
+            self.stop_signal = 15
+        return stepped
+
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", stepping_then_stop)
+    with pytest.raises(trainer.Interrupted):
+        _run_in_process(run_dir, *overrides)
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", original)
+
+
 def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
     args = ("trainer.max_steps=20", "trainer.ckpt_every=100", "trainer.log_every=1", "arch=peri_ln")
     _run_in_process(tmp_path / "full", *args)
 
-    original = trainer.Trainer.optimizer_step
-
-    def stop_after_8(self, grad_norm):
-        stepped = original(self, grad_norm)
-        if self.step == 7:  # the 8th step: ask to stop as a SIGTERM would
-            self.stop_signal = 15
-        return stepped
-
-    monkeypatch.setattr(trainer.Trainer, "optimizer_step", stop_after_8)
-    with pytest.raises(trainer.Interrupted):
-        _run_in_process(tmp_path / "cut", *args)
+    _interrupt_after(monkeypatch, tmp_path / "cut", 8, *args)
     summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["step"] == 8
-    monkeypatch.setattr(trainer.Trainer, "optimizer_step", original)
     _run_in_process(tmp_path / "cut", *args, "trainer.resume=true")
 
     full = read_jsonl(tmp_path / "full" / "metrics.jsonl")
@@ -272,19 +277,8 @@ def test_checkpoint_between_log_steps_carries_every_loss(tmp_path):
 
 def test_wall_clock_and_throughput_continue_across_a_resume(tmp_path, monkeypatch):
     args = ("trainer.max_steps=16", "trainer.log_every=1", "diag=off")
-    original = trainer.Trainer.optimizer_step
-
-    def stop_after_8(self, grad_norm):
-        stepped = original(self, grad_norm)
-        if self.step == 7:
-            self.stop_signal = 15
-        return stepped
-
-    monkeypatch.setattr(trainer.Trainer, "optimizer_step", stop_after_8)
-    with pytest.raises(trainer.Interrupted):
-        _run_in_process(tmp_path / "r", *args)
+    _interrupt_after(monkeypatch, tmp_path / "r", 8, *args)
     first = json.loads((tmp_path / "r" / "summary.json").read_text())
-    monkeypatch.setattr(trainer.Trainer, "optimizer_step", original)
     final = _run_in_process(tmp_path / "r", *args, "trainer.resume=true")
     times = [r["time_s"] for r in read_jsonl(tmp_path / "r" / "metrics.jsonl")]
     assert times == sorted(times)  # time_s does not restart at 0 after the resume
