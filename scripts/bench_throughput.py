@@ -42,7 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from normbench import trainer as nb_trainer  # noqa: E402
 from normbench.cli import compose_config as compose  # noqa: E402
 from normbench.data import load_data  # noqa: E402
-from normbench.model import padded_vocab  # noqa: E402
+from normbench.model import NANOGPT_SHAPE, padded_vocab  # noqa: E402
 
 WARMUP = 5
 ARCHS = ["pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt"]
@@ -148,12 +148,7 @@ def quiet_logs() -> None:
 def suite_baseline(args) -> None:
     shape = [
         f"model={args.model}",
-        "arch=pre_ln",
-        "norm=layernorm",
-        "model.pos=learned",
-        "model.mlp=gelu",
-        "model.bias=true",
-        "model.tie_embeddings=true",
+        *NANOGPT_SHAPE,
         "diag=off",
         f"trainer.batch_size={args.batch}",
         f"device={args.device}",

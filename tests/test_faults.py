@@ -100,8 +100,8 @@ def test_signal_checkpoints_marks_interrupted_and_resume_matches(tmp_path, refer
     proc = start(tmp_path, *RUN, "hydra.run.dir=run", NORMBENCH_TEST_SLOW_LOG="0.15")
     wait_for(lambda: len(steps(run)) >= 5, proc)
     # while it runs, the directory is locked: a second run is refused with the owner's pid
-    with pytest.raises(trainer.RunDirInUse, match=f"in use by process {socket.gethostname()}:{proc.pid}"):
-        trainer.RunLock(run).check_free()
+    with pytest.raises(rundir.RunDirInUse, match=f"in use by process {socket.gethostname()}:{proc.pid}"):
+        rundir.RunLock(run).check_free()
     proc.send_signal(sig)
     assert proc.wait(timeout=120) == 128 + sig
     assert "Traceback" not in (tmp_path / "err.txt").read_text()
@@ -411,7 +411,7 @@ def _dead_pid() -> int:
 def test_live_lock_refuses_a_second_run(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    holder = trainer.RunLock(run)
+    holder = rundir.RunLock(run)
     holder.acquire()
     try:
         capsys.readouterr()
@@ -420,8 +420,8 @@ def test_live_lock_refuses_a_second_run(tmp_path, capsys):
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert f"run directory {run} is in use by process {socket.gethostname()}:{os.getpid()}" in err
         assert not (run / ".hydra").exists(), "refused before Hydra writes into the directory"
-        with pytest.raises(trainer.RunDirInUse):  # the lock the run itself takes (sweeps, torchrun)
-            trainer.RunLock(run).acquire()
+        with pytest.raises(rundir.RunDirInUse):  # the lock the run itself takes (sweeps, torchrun)
+            rundir.RunLock(run).acquire()
     finally:
         holder.release()
     assert not (run / ".lock").exists()
@@ -431,7 +431,7 @@ def test_sweep_job_into_a_live_run_dir_leaves_that_run_alone(tmp_path, capsys):
     job = tmp_path / "sweep" / "job0"
     job.mkdir(parents=True)
     (job / "summary.json").write_text('{"status": "running", "step": 7}')
-    holder = trainer.RunLock(job)
+    holder = rundir.RunLock(job)
     holder.acquire()
     try:
         code = cli.main(
@@ -461,13 +461,13 @@ def test_lock_without_flock_falls_back_to_the_pid(tmp_path, monkeypatch):
     monkeypatch.setattr(rundir.fcntl, "flock", no_flock)
     lock_file = tmp_path / ".lock"
     lock_file.write_text(f"{socket.gethostname()}:{_dead_pid()}")
-    lock = trainer.RunLock(tmp_path)
+    lock = rundir.RunLock(tmp_path)
     lock.acquire()  # dead owner: taken over
     assert lock_file.read_text() == f"{socket.gethostname()}:{os.getpid()}"
     lock.release()
     lock_file.write_text(f"{socket.gethostname()}:{os.getppid()}")  # a live owner
-    with pytest.raises(trainer.RunDirInUse):
-        trainer.RunLock(tmp_path).acquire()
+    with pytest.raises(rundir.RunDirInUse):
+        rundir.RunLock(tmp_path).acquire()
 
 
 # ------------------------------------------------------------------------------------------- non-finite

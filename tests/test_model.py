@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from normbench.model import build_model
+from normbench.model import NANOGPT_SHAPE, build_model
 from normbench.model.gpt import apply_rope, rope_cache
 from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm
 from normbench.model.placement import deepnorm_alpha, deepnorm_beta, mix_ln_post_blocks
@@ -469,12 +469,7 @@ def to_normbench(name: str) -> str:
 def test_nanogpt_equivalence():
     L, d, H, T, V = 2, 64, 4, 32, 96
     model, _ = make(
-        "arch=pre_ln",
-        "norm=layernorm",
-        "model.pos=learned",
-        "model.mlp=gelu",
-        "model.bias=true",
-        "model.tie_embeddings=true",
+        *NANOGPT_SHAPE,
         f"model.n_layer={L}",
         f"model.d_model={d}",
         f"model.n_head={H}",

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from normbench.errors import ConfigError
+from normbench.metrics import write_atomic
 
 TMP_MARK = ".tmp."
 
@@ -58,26 +59,21 @@ def save_atomic(state: dict, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(path)
-    tmp = _tmp_path(path)
     slow = float(os.environ.get("NORMBENCH_TEST_SLOW_CKPT") or 0)
-    try:
-        with open(tmp, "wb") as f:
-            if slow > 0:  # test hook: a torn temp file exists for `slow` seconds
-                buf = io.BytesIO()
-                torch.save(state, buf)
-                data = buf.getvalue()
-                f.write(data[: len(data) // 2])
-                f.flush()
-                time.sleep(slow)
-                f.write(data[len(data) // 2 :])
-            else:
-                torch.save(state, f)
+
+    def write(f) -> None:
+        if slow > 0:  # test hook: a torn temp file exists for `slow` seconds
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            data = buf.getvalue()
+            f.write(data[: len(data) // 2])
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+            time.sleep(slow)
+            f.write(data[len(data) // 2 :])
+        else:
+            torch.save(state, f)
+
+    write_atomic(path, write, binary=True)
     _fsync_dir(path.parent)
 
 

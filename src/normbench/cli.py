@@ -333,7 +333,7 @@ def _check_run_dir_free(argv: list[str]) -> None:
         return
     dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
     if dirs and "${" not in dirs[-1]:
-        from normbench.trainer import RunLock
+        from normbench.rundir import RunLock
 
         RunLock(Path(dirs[-1])).check_free()
 
@@ -344,6 +344,7 @@ def run_job(cfg) -> float:
     from hydra.types import RunMode
 
     from normbench import trainer
+    from normbench.rundir import RunDirInUse
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
@@ -354,7 +355,7 @@ def run_job(cfg) -> float:
         print(f"normbench: error: {exc}", file=sys.stderr)
         if not multirun:
             sys.exit(2)
-        if not isinstance(exc, trainer.RunDirInUse):  # that directory's summary belongs to the live run
+        if not isinstance(exc, RunDirInUse):  # that directory's summary belongs to the live run
             trainer.summary_for_failure(run_dir, cfg, str(exc))
         return math.inf
     except trainer.Interrupted as exc:

@@ -75,13 +75,7 @@ class JsonlWriter:
     def truncate_after(self, step: int) -> None:
         """Keep records with step <= ``step`` (those the checkpoint covers), drop torn lines."""
         kept = [r for r in read_jsonl(self.path) if type(r.get("step")) is int and r["step"] <= step]
-        tmp = self.path.with_name(f".{self.path.name}.tmp.{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in kept:
-                f.write(json.dumps(r) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_text_atomic("".join(json.dumps(r) + "\n" for r in kept), self.path)
 
     def write(self, record: dict) -> None:
         if self._fail_at is not None and record.get("step") == self._fail_at:
@@ -95,12 +89,25 @@ class JsonlWriter:
         self.f.close()
 
 
-def write_json_atomic(obj: dict, path: Path) -> None:
+def write_atomic(path: Path, write, binary: bool = False) -> None:
+    """``write(file)`` into a temp file, fsync, rename over ``path``: ``path`` is always the old
+    or the new complete file; the temp file goes if anything fails (checkpoints use this too)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({k: _clean(v) for k, v in obj.items()}, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(text: str, path: Path) -> None:
+    write_atomic(path, lambda f: f.write(text))
+
+
+def write_json_atomic(obj: dict, path: Path) -> None:
+    write_text_atomic(json.dumps({k: _clean(v) for k, v in obj.items()}, indent=2) + "\n", path)

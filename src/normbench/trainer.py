@@ -36,7 +36,7 @@ from normbench.flops import mfu, model_flops_per_token, peak_flops, peak_memory_
 from normbench.metrics import JsonlWriter, write_json_atomic
 from normbench.model import build_model, check_combination, padded_vocab
 from normbench.optim import build_optimizer, lr_factor, set_lr
-from normbench.rundir import RunDirInUse, RunLock, check_resume_config, flat_config  # noqa: F401 (re-exported)
+from normbench.rundir import RunLock, check_resume_config, flat_config
 from normbench.wandb_logger import WandbLogger
 
 log = logging.getLogger("normbench")
@@ -183,6 +183,8 @@ class Trainer:
         self.wandb_id: str | None = None
         self.resumed_summary: dict = {}  # the checkpoint's summary: a resumed run keeps its final numbers
         self.clock = {"wall_s": 0.0, "train_time": 0.0, "train_tokens": 0}  # continued across a resume
+        # test hook: comma-separated steps whose gradients are made NaN (read once, not per step)
+        self.nan_grad_steps = {int(v) for v in os.environ.get("NORMBENCH_TEST_NAN_GRAD", "").split(",") if v.strip()}
         self.start_wall = time.perf_counter()
         resumed = self._maybe_resume()
         if self.is_main:
@@ -340,7 +342,7 @@ class Trainer:
                 loss_for_grad = self.scaler.scale(loss_for_grad)
             loss_for_grad.backward()
             loss_sum += loss.detach()
-        if str(self.step + 1) in os.environ.get("NORMBENCH_TEST_NAN_GRAD", "").split(","):  # test hook: steps 1..
+        if self.step + 1 in self.nan_grad_steps:  # test hook (NORMBENCH_TEST_NAN_GRAD): steps 1..
             next(p for p in self.raw_model.parameters() if p.grad is not None).grad.fill_(float("nan"))
         loss_mean = dist_utils.all_reduce_sum(loss_sum) * scale
         if self.scaler is not None:

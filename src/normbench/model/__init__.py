@@ -10,7 +10,18 @@ from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
 
-__all__ = ["GPT", "NGPT", "build_model", "check_combination", "padded_vocab"]
+__all__ = ["GPT", "NANOGPT_SHAPE", "NGPT", "build_model", "check_combination", "padded_vocab"]
+
+# The overrides under which GPT computes exactly karpathy/nanoGPT's model (tests/test_model.py
+# checks the logits; scripts/bench_throughput.py races it against a plain loop).
+NANOGPT_SHAPE = (
+    "arch=pre_ln",
+    "norm=layernorm",
+    "model.pos=learned",
+    "model.mlp=gelu",
+    "model.bias=true",
+    "model.tie_embeddings=true",
+)
 
 # Architectures whose blocks keep a norm even when norm=none would remove it are refused.
 _NEEDS_NORM = ("post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm")
