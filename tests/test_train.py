@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -283,3 +284,13 @@ def test_wall_clock_and_throughput_continue_across_a_resume(tmp_path, monkeypatc
     times = [r["time_s"] for r in read_jsonl(tmp_path / "r" / "metrics.jsonl")]
     assert times == sorted(times)  # time_s does not restart at 0 after the resume
     assert final["wall_s"] > first["wall_s"]
+
+
+def test_list_into_a_closed_pipe_is_quiet(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "normbench", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+    )
+    proc.stdout.close()  # like `| head` that left already: the child starts in ~1 s, then writes into a closed pipe
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err
