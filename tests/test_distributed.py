@@ -208,7 +208,7 @@ def test_ddp_resume_and_resume_across_world_sizes(single, tmp_path):
 WORKER = textwrap.dedent(
     """
     # torchrun worker: train in-process, then dump every rank's view of the parameters.
-    import json, sys
+    import json, os, sys
     from pathlib import Path
 
     import torch
@@ -261,6 +261,8 @@ WORKER = textwrap.dedent(
         result["uneven_err"] = max(e.abs().max().item() for e in errs)
     (out / f"result{du.rank()}.json").write_text(json.dumps(result))
     du.shutdown()
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)  # as normbench.cli.entry does: gloo's threads can abort the interpreter's teardown
     """
 )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -294,3 +295,18 @@ def test_list_into_a_closed_pipe_is_quiet(tmp_path):
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert "Traceback" not in err
+
+
+def test_torchrun_worker_exit_flushes_output_and_keeps_the_exit_code(tmp_path):
+    """A torchrun worker leaves through os._exit (gloo aborts in interpreter teardown): output and code survive."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # piped stdout is block-buffered
+    env["WORLD_SIZE"] = "2"
+
+    def run(*args):
+        cmd = [sys.executable, "-m", "normbench", *args]
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    listed = run("list", "arch")
+    assert listed.returncode == 0 and "peri_ln" in listed.stdout
+    bad = run("train", "arch=nonsense")
+    assert bad.returncode == 2 and "arch" in bad.stderr and "pre_ln" in bad.stderr

@@ -1,11 +1,4 @@
-import os
-import sys
-
-from normbench.cli import main
+from normbench.cli import entry
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BrokenPipeError:  # `normbench list | head`: the reader left; no traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+    entry()
