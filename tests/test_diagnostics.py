@@ -344,6 +344,22 @@ def test_learned_scalars_dyt_derf():
     r = d.collect()
     assert approx(r["norm_alpha_attn"], [2.0, 12.0]) and approx(r["norm_alpha_mlp"], [0.3, 0.3])
     assert not any(k.startswith("norm_shift") for k in r)  # DyT has no shift
+    assert not any(k.startswith(("norm_alpha_attn_", "norm_alpha_mlp_")) for k in r)  # one kind per sublayer
+
+    # Peri-LN + q/k norms: input, output and q/k norms also reported apart
+    model, d = make("arch=peri_ln", "norm=dyt", "arch.qk_norm=true", diag="default")
+    for i, b in enumerate(model.blocks):
+        _set(b.attn.norm_in.alpha, 1.0 + i)
+        _set(b.attn.norm_out.alpha, 3.0)
+        _set(b.attn.core.q_norm.alpha, 5.0)
+        _set(b.attn.core.k_norm.alpha, 7.0)
+        _set(b.mlp.norm_in.alpha, 0.5)
+        _set(b.mlp.norm_out.alpha, 1.5 * i)
+    r = d.collect()
+    assert approx(r["norm_alpha_attn_in"], [1.0, 2.0]) and approx(r["norm_alpha_attn_out"], [3.0, 3.0])
+    assert approx(r["norm_alpha_attn_qk"], [6.0, 6.0]) and approx(r["norm_alpha_attn"], [4.0, 4.25])
+    assert approx(r["norm_alpha_mlp_in"], [0.5, 0.5]) and approx(r["norm_alpha_mlp_out"], [0.0, 1.5])
+    assert "norm_alpha_attn_post" not in r
 
 
 def test_learned_scalars_peri_ln_gains_and_ngpt():

@@ -11,6 +11,7 @@ norm placement counts, nGPT's invariants and nanoGPT equivalence.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -51,10 +52,24 @@ def known_input(B=2, T=7, d=32, seed=5):
 
 
 # --------------------------------------------------------------------------- reference ops
+_LENIENT = []  # non-empty inside lenient(): a missing norm counts as the identity
+
+
+@contextlib.contextmanager
+def lenient():
+    """For selectivity checks only: apply another arch's equation to a block that lacks its norms."""
+    _LENIENT.append(True)
+    try:
+        yield
+    finally:
+        _LENIENT.pop()
+
+
 def ref_norm(mod, x):
-    """The norm's equation from its parameters (shared/ARCHITECTURES.md §1)."""
-    if mod is None:
+    """The norm's equation from its parameters (shared/ARCHITECTURES.md §1); the spec puts a norm here."""
+    if mod is None and _LENIENT:
         return x
+    assert mod is not None, "the equation has a norm here, the model has none"
     w = getattr(mod, "weight", None)
     b = getattr(mod, "bias", None)
     if isinstance(mod, RMSNorm):
@@ -106,7 +121,8 @@ def ref_attention(x, core, n_head):
     hd = C // n_head
     q, k, v = linear(x, core.c_attn).split(C, dim=-1)
     q, k, v = (t.reshape(B, T, n_head, hd) for t in (q, k, v))
-    q, k, v = ref_norm(core.q_norm, q), ref_norm(core.k_norm, k), ref_norm(core.v_norm, v)
+    norms = (core.q_norm, core.k_norm, core.v_norm)  # optional: arch.qk_norm, HybridNorm
+    q, k, v = (t if norm is None else ref_norm(norm, t) for norm, t in zip(norms, (q, k, v)))
     q, k = ref_rope(q), ref_rope(k)
     return linear(causal_softmax_attention(q, k, v, 1.0 / math.sqrt(hd)), core.c_proj)
 
@@ -147,6 +163,7 @@ def peri_block(x, block, n_head):
 
 def hybrid_block(x, block, n_head):
     A, Fm, a, m = parts(block, n_head)
+    assert _LENIENT or None not in (a.core.q_norm, a.core.k_norm, a.core.v_norm), "HybridNorm normalizes q, k, v"
     y = x + A(x)  # no attention input norm; q/k/v norms inside A
     z = ref_norm(m.norm_in, y)
     return z + Fm(z)  # residual taken after the norm
@@ -159,7 +176,7 @@ def check_block(block, rope, x, expected):
 
 
 # ------------------------------------------------------------------------------- equations
-@pytest.mark.parametrize("norm", ["rmsnorm", "layernorm", "dyt"])
+@pytest.mark.parametrize("norm", ["rmsnorm", "layernorm", "dyt", "derf"])
 @pytest.mark.parametrize("arch", ["pre_ln", "post_ln", "peri_ln"])
 def test_block_equation_simple(arch, norm):
     model, cfg = make(f"arch={arch}", f"norm={norm}", "model.n_layer=1")
@@ -169,7 +186,8 @@ def test_block_equation_simple(arch, norm):
     expected = {"pre_ln": pre_block, "post_ln": post_block, "peri_ln": peri_block}[arch](x, block, H)
     check_block(block, model.rope(x.device), x, expected)
     # sanity: the references differ from each other on this input (so the check is selective)
-    others = [f(x, block, H) for a, f in (("pre_ln", pre_block), ("hybridnorm", hybrid_block)) if a != arch]
+    with lenient():
+        others = [f(x, block, H) for a, f in (("pre_ln", pre_block), ("hybridnorm", hybrid_block)) if a != arch]
     assert all((o - expected).abs().max() > 1e-2 for o in others if o.shape == expected.shape)
 
 

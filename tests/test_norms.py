@@ -201,3 +201,28 @@ def test_embed_scalar_refused_outside_dyt_derf():
     with pytest.raises(ConfigError) as exc:
         check_combination(cfg)
     assert "\n" not in str(exc.value) and "embed_scale" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, note",
+    [
+        (["arch=pre_ln", "arch.alpha=3.0"], "arch=pre_ln ignores arch.alpha/arch.beta"),
+        (["arch=peri_ln", "arch.post_ratio=0.5"], "arch=peri_ln ignores arch.post_ratio=0.5"),
+        (["arch=ngpt", "arch.qk_norm=true", "arch.final_norm=true"], "ignores arch.qk_norm=True, arch.final_norm=True"),
+        (["arch=ngpt"], "arch=ngpt trains without warmup, as its reference: sched.warmup_steps=null"),
+        (["arch=hybridnorm", "arch.qk_norm=true"], "arch=hybridnorm normalizes q, k and v by construction"),
+        (["arch=peri_ln", "norm.affine=false"], "removes Peri-LN's Output-norm gains"),
+    ],
+)
+def test_ignored_or_off_recipe_keys_are_noted(overrides, note):
+    notes = check_combination(compose(["model=tiny", *overrides]))
+    assert any(note in n for n in notes), notes
+
+
+def test_plain_configs_get_no_notes_and_mix_ln_keeps_its_final_norm():
+    for arch in ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm"):
+        assert check_combination(compose(["model=tiny", f"arch={arch}"])) == [], arch
+    ngpt = ["arch=ngpt", "norm=none", "sched.warmup_steps=0", "model.tie_embeddings=false"]
+    assert check_combination(compose(["model=tiny", *ngpt])) == []
+    with pytest.raises(ConfigError, match=r"^arch.final_norm=false: mix_ln always applies the final norm"):
+        check_combination(compose(["model=tiny", "arch=mix_ln", "arch.final_norm=false"]))

@@ -276,6 +276,16 @@ def test_ngpt_never_decays_and_says_so():
     assert not any("note:" in ln for ln in lines)  # nothing ignored, nothing to say
 
 
+def test_ngpt_trains_without_warmup_and_pre_ln_keeps_it(tmp_path):
+    """sched.warmup_steps=null is 10% of the run, except under nGPT, whose recipe has none."""
+    base = ["model=tiny", "trainer.max_steps=20", "trainer.log_every=1", "diag=off", "sched=constant", "optim.lr=1e-3"]
+    for arch, first_lr in (("ngpt", 1e-3), ("pre_ln", 1e-3 / 2)):  # warmup 2 steps: (0 + 1) / 2
+        run_dir = tmp_path / arch
+        trainer.run(compose([*base, f"arch={arch}"]), run_dir)
+        lrs = [r["lr"] for r in read_jsonl(run_dir / "metrics.jsonl")]
+        assert lrs[0] == pytest.approx(first_lr) and lrs[-1] == pytest.approx(1e-3), (arch, lrs[:3])
+
+
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "dyt", "derf"])
 def test_affine_false_removes_every_gain_and_keeps_scalar_alpha(norm, tmp_path):
     overrides = [f"norm={norm}", "norm.affine=false", "norm.bias=true", "arch=peri_ln", "arch.qk_norm=true"]

@@ -310,3 +310,23 @@ def test_torchrun_worker_exit_flushes_output_and_keeps_the_exit_code(tmp_path):
     assert listed.returncode == 0 and "peri_ln" in listed.stdout
     bad = run("train", "arch=nonsense")
     assert bad.returncode == 2 and "arch" in bad.stderr and "pre_ln" in bad.stderr
+
+
+def test_ranks_split_the_global_batch_of_one_process():
+    """Batches: rank r of N reads micro-batches r, r+N, ...; together they are one process's global batch."""
+    import numpy as np
+    import torch
+
+    from normbench.trainer import Batches
+
+    tokens = np.arange(1000, dtype=np.uint16)
+    cpu = torch.device("cpu")
+    whole = Batches(tokens, 3, 8, seed=7, device=cpu).global_step(4, rank=0, world=1)
+    ranks = [Batches(tokens, 3, 8, seed=7, device=cpu).global_step(4, rank=r, world=2) for r in (0, 1)]
+    assert [len(r) for r in ranks] == [2, 2]
+    for micro, (x, y) in enumerate(whole):
+        rx, ry = ranks[micro % 2][micro // 2]
+        assert torch.equal(rx, x) and torch.equal(ry, y)
+        assert torch.equal(y[:, :-1], x[:, 1:]) and x.shape == (3, 8)  # targets are inputs shifted by one
+        assert torch.equal(x[:, 1:] - x[:, :-1], torch.ones(3, 7, dtype=torch.int64))  # contiguous windows
+    assert not torch.equal(whole[0][0], whole[1][0])  # micro-batches differ

@@ -58,6 +58,9 @@ Per-block lists are indexed by block ``l`` (0-based, ``n_layer`` entries);
 - Learned scalars, where the architecture has them (one entry per block unless said):
   ``norm_alpha_attn`` / ``norm_alpha_mlp`` = DyT/Derf alpha, mean over that
   sublayer's DyT/Derf norms (input, output, post; for attention also the q/k/v norms);
+  where a sublayer has more than one kind, each kind present in every block also gets its
+  own list: ``norm_alpha_<site>_in`` / ``_out`` / ``_post`` / ``_qk`` (q/k/v norms' mean),
+  e.g. Peri-LN's input and output norms, which drift apart in training;
   ``norm_shift_attn`` / ``norm_shift_mlp`` the same for Derf's shift;
   ``norm_alpha_final`` (scalar, the final norm's alpha), ``norm_alpha_embed`` (scalar,
   embedding norm), ``embed_scale`` (scalar, the DyT/Derf LLM recipe's embedding
@@ -306,12 +309,18 @@ class Diagnostics:
         pointwise = (DyT, Derf)
         for site in ("attn", "mlp"):
             alphas, shifts, gains = [], [], []
+            by_position: dict[str, list[torch.Tensor]] = {}
             for b in blocks:
                 sub = getattr(b, site)
-                mods = [sub.norm_in, sub.norm_out, sub.norm_post]
+                positions = {"in": [sub.norm_in], "out": [sub.norm_out], "post": [sub.norm_post]}
                 if site == "attn":
-                    mods += [getattr(sub.core, k, None) for k in ("q_norm", "k_norm", "v_norm")]
-                mods = [m for m in mods if isinstance(m, pointwise)]
+                    positions["qk"] = [getattr(sub.core, k, None) for k in ("q_norm", "k_norm", "v_norm")]
+                mods = []
+                for pos, found in positions.items():
+                    found = [m for m in found if isinstance(m, pointwise)]
+                    if found:
+                        by_position.setdefault(pos, []).append(torch.stack([m.alpha.squeeze() for m in found]).mean())
+                    mods += found
                 if mods:
                     alphas.append(torch.stack([m.alpha.squeeze() for m in mods]).mean())
                     if mods[0].shift is not None:
@@ -320,6 +329,9 @@ class Diagnostics:
                     gains.append(sub.norm_out.weight.mean())
             if alphas and len(alphas) == len(blocks):
                 g.add(f"norm_alpha_{site}", torch.stack(alphas))
+                for pos, vals in by_position.items():
+                    if len(by_position) > 1 and len(vals) == len(blocks):  # sites that drift apart, apart
+                        g.add(f"norm_alpha_{site}_{pos}", torch.stack(vals))
             if shifts and len(shifts) == len(blocks):
                 g.add(f"norm_shift_{site}", torch.stack(shifts))
             if gains and len(gains) == len(blocks):

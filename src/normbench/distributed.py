@@ -175,6 +175,15 @@ def any_rank_max(value: int, device: torch.device) -> int:
     return int(t.item())
 
 
+def gather_to_main(obj) -> list | None:
+    """Every rank's ``obj`` as a list on rank 0 (``None`` elsewhere); ``[obj]`` in one process."""
+    if not is_distributed():
+        return [obj]
+    out = [None] * dist.get_world_size() if rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
 def _is_dtensor(t) -> bool:
     from torch.distributed.tensor import DTensor
 

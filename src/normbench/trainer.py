@@ -22,9 +22,11 @@ import socket
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from normbench import checkpoint as ckpt
 from normbench import distributed as dist_utils
@@ -89,19 +91,30 @@ class Batches:
         self.gen = torch.Generator().manual_seed(seed)
         self.arange = np.arange(seq_len + 1)
 
-    def windows(self, n: int) -> torch.Tensor:
-        starts = torch.randint(len(self.tokens) - self.seq_len - 1, (n,), generator=self.gen).numpy()
+    def starts(self, n: int) -> np.ndarray:
+        return torch.randint(len(self.tokens) - self.seq_len - 1, (n,), generator=self.gen).numpy()
+
+    def gather(self, starts: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(self.tokens[starts[:, None] + self.arange].astype(np.int64))
 
+    def windows(self, n: int) -> torch.Tensor:
+        return self.gather(self.starts(n))
+
     def global_step(self, grad_accum: int, rank: int, world: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        data = self.windows(self.batch_size * grad_accum).view(grad_accum, self.batch_size, -1)
+        # draw the whole global batch's offsets (cheap), read only this rank's windows
+        starts = self.starts(self.batch_size * grad_accum).reshape(grad_accum, self.batch_size)
         out = []
         for micro in range(rank, grad_accum, world):
-            chunk = data[micro]
+            chunk = self.gather(starts[micro])
             if self.device.type == "cuda":
                 chunk = chunk.pin_memory().to(self.device, non_blocking=True)
             out.append((chunk[:, :-1], chunk[:, 1:]))
         return out
+
+
+def plain(node) -> SimpleNamespace:
+    """A config section as a plain namespace (attribute reads without OmegaConf's overhead)."""
+    return SimpleNamespace(**OmegaConf.to_container(node, resolve=True))
 
 
 def fixed_batches(tokens: np.ndarray, n: int, batch_size: int, seq_len: int, seed: int) -> list[torch.Tensor]:
@@ -164,6 +177,11 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+        # plain copies of what the step loop reads: an OmegaConf attribute read costs microseconds
+        self.t, self.sched = plain(cfg.trainer), plain(cfg.sched)
+        if cfg.arch.name == "ngpt":
+            self.sched.warmup_steps = 0  # nGPT's recipe (check_combination notes an override)
+        self.diag_every = cfg.diag.every
         self.batches = Batches(self.data.train, t.batch_size, T, cfg.seed, self.device)
         self.val_batches = fixed_batches(self.data.val, t.eval_batches, t.batch_size, T, seed=1234)
         self.tokens_per_step = t.batch_size * t.grad_accum * T
@@ -235,11 +253,35 @@ class Trainer:
         self.spike.steps = list(state.get("spike_steps_unlogged", []))
         self.wandb_id = state.get("wandb_id")
         self.batches.gen.set_state(state["sampler_rng"])
+        self._restore_rng(state)
+        log.info("resumed from %s at step %d%s", path, self.step, f" (changed: {', '.join(diff)})" if diff else "")
+        return True
+
+    def _rng_state(self) -> dict:
+        cuda = self.device.type == "cuda"
+        return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(self.device) if cuda else None}
+
+    def _restore_rng(self, state: dict) -> None:
+        """The dropout RNG: each rank's own stream when the world size is the one that saved it.
+
+        On another world size there is no stream to continue for some ranks: every rank then
+        starts a fresh one from (seed, rank, step), so dropout masks (only they draw from it
+        after init) differ from an uninterrupted run; without dropout nothing changes.
+        """
+        ranks = state.get("rank_rng")
+        if isinstance(ranks, list) and len(ranks) == self.world:
+            torch.set_rng_state(ranks[self.rank]["torch"])
+            if self.device.type == "cuda" and ranks[self.rank].get("cuda") is not None:
+                torch.cuda.set_rng_state(ranks[self.rank]["cuda"], self.device)
+            return
+        if self.world > 1:
+            torch.manual_seed(self.cfg.seed + 1_000_003 * self.rank + 7919 * self.step)
+            if self.cfg.model.dropout > 0:
+                log.info("note: resumed on a new world size; dropout masks continue from a fresh per-rank stream")
+            return
         torch.set_rng_state(state["torch_rng"])
         if torch.cuda.is_available() and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
-        log.info("resumed from %s at step %d%s", path, self.step, f" (changed: {', '.join(diff)})" if diff else "")
-        return True
 
     def _warn_schedule_change(self, state: dict, old_cfg: dict) -> None:
         """The LR schedule is a function of (step, max_steps): a new run length moves the LR at the resume step."""
@@ -247,8 +289,8 @@ class Trainer:
         step = state["step"]
         if not isinstance(old_max, int) or old_max == self.max_steps or step >= self.max_steps:
             return
-        before = lr_factor(min(step, old_max - 1), old_max, self.cfg.sched)
-        after = lr_factor(step, self.max_steps, self.cfg.sched)
+        before = lr_factor(min(step, old_max - 1), old_max, self.sched)
+        after = lr_factor(step, self.max_steps, self.sched)
         if abs(after - before) > 0.01 * max(before, after):
             log.warning(
                 "run length changed %d -> %d steps: the LR at step %d moves from %.3g to %.3g x optim.lr "
@@ -298,6 +340,7 @@ class Trainer:
         # Under FSDP the gather is collective, so every rank gets here; rank 0 writes.
         model_state = dist_utils.full_state(self.raw_model.state_dict(), keep=self.is_main)
         optim_state = dist_utils.full_state(self.optimizer.state_dict(), keep=self.is_main)
+        rank_rng = dist_utils.gather_to_main(self._rng_state())  # dropout streams differ per rank
         if not self.is_main:
             return
         state = {
@@ -317,6 +360,7 @@ class Trainer:
             "sampler_rng": self.batches.gen.get_state(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "rank_rng": rank_rng,
             "config": flat_config(self.cfg),
         }
         ckpt.save_atomic(state, self.run_dir / "checkpoints" / "last.pt")
@@ -328,9 +372,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ steps
     def train_step(self, diag_now: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        micro_batches = self.batches.global_step(self.cfg.trainer.grad_accum, self.rank, self.world)
+        micro_batches = self.batches.global_step(self.t.grad_accum, self.rank, self.world)
         loss_sum = torch.zeros((), device=self.device)
-        scale = 1.0 / self.cfg.trainer.grad_accum
+        scale = 1.0 / self.t.grad_accum
         # this rank's mean; DDP/FSDP average over ranks, so the gradient is the global-batch mean
         grad_scale = 1.0 / len(micro_batches)
         for i, (x, y) in enumerate(micro_batches):
@@ -350,13 +394,13 @@ class Trainer:
                 self.scaler.unscale_(opt)
         if diag_now:
             self.diag.grad_norms()  # before clipping, as DESIGN.md §3 defines them
-        clip = self.cfg.trainer.grad_clip if self.cfg.trainer.grad_clip > 0 else math.inf
+        clip = self.t.grad_clip if self.t.grad_clip > 0 else math.inf
         grad_norm = dist_utils.clip_grad_norm_(self.raw_model.parameters(), clip)  # total over FSDP shards too
         return loss_mean, grad_norm
 
     def optimizer_step(self, grad_norm: torch.Tensor) -> bool:
         """Step unless gradients are non-finite and skipping is on; returns whether it stepped."""
-        if self.cfg.trainer.skip_nonfinite and not torch.isfinite(grad_norm).item():
+        if self.t.skip_nonfinite and not torch.isfinite(grad_norm).item():
             if self.scaler is not None:
                 self.scaler.update()  # lowers the loss scale and clears its per-step unscale state
             self.optimizer.zero_grad(set_to_none=True)
@@ -385,7 +429,7 @@ class Trainer:
 
     # ------------------------------------------------------------------- loop
     def fit(self) -> dict:
-        cfg, t = self.cfg, self.cfg.trainer
+        cfg, t = self.cfg, self.t
         # wall clock and steady-state throughput (steps >= 5 of each segment, no eval/ckpt) go on
         # across a resume: the checkpoint carries them (self.clock)
         self.start_wall = start_wall = time.perf_counter() - self.clock["wall_s"]
@@ -406,9 +450,9 @@ class Trainer:
             if self.device.type == "cuda" and step - first_step == 5:
                 torch.cuda.synchronize()  # the untimed first steps' queued GPU work must not leak into the timing
             t0 = time.perf_counter()
-            lr = set_lr(self.optimizer, lr_factor(step, self.max_steps, cfg.sched))
+            lr = set_lr(self.optimizer, lr_factor(step, self.max_steps, self.sched))
             # the first step, then every diag.every steps done (records at step 1, every, 2*every, ...)
-            diag_now = self.diag.enabled and (step == 0 or (step + 1) % cfg.diag.every == 0)
+            diag_now = self.diag.enabled and (step == 0 or (step + 1) % self.diag_every == 0)
             loss, grad_norm = self.train_step(diag_now)
             if diag_now:
                 self.diag.before_step()
@@ -491,7 +535,7 @@ class Trainer:
 
     def _check_losses(self, losses: list[float], grad_norm: torch.Tensor) -> str | None:
         """Divergence and spike bookkeeping over the losses since the last log step."""
-        t = self.cfg.trainer
+        t = self.t
         for step, loss in enumerate(losses, self.step - len(losses) + 1):  # step numbers as in the records
             if not math.isfinite(loss):
                 return f"non-finite loss ({loss}) at step {self.step}"

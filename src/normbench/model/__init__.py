@@ -40,30 +40,52 @@ def check_combination(cfg) -> list[str]:
 
     Refused: ``norm=none`` with any arch but ``pre_ln`` (the other archs would lose the
     norms that define them); ``arch.qk_norm=true`` with ``norm=none``; ``norm.embed_scale``
-    with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe).
-    nGPT ignores ``norm=`` and the model keys it has no use for, and says so in the notes.
+    with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe);
+    ``mix_ln`` without its final norm (the paper always applies it).
+    Noted, never silent: keys an arch ignores (nGPT ignores ``norm=``, warmup and the model
+    keys it has no use for; ``arch.alpha``/``beta`` belong to DeepNorm, ``arch.post_ratio`` to
+    Mix-LN) and ablations that leave a paper's recipe (Peri-LN without Output-norm gains).
     """
-    arch, norm = cfg.arch.name, cfg.norm.name
+    arch, norm, a = cfg.arch.name, cfg.norm.name, cfg.arch
     notes = []
+    if arch != "deepnorm" and (a.alpha is not None or a.beta is not None):
+        notes.append(f"arch={arch} ignores arch.alpha/arch.beta (DeepNorm's residual scale and init gain)")
+    if arch != "mix_ln" and a.post_ratio != 0.25:
+        notes.append(f"arch={arch} ignores arch.post_ratio={a.post_ratio} (Mix-LN's share of Post-LN blocks)")
     if arch == "ngpt":
         if norm != "none":
             notes.append(f"arch=ngpt ignores norm={norm}: nGPT normalizes by L2 projection onto the unit sphere")
         if cfg.model.tie_embeddings:
             notes.append("arch=ngpt unties embeddings (the reference never ties wte and lm_head)")
+        if cfg.sched.warmup_steps != 0:
+            warm = "null (10% of the run)" if cfg.sched.warmup_steps is None else cfg.sched.warmup_steps
+            notes.append(f"arch=ngpt trains without warmup, as its reference: sched.warmup_steps={warm} ignored")
         m = cfg.model
         ignored = [
-            f"model.{key}={value}"
+            f"{key}={value}"
             for key, value, default in (
-                ("pos", m.pos, "rope"),
-                ("mlp", m.mlp, "swiglu"),
-                ("bias", m.bias, False),
-                ("dropout", m.dropout, 0.0),
+                ("model.pos", m.pos, "rope"),
+                ("model.mlp", m.mlp, "swiglu"),
+                ("model.bias", m.bias, False),
+                ("model.dropout", m.dropout, 0.0),
+                ("arch.qk_norm", a.qk_norm, False),
+                ("arch.final_norm", a.final_norm, False),
+                ("arch.embed_norm", a.embed_norm, False),
             )
             if value != default
         ]
         if ignored:
-            notes.append(f"arch=ngpt ignores {', '.join(ignored)}: it always uses RoPE, SwiGLU, no biases, no dropout")
+            notes.append(
+                f"arch=ngpt ignores {', '.join(ignored)}: it always uses RoPE, SwiGLU, no biases, no dropout, "
+                "and L2 normalization in place of q/k, final and embedding norms"
+            )
         return notes
+    if arch == "mix_ln" and not a.final_norm:
+        raise ConfigError("arch.final_norm=false: mix_ln always applies the final norm (Li et al. 2024); allowed: true")
+    if arch in ("hybridnorm", "hybridnorm_star") and a.qk_norm:
+        notes.append(f"arch={arch} normalizes q, k and v by construction; arch.qk_norm=true adds nothing")
+    if arch == "peri_ln" and not cfg.norm.affine:
+        notes.append("norm.affine=false removes Peri-LN's Output-norm gains, which its paper keeps learnable")
     if norm == "none" and arch in _NEEDS_NORM:
         raise ConfigError(
             f"norm=none with arch={arch} removes every norm the arch places, which is arch=pre_ln norm=none; "

@@ -230,7 +230,8 @@ class GPT(CausalLM, nn.Module):
                     nn.init.xavier_normal_(w_qkv[i * d : (i + 1) * d], gain=gain)
                 nn.init.xavier_normal_(block.attn.core.c_proj.weight, gain=beta)
                 # SwiGLU's c_fc stores two (d_ff, d) matrices [up; gate]: each gets its own xavier
-                # fans, as two separate Linear layers would (fc1 and the gate in torchscale's GLU)
+                # fans and gain beta, as two FFN input matrices would (our choice: the paper has no
+                # GLU, torchscale's GLU leaves its gate unscaled; see model/placement.py)
                 w_fc = block.mlp.core.c_fc.weight
                 halves = w_fc.chunk(2, dim=0) if block.mlp.core.kind == "swiglu" else (w_fc,)
                 for w in halves:

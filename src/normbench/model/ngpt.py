@@ -17,6 +17,9 @@ Deviations from the reference, on purpose:
 - Standard rotate-half RoPE (the reference's rotary is not a true rotation, NVIDIA/ngpt#10).
 - L2 normalizations use ``F.normalize`` in fp32 with an eps (the reference has no eps, NVIDIA/ngpt#7).
 - Weights are fp32 masters (the reference stores Linear weights in bf16).
+- As the reference code (not the paper, which rescales only v): both SwiGLU halves u and v are
+  multiplied by ``s_uv * sqrt(d)``; the factor on u is removed by the normalization after the MLP.
+- No weight decay and no warmup, whatever ``optim``/``sched`` say (a start-up note says so).
 - Like the reference, always RoPE and SwiGLU (c_fc: d -> 2 * 4d), no biases, no dropout, untied
   head: ``model.pos/mlp/bias/dropout/tie_embeddings`` are ignored with a start-up note
   (:func:`normbench.model.check_combination`).

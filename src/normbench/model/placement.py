@@ -20,6 +20,16 @@ References (equations in shared/ARCHITECTURES.md §2):
 ``arch.qk_norm`` adds per-head q/k norms (over d_h, before RoPE) to any softmax arch;
 hybridnorm/hybridnorm_star always have q/k/v norms, whatever ``arch.qk_norm`` says.
 Mix-LN with ``floor(post_ratio * L) = 0`` (e.g. L=2 at 0.25) is all Pre-LN, as in the reference.
+
+Choices between paper and reference code (also in each ``conf/arch/*.yaml``):
+- mix_ln: every weight N(0, 0.02), the embedding too (the MixLN repo draws the embedding from
+  N(0, sqrt(2/5)); ``arch.embed_init_std=0.632`` restores it). The final norm cannot be switched off.
+- hybridnorm: the norm's eps is ``norm.eps`` (1e-6 for RMSNorm); the reference's OLMo config uses
+  1e-5 (``norm.eps=1e-5`` matches it).
+- deepnorm: the paper's init (xavier-normal, gain beta on v, out-projection and FFN; q, k gain 1),
+  not torchscale's name-based rescaling. The paper has no GLU: with ``model.mlp=swiglu`` both
+  halves of ``c_fc`` (up and gate) get gain beta, as two FFN input matrices would; torchscale's GLU
+  scales fc1 and fc2 by name and leaves its gate at plain xavier.
 """
 
 from __future__ import annotations
