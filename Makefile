@@ -26,7 +26,7 @@ demo: install
 	$(BIN)/python -m normbench report outputs/demo
 
 test: install
-	WANDB_MODE=offline $(BIN)/python -m pytest -q
+	WANDB_MODE=offline $(BIN)/python -m pytest -q || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
 test-fast: install
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow"

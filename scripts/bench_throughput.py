@@ -22,6 +22,7 @@ machine noise hits all alike; the median is reported. Timing excludes the first
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -91,6 +92,11 @@ def plain_loop(cfg, steps: int, device: str) -> float:
     vocab = padded_vocab(cfg, load_data(cfg.data, log=lambda *a: None).vocab_size)
     model = PlainGPT(vocab, m.d_model, m.n_layer, m.n_head, m.seq_len).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
+    # the same precision and compilation as the normbench side, so the ratio compares the loops
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+    autocast = (lambda: torch.autocast(device, dtype=dtype)) if dtype else contextlib.nullcontext
+    scaler = torch.amp.GradScaler(device) if cfg.precision == "fp16" else None
+    forward = torch.compile(model) if cfg.compile else model
     gen = torch.Generator().manual_seed(0)
     arange = np.arange(m.seq_len + 1)
     elapsed, tokens = 0.0, 0
@@ -98,10 +104,19 @@ def plain_loop(cfg, steps: int, device: str) -> float:
         t0 = time.perf_counter()
         starts = torch.randint(len(data) - m.seq_len - 1, (t.batch_size,), generator=gen).numpy()
         chunk = torch.from_numpy(data[starts[:, None] + arange].astype(np.int64)).to(device)
-        loss = model(chunk[:, :-1], chunk[:, 1:])
-        loss.backward()
+        with autocast():
+            loss = forward(chunk[:, :-1], chunk[:, 1:])
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         opt.zero_grad(set_to_none=True)
         if step % 10 == 0:
             loss.item()  # the trainer syncs at its log steps too

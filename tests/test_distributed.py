@@ -71,6 +71,15 @@ def test_fsdp_refuses_whole_matrix_optimizers(tiny_cfg, monkeypatch):
     du.check_config(tiny_cfg("parallel=fsdp", "optim=lion"))
 
 
+def test_grad_accum_not_divisible_by_world_size_names_a_value_that_is(tiny_cfg, monkeypatch, tmp_path):
+    from normbench.errors import ConfigError
+    from normbench.trainer import Trainer
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ConfigError, match=r"trainer.grad_accum=6 must be a multiple .* \(e.g. trainer.grad_accum=8\)"):
+        Trainer(tiny_cfg("trainer.grad_accum=6"), tmp_path).setup()
+
+
 def test_optimizer_state_round_trip(tiny_cfg):
     """The full-state-dict loader gives the same result as load_state_dict in one process."""
     from normbench import distributed as du

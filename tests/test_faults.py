@@ -292,6 +292,17 @@ def test_checkpoint_of_another_model_is_refused_naming_the_keys(tmp_path, capsys
     assert "model.d_model (64 -> 128)" in err and "arch.name (pre_ln -> post_ln)" in err
 
 
+def test_refused_resume_leaves_the_runs_hydra_files_as_they_were(tmp_path, capsys):
+    """Hydra rewrites .hydra/ before the job starts; a refused resume puts the old files back."""
+    run = tmp_path / "run"
+    assert cli.main(["train", *RUN, "trainer.max_steps=2", f"hydra.run.dir={run}"]) == 0
+    before = {p.name: p.read_bytes() for p in (run / ".hydra").iterdir()}
+    assert "arch=post_ln" not in before["overrides.yaml"].decode()
+    code, _ = resume(capsys, run, "arch=post_ln")
+    assert code == 2
+    assert {p.name: p.read_bytes() for p in (run / ".hydra").iterdir()} == before
+
+
 def test_checkpoint_whose_tensors_do_not_fit_is_refused(tmp_path, capsys, saved_run):
     run = copy_of(saved_run, tmp_path)
     last = run / "checkpoints" / "last.pt"

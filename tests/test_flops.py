@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,3 +85,19 @@ def test_throughput_keys_in_metrics_and_summary(tiny_cfg, tmp_path):
     assert summary["mfu"] == pytest.approx(fpt * summary["tokens_per_s"] / 1e12)
     assert summary["step_time_s"] == pytest.approx(2 * 64 / summary["tokens_per_s"])
     assert summary["peak_flops"] == 1e12 and summary["peak_mem_gb"] is None
+
+
+def test_benchmark_script_reports_both_loops_as_a_ratio(tmp_path):
+    """scripts/bench_throughput.py, smallest size: the table has both loops, positive tokens/s, ratio 1 for the base."""
+    import re
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_throughput.py"
+    cmd = [sys.executable, str(script), "--suite", "baseline", "--model", "tiny", "--steps", "8", "--repeats", "1"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = dict(re.findall(r"^\| (plain loop|normbench) \| ([\d,]+) \| [\d.]+ \|$", proc.stdout, re.M))
+    assert set(rows) == {"plain loop", "normbench"}, proc.stdout
+    assert all(int(v.replace(",", "")) > 0 for v in rows.values())
+    assert "| plain loop |" in proc.stdout and "| 1.000 |" in proc.stdout

@@ -75,6 +75,11 @@ def test_list_prints_every_option_with_its_source(capsys):
             line = next(ln for ln in out.splitlines() if ln.strip().startswith(option + " "))
             assert len(line.split(None, 1)[1]) > 10, line  # a description, not just the name
     assert "arXiv:2410.01131" in out  # nGPT's paper
+    assert max(len(ln) for ln in out.splitlines()) <= 180  # one short line per option
+    assert "Adafactor (Shazeer & Stern 2018)" in out and "RELATIVE" not in out  # first sentence only
+    for group in ("arch", "norm", "optim"):  # each with its paper (norm=none has none to cite)
+        for option in set(cli.options(group)) - {"none"}:
+            assert cli._CITES.search(cli.describe(cli.config_dir() / group / f"{option}.yaml")), (group, option)
     assert cli.main(["list", "arch"]) == 0
     assert cli.main(["list", "bogus"]) == 2
 

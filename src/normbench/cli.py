@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import sys
+import textwrap
 from pathlib import Path
 
 from normbench.errors import ConfigError
@@ -91,7 +92,8 @@ def compose_config(overrides: list[str] | None = None):
 
 # ----------------------------------------------------------------------------- list
 _CITES = re.compile(r"arXiv|et al\.|\b(19|20)\d\d\b|\b[A-Za-z][A-Za-z0-9-]{2,}/[A-Za-z][\w.-]{2,}")
-_SENTENCE_END = re.compile(r"(?<!al\.)(?<=\.)\s+(?=[A-Z(`])")
+_SENTENCE_END = re.compile(r"(?<!al\.)(?<!e\.g\.)(?<!i\.e\.)(?<!vs\.)(?<=[.?!])\s+(?=[A-Za-z(`])")
+_LIST_WIDTH = 150  # characters of description per option in `normbench list`
 
 
 def describe(path: Path) -> str:
@@ -108,9 +110,12 @@ def describe(path: Path) -> str:
         return ""
     first = sentences[0]
     if _CITES.search(first):
-        return first
+        return textwrap.shorten(first, _LIST_WIDTH, placeholder=" ...")
     ref = next((s for s in sentences[1:] if _CITES.search(s)), "")
-    return f"{first}  [{ref.rstrip('.')}]" if ref else first
+    if not ref:
+        return textwrap.shorten(first, _LIST_WIDTH, placeholder=" ...")
+    ref = textwrap.shorten(ref.rstrip("."), 70, placeholder=" ...")
+    return f"{textwrap.shorten(first, max(90, _LIST_WIDTH - len(ref) - 4), placeholder=' ...')}  [{ref}]"
 
 
 def list_cli(argv: list[str]) -> int:
@@ -215,6 +220,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
         base_keys = _flat_keys(compose(config_name="config", overrides=searchpath))
         _check_hydra_groups(overrides)
+        _check_appended_keys(user, base_keys, extra_dirs)
         for variant in variants:
             try:
                 cfg = compose(config_name="config", overrides=variant)
@@ -229,6 +235,20 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
 
                 resolve_device(cfg)
     GlobalHydra.instance().clear()
+
+
+def _check_appended_keys(user: list[str], base_keys: list[str], extra_dirs: tuple[Path, ...]) -> None:
+    """``+trainer.max_step=1`` appends a key the schema does not know, which nothing would read:
+    refused like any unknown key (a ``+group=option`` of a config group stays allowed)."""
+    for o in user:
+        if not o.startswith("+"):
+            continue
+        key = o.lstrip("+").partition("=")[0]
+        if key in base_keys or (("." not in key) and options(key, extra_dirs)):
+            continue
+        near = difflib.get_close_matches(key, base_keys, n=1, cutoff=0.6)
+        hint = f" (did you mean '{near[0]}'?)" if near else " (see `python -m normbench train --cfg job`)"
+        raise ConfigError(f"unknown config key '{key}'{hint}; '+' cannot add keys that normbench never reads")
 
 
 def _check_hydra_groups(overrides: list[str]) -> None:
@@ -320,11 +340,32 @@ def train_cli(argv: list[str]) -> int:
 
     saved = sys.argv
     sys.argv = ["normbench train"] + argv
+    hydra_files = _snapshot_hydra_files(argv)
+    _REFUSED.clear()
     try:
         _train()
     finally:
         sys.argv = saved
+        if _REFUSED and hydra_files:  # a refused run (e.g. resume with a changed arch) changes nothing
+            from normbench.metrics import write_atomic
+
+            for path, data in hydra_files.items():
+                write_atomic(path, lambda f, data=data: f.write(data), binary=True)
     return 0
+
+
+_REFUSED: list[str] = []  # run_job notes a refused single run here
+
+
+def _snapshot_hydra_files(argv: list[str]) -> dict[Path, bytes]:
+    """The ``.hydra/`` files of an existing single-run directory, as they are before Hydra rewrites
+    them: a run refused there (resume with another arch, a foreign checkpoint) puts them back."""
+    if any(a in ("-m", "--multirun") for a in argv) or int(os.environ.get("RANK", 0)) != 0:
+        return {}
+    dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+    if not dirs or "${" in dirs[-1] or not (Path(dirs[-1]) / ".hydra").is_dir():
+        return {}
+    return {p: p.read_bytes() for p in (Path(dirs[-1]) / ".hydra").iterdir() if p.is_file()}
 
 
 def _check_run_dir_free(argv: list[str]) -> None:
@@ -353,8 +394,9 @@ def run_job(cfg) -> float:
     try:
         summary = trainer.run(cfg, run_dir)
     except ConfigError as exc:
-        print(f"normbench: error: {exc}", file=sys.stderr)
+        error(str(exc))
         if not multirun:
+            _REFUSED.append(str(exc))
             sys.exit(2)
         if not isinstance(exc, RunDirInUse):  # that directory's summary belongs to the live run
             trainer.summary_for_failure(run_dir, cfg, str(exc))

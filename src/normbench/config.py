@@ -221,9 +221,13 @@ def validate(cfg: Any) -> None:
     _choice("precision", cfg.precision, PRECISIONS)
     _choice("parallel", cfg.parallel, PARALLELS)
     _choice("diag.name", cfg.diag.name, DIAGS)
+    _choice("logger.name", cfg.logger.name, ("jsonl", "wandb"))
+    if cfg.logger.wandb.mode is not None:
+        _choice("logger.wandb.mode", cfg.logger.wandb.mode, ("online", "offline", "disabled", "shared"))
     for key in ("n_layer", "d_model", "n_head", "seq_len", "d_ff", "pad_vocab_to"):
         _positive(f"model.{key}", getattr(m, key))
     _positive("model.init_std", m.init_std)
+    _positive("model.rope_theta", m.rope_theta)
     if m.d_model % m.n_head:
         raise ConfigError(
             f"model.n_head={m.n_head} must divide model.d_model={m.d_model} "
@@ -259,10 +263,12 @@ def validate(cfg: Any) -> None:
     _positive("trainer.max_tokens", t.max_tokens)
     _positive("trainer.grad_clip", t.grad_clip, zero_ok=True)
     _positive("trainer.diverge_factor", t.diverge_factor)
-    if s.warmup_steps is not None and s.warmup_steps >= t.max_steps and s.warmup_steps > 0:
-        raise ConfigError(
-            f"sched.warmup_steps={s.warmup_steps} must be shorter than the run (trainer.max_steps={t.max_steps})"
-        )
+    run_steps, length = t.max_steps, f"trainer.max_steps={t.max_steps}"
+    if t.max_tokens and t.max_tokens // (t.batch_size * t.grad_accum * m.seq_len) < t.max_steps:
+        run_steps = max(1, t.max_tokens // (t.batch_size * t.grad_accum * m.seq_len))  # as the trainer counts
+        length = f"trainer.max_tokens={t.max_tokens} gives {run_steps} steps"
+    if s.warmup_steps is not None and s.warmup_steps >= run_steps and s.warmup_steps > 0:
+        raise ConfigError(f"sched.warmup_steps={s.warmup_steps} must be shorter than the run ({length})")
     if not 0.0 < d.val_fraction < 0.5:
         raise ConfigError(f"data.val_fraction={d.val_fraction} must be in (0, 0.5)")
     if d.vocab_size is not None:

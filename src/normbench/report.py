@@ -180,7 +180,12 @@ def _norm_value(value: str) -> str:
 
 
 def _setting(run: Run, key: str) -> str | None:
-    """A run's value for an override key: its override, else its config, else its summary."""
+    """A run's value for an override key: its override, else its config, else its summary.
+
+    arch/norm/optim/seed come from the summary first: the run itself wrote them (a resume
+    refused for a changed arch leaves no trace there)."""
+    if key in ("arch", "norm", "optim", "seed") and (run.summary or {}).get(key) is not None:
+        return _norm_value(str(run.summary[key]))
     for o in run.overrides:
         k, sep, v = o.partition("=")
         if sep and k.lstrip("+~") == key:

@@ -140,7 +140,8 @@ class Trainer:
         if t.grad_accum % self.world:
             raise ConfigError(
                 f"trainer.grad_accum={t.grad_accum} must be a multiple of the world size ({self.world}) "
-                "so the global batch stays what the config says"
+                f"so the global batch stays what the config says (e.g. trainer.grad_accum="
+                f"{self.world * -(-t.grad_accum // self.world)})"
             )
         dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
         torch.manual_seed(cfg.seed)
