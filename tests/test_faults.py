@@ -391,6 +391,33 @@ def test_preemption_signal_checkpoints_then_goes_on_to_submitit(tmp_path, monkey
     assert steps(run) == list(range(1, 9))
 
 
+def test_preemption_that_is_not_requeued_stays_interrupted(tmp_path, monkeypatch):
+    """submitit gives up (timed out too many times) by raising: the run stays `interrupted`, resumable."""
+    run = tmp_path / "run"
+
+    def submitit_gives_up(signum, frame):
+        raise RuntimeError("Job not requeued because: timed-out too many times.")
+
+    original = trainer.Trainer.optimizer_step
+
+    def preempt_at_step_2(self, grad_norm):
+        if self.step == 1:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        return original(self, grad_norm)
+
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", preempt_at_step_2)
+    previous = signal.signal(signal.SIGUSR2, submitit_gives_up)
+    try:
+        with pytest.raises(RuntimeError, match="timed-out too many times"):
+            trainer.run(compose([*RUN, "trainer.max_steps=8"]), run)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    s = summary(run)
+    assert s["status"] == "interrupted" and trainer.read_status(run) == "interrupted"
+    assert "SIGUSR2 at step 2" in s["reason"] and "not requeued: Job not requeued" in s["reason"]
+    assert ckpt.load(run / "checkpoints" / "last.pt")["step"] == 2
+
+
 def test_fresh_run_into_a_used_dir_sets_the_old_checkpoint_aside(tmp_path, saved_run, monkeypatch):
     run = copy_of(saved_run, tmp_path)
     monkeypatch.setenv("NORMBENCH_TEST_FAIL_AT_STEP", "1")  # the fresh run crashes before its first checkpoint

@@ -54,23 +54,26 @@ def _decayed_names(model, opt) -> set[str]:
 
 
 def test_lion_step_matches_the_papers_update_rule():
-    """Chen et al. 2023, Algorithm 2, with decoupled weight decay, over three steps."""
+    """Chen et al. 2023, Algorithm 2, with decoupled weight decay, over three steps, two tensors at once."""
     torch.manual_seed(0)
-    p0 = torch.randn(5, 3)
-    grads = [torch.randn(5, 3) for _ in range(3)]
+    shapes = [(5, 3), (4,)]
+    p0 = [torch.randn(s) for s in shapes]
+    grads = [[torch.randn(s) for s in shapes] for _ in range(3)]
     lr, b1, b2, wd = 0.01, 0.9, 0.99, 0.5
-    p = torch.nn.Parameter(p0.clone())
-    opt = optim.Lion([p], lr=lr, betas=(b1, b2), weight_decay=wd)
+    params = [torch.nn.Parameter(x.clone()) for x in p0]
+    opt = optim.Lion(params, lr=lr, betas=(b1, b2), weight_decay=wd)
 
-    theta, m = p0.clone(), torch.zeros(5, 3)
-    for g in grads:
-        p.grad = g.clone()
+    theta, m = [x.clone() for x in p0], [torch.zeros(s) for s in shapes]
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.grad = g.clone()
         opt.step()
-        c = b1 * m + (1 - b1) * g  # interpolate, take the sign
-        theta = theta - lr * (torch.sign(c) + wd * theta)  # decoupled weight decay
-        m = b2 * m + (1 - b2) * g  # then update the momentum with b2
-        torch.testing.assert_close(p.detach(), theta, rtol=0, atol=1e-6)
-        torch.testing.assert_close(opt.state[p]["exp_avg"], m, rtol=0, atol=1e-7)
+        for i, (p, g) in enumerate(zip(params, step_grads)):
+            c = b1 * m[i] + (1 - b1) * g  # interpolate, take the sign
+            theta[i] = theta[i] - lr * (torch.sign(c) + wd * theta[i])  # decoupled weight decay
+            m[i] = b2 * m[i] + (1 - b2) * g  # then update the momentum with b2
+            torch.testing.assert_close(p.detach(), theta[i], rtol=0, atol=1e-6)
+            torch.testing.assert_close(opt.state[p]["exp_avg"], m[i], rtol=0, atol=1e-7)
 
 
 def _newton_schulz5(g: torch.Tensor) -> torch.Tensor:

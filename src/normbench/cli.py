@@ -411,6 +411,8 @@ def run_job(cfg) -> float:
         # a failed job is a result of the sweep, not its end
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"normbench: job {hc.job.num} failed: {type(exc).__name__}: {first}", file=sys.stderr)
+        if trainer.read_status(run_dir) == "interrupted":  # checkpointed first, then the launcher gave up
+            return math.inf  # the summary says so already; trainer.resume=true continues it
         trainer.summary_for_failure(run_dir, cfg, f"{type(exc).__name__}: {first}"[:300])
         return math.inf
     if summary["status"] != "completed" or summary.get("best_val_loss") is None:

@@ -149,18 +149,36 @@ class Lion(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "exp_avg" not in state:
-                    state["exp_avg"] = torch.zeros_like(p)
-                m = state["exp_avg"]
-                update = (m * b1 + p.grad * (1 - b1)).sign_()
-                p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(update, alpha=-group["lr"])
-                m.mul_(b2).add_(p.grad, alpha=1 - b2)
+            lr, wd = group["lr"], group["weight_decay"]
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if "exp_avg" not in self.state[p]:
+                    self.state[p]["exp_avg"] = torch.zeros_like(p)
+            grads = [p.grad for p in params]
+            ms = [self.state[p]["exp_avg"] for p in params]
+            if any(_is_dtensor(p) for p in params):  # FSDP2 shards: elementwise ops, one tensor at a time
+                for p, g, m in zip(params, grads, ms):
+                    update = (m * b1 + g * (1 - b1)).sign_()
+                    p.mul_(1 - lr * wd).add_(update, alpha=-lr)
+                    m.mul_(b2).add_(g, alpha=1 - b2)
+                continue
+            # the same three lines for all tensors at once (one multi-tensor kernel per op on GPU)
+            updates = torch._foreach_mul(ms, b1)
+            torch._foreach_add_(updates, torch._foreach_mul(grads, 1 - b1))
+            torch._foreach_sign_(updates)
+            torch._foreach_mul_(params, 1 - lr * wd)
+            torch._foreach_add_(params, updates, alpha=-lr)
+            torch._foreach_mul_(ms, b2)
+            torch._foreach_add_(ms, grads, alpha=1 - b2)
         return loss
+
+
+def _is_dtensor(t) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
 
 
 class Muon(torch.optim.Muon):

@@ -656,7 +656,13 @@ def run(cfg, run_dir: Path) -> dict:
         previous = handlers.get(trainer.stop_signal)
         if trainer.stop_signal in preempt and callable(previous):
             log.info("checkpoint written; %s goes on to the launcher", signal.Signals(trainer.stop_signal).name)
-            previous(trainer.stop_signal, None)  # submitit: requeue this job (which then resumes), exit
+            try:
+                previous(trainer.stop_signal, None)  # submitit: requeue this job (which then resumes), exit
+            except Exception as exc:  # submitit: not requeued (e.g. timed out too often); the checkpoint is fine
+                why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                trainer.summary["reason"] = f"{trainer.summary.get('reason')}; not requeued: {why}"[:300]
+                trainer.write_summary()
+                raise
         raise
     except BaseException as exc:
         if trainer.summary:
@@ -679,6 +685,15 @@ def _preemption_signals() -> tuple[signal.Signals, ...]:
     name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()
     sig = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
     return (sig,) if isinstance(sig, signal.Signals) and sig not in (signal.SIGTERM, signal.SIGINT) else ()
+
+
+def read_status(run_dir: Path) -> str | None:
+    """The status in a run's summary.json, or None (no file, unreadable)."""
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary.get("status") if isinstance(summary, dict) else None
 
 
 def summary_for_failure(run_dir: Path, cfg, reason: str, status: str = "failed") -> None:
