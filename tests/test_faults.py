@@ -357,6 +357,27 @@ def test_resume_of_a_finished_run_keeps_its_summary(tmp_path, saved_run):
     assert steps(run) == [1, 2]
 
 
+def _preempted_run(monkeypatch, run: Path, at_step: int, launcher_handler, raises) -> None:
+    """Train RUN (8 steps) with ``launcher_handler`` on SIGUSR2 (as submitit installs it); the signal
+    arrives during step ``at_step``; the run must end by raising ``raises``."""
+    original = trainer.Trainer.optimizer_step
+
+    def preempt(self, grad_norm):
+        if self.step == at_step - 1:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        return original(self, grad_norm)
+
+    monkeypatch.setattr(trainer.Trainer, "optimizer_step", preempt)
+    previous = signal.signal(signal.SIGUSR2, launcher_handler)
+    try:
+        with pytest.raises(raises):
+            trainer.run(compose([*RUN, "trainer.max_steps=8"]), run)
+        assert signal.getsignal(signal.SIGUSR2) is launcher_handler, "the launcher's handler is back"
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+        monkeypatch.setattr(trainer.Trainer, "optimizer_step", original)
+
+
 def test_preemption_signal_checkpoints_then_goes_on_to_submitit(tmp_path, monkeypatch):
     """Under hydra-submitit-launcher, submitit's USR2 handler requeues the job: normbench writes the
     checkpoint at the end of the step first, then calls it."""
@@ -367,26 +388,11 @@ def test_preemption_signal_checkpoints_then_goes_on_to_submitit(tmp_path, monkey
         calls.append((signum, ckpt.load(run / "checkpoints" / "last.pt")["step"], summary(run)["status"]))
         raise SystemExit(-1)  # submitit exits the job once it is requeued
 
-    original = trainer.Trainer.optimizer_step
-
-    def preempt_at_step_3(self, grad_norm):
-        if self.step == 2:
-            os.kill(os.getpid(), signal.SIGUSR2)
-        return original(self, grad_norm)
-
-    monkeypatch.setattr(trainer.Trainer, "optimizer_step", preempt_at_step_3)
-    previous = signal.signal(signal.SIGUSR2, submitit_handler)
-    try:
-        with pytest.raises(SystemExit):
-            trainer.run(compose([*RUN, "trainer.max_steps=8"]), run)
-        assert signal.getsignal(signal.SIGUSR2) is submitit_handler, "the launcher's handler is back"
-    finally:
-        signal.signal(signal.SIGUSR2, previous)
+    _preempted_run(monkeypatch, run, 3, submitit_handler, SystemExit)
     assert calls == [(signal.SIGUSR2, 3, "interrupted")], "checkpoint at the step, then the requeue"
     assert "SIGUSR2 at step 3" in summary(run)["reason"]
     assert not (run / ".lock").exists()
     # the requeued job runs the same command; with trainer.resume=true it continues from step 3
-    monkeypatch.setattr(trainer.Trainer, "optimizer_step", original)
     assert trainer.run(compose([*RUN, "trainer.max_steps=8", "trainer.resume=true"]), run)["status"] == "completed"
     assert steps(run) == list(range(1, 9))
 
@@ -398,20 +404,7 @@ def test_preemption_that_is_not_requeued_stays_interrupted(tmp_path, monkeypatch
     def submitit_gives_up(signum, frame):
         raise RuntimeError("Job not requeued because: timed-out too many times.")
 
-    original = trainer.Trainer.optimizer_step
-
-    def preempt_at_step_2(self, grad_norm):
-        if self.step == 1:
-            os.kill(os.getpid(), signal.SIGUSR2)
-        return original(self, grad_norm)
-
-    monkeypatch.setattr(trainer.Trainer, "optimizer_step", preempt_at_step_2)
-    previous = signal.signal(signal.SIGUSR2, submitit_gives_up)
-    try:
-        with pytest.raises(RuntimeError, match="timed-out too many times"):
-            trainer.run(compose([*RUN, "trainer.max_steps=8"]), run)
-    finally:
-        signal.signal(signal.SIGUSR2, previous)
+    _preempted_run(monkeypatch, run, 2, submitit_gives_up, RuntimeError)
     s = summary(run)
     assert s["status"] == "interrupted" and trainer.read_status(run) == "interrupted"
     assert "SIGUSR2 at step 2" in s["reason"] and "not requeued: Job not requeued" in s["reason"]
