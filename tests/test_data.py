@@ -72,6 +72,18 @@ def test_split_at_line_boundary():
     assert 0.05 < len(val) / len(text) < 0.15
 
 
+def test_split_of_few_long_lines_keeps_the_val_share():
+    """A line start far from the target would make val several times too large: cut mid-line instead."""
+    train, val = split_text("x" * 60 + "\n" + "y" * 300 + "\n", 0.1)  # the only line start: 61 of 362
+    assert len(val) == 362 - int(362 * 0.9) and set(val) == {"y", "\n"}
+    text = "".join(("word " * 20_000)[:-1] + "\n" for _ in range(3))  # three 100 kB lines
+    train, val = split_text(text, 0.1)
+    assert train + val == text and 0.05 < len(val) / len(text) < 0.15 and val.startswith("word")
+    text = "a\n" * 50 + "b" * 20 + "\n"  # nearest line start is after the target, not before
+    train, val = split_text(text, 0.3)
+    assert train + val == text and abs(len(val) - 0.3 * len(text)) <= 0.5 * 0.3 * len(text) + 1
+
+
 def test_byte_cache_reuse(tmp_path):
     cfg = make_cfg(tmp_path, name="synthetic", synthetic_tokens=20_000)
     logs = []

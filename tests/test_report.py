@@ -239,6 +239,57 @@ def test_lr_sweep_largest_stable(tmp_path):
     check_png(root / "lr_sweep.png")
 
 
+def test_resumed_job_stays_in_its_group_and_tokens_per_s_averages_the_completed_runs(tmp_path):
+    """trainer.resume=true on one job is bookkeeping, not a setting; a diverged seed's early
+    throughput does not enter the group's tokens/s (the table averages completed runs only)."""
+    root = tmp_path / "sweep"
+    recs = [fake_records(1.0 + 0.01 * seed) for seed in (0, 1, 2)]
+    extra = ([], ["trainer.resume=true", "trainer.resume_allow_changed=[trainer.max_steps]"], [])
+    for seed in (0, 1, 2):
+        status = "diverged" if seed == 2 else "completed"
+        s = summary_for(recs[seed], "pre_ln", seed, status, "loss spike")
+        if status == "diverged":
+            s["tokens_per_s"] = None  # diverged before the steady-state window
+            recs[seed][-1]["tokens_per_s"] = 99_999.0
+        make_run(root / str(seed), ["arch=pre_ln", f"seed={seed}", *extra[seed]], config(seed=seed), recs[seed], s)
+    rows = table(report.make_report(root).read_text(), "group")
+    assert list(rows) == ["arch=pre_ln norm=layernorm"]
+    row = rows["arch=pre_ln norm=layernorm"]
+    assert row["runs"] == "3" and row["status"] == "2 completed, 1 diverged"
+    assert row["tokens/s"] == f"{statistics.fmean([1234.0, 1235.0]):,.0f}"
+
+
+def test_optimizer_sweep_is_not_an_lr_sweep_and_lr_stability_needs_a_completed_run(tmp_path):
+    root = tmp_path / "optim"
+    for job, (name, lr) in enumerate((("adamw", 2e-3), ("lion", 3e-4))):
+        recs = fake_records(1.0 + job)
+        make_run(root / str(job), [f"optim={name}"], {**config(lr=lr), "optim": {"name": name, "lr": lr}}, recs,
+                 {**summary_for(recs, "pre_ln", 0), "optim": name})  # fmt: skip
+    md = report.make_report(root).read_text()
+    assert "Largest stable learning rate" not in md and not (root / "lr_sweep.png").exists()
+
+    root = tmp_path / "lr"  # lr 1e-3: one completed, one still running; 1e-2: one crashed (failed), none done
+    runs = [(1e-3, 0, "completed"), (1e-3, 1, "running"), (1e-2, 0, "failed")]
+    for job, (lr, seed, status) in enumerate(runs):
+        recs = fake_records(1.0 + seed)
+        summary = summary_for(recs, "pre_ln", seed, status, "crash" if status == "failed" else "")
+        make_run(root / str(job), [f"optim.lr={lr}", f"seed={seed}"], config(seed=seed, lr=lr), recs, summary)
+    lr_rows = table(report.make_report(root).read_text().split("Largest stable learning rate")[1], "group")
+    row = lr_rows["arch=pre_ln norm=layernorm"]
+    assert row["learning rates tried"] == "0.001 (1 failed), 0.01 (1 failed)"  # the running one's lock is gone
+    assert row["largest stable lr"] == "0.001 (1 failed)" and row["diverged at"] == "—"
+
+
+def test_depth_plot_draws_a_group_whose_runs_all_diverged(tmp_path):
+    recs = fake_records(1.0, steps=60)
+    make_run(tmp_path / "0", ["arch=post_ln"], config("post_ln"), recs,
+             summary_for(recs, "post_ln", 0, "diverged", "loss spike"))  # fmt: skip
+    md = report.make_report(tmp_path, steps=[50]).read_text()
+    assert "var_resid_depth.png` skipped" not in md
+    check_png(tmp_path / "var_resid_depth.png")
+    check_png(tmp_path / "loss_curves.png")
+
+
 def test_single_run_and_different_depths(tmp_path):
     run = make_run(tmp_path / "run", [], config(), fake_records(1.0), summary_for(fake_records(1.0), "pre_ln", 0))
     md = report.make_report(run).read_text()
@@ -374,3 +425,22 @@ def test_report_on_a_partly_failed_real_sweep(tmp_path):
     assert lr_rows["model.seq_len=300000"]["largest stable lr"] == "—"
     for name in ("loss_curves.png", "var_resid_depth.png", "lr_sweep.png"):
         check_png(sweep / name)
+
+
+def test_bookkeeping_keys_are_the_ones_hydra_leaves_out_of_job_dir_names():
+    from normbench.cli import config_dir
+    from normbench.rundir import BOOKKEEPING_KEYS
+
+    hydra_cfg = yaml.safe_load((config_dir() / "config.yaml").read_text())["hydra"]
+    assert hydra_cfg["job"]["config"]["override_dirname"]["exclude_keys"] == list(BOOKKEEPING_KEYS)
+
+
+def test_run_held_from_another_host_says_where_and_how_stale(tmp_path):
+    recs = fake_records(1.0)[:4]
+    run = make_run(tmp_path / "0", ["arch=pre_ln"], config(), recs)
+    (run / ".lock").write_text("gpu-node-17:4242")
+    old = time.time() - 30 * 60
+    os.utime(run / "metrics.jsonl", (old, old))
+    loaded = report.load_run(run)
+    assert loaded.status == "running"  # liveness cannot be checked across hosts
+    assert loaded.reason == f"no summary yet, at step {recs[-1]['step']} (on gpu-node-17, last write 30 min ago)"

@@ -215,6 +215,26 @@ def test_depth_charts_are_few_and_cover_first_and_last(tmp_path):
     assert "diverged" in run.tags and run.exit_code == 0
 
 
+def test_resumed_logger_refills_depth_profiles_and_spike_steps_are_no_layers(tmp_path):
+    from normbench.metrics import JsonlWriter
+    from normbench.wandb_logger import flatten_record
+
+    writer = JsonlWriter(tmp_path / "metrics.jsonl")
+    for step in (1, 10, 20):  # written by the first process
+        writer.write({"step": step, "loss": 1.0, "var_resid": [1.0, float(step)]})
+    writer.close()
+    lg = WandbLogger(compose([*TINY]), tmp_path)
+    lg.run = run = FakeRun()
+    lg._restore_profiles()  # what __init__ does for a resumed W&B run
+    assert sorted(lg._profiles["var_resid"]) == [1, 10, 20] and lg._n_diag == lg._charted == 3
+    lg.log({"step": 30, "loss": 1.0, "var_resid": [1.0, 30.0]})  # diag record 4: charts, from step 1 on
+    table = run.logged[-1][1]["depth/var_resid"].table
+    assert {key for _, key, _ in table.data} >= {"step 1", "step 30"}
+
+    flat = flatten_record({"step": 5, "spikes": 2, "spike_steps": [3, 4], "grad_norm_layer": [0.5, 0.25]})
+    assert flat == {"step": 5, "spikes": 2, "grad_norm_layer/layer_00": 0.5, "grad_norm_layer/layer_01": 0.25}
+
+
 def test_workspace_spec_for_a_sweep(tmp_path, monkeypatch):
     """scripts/wandb_workspace.py builds the panels of `normbench report` for a sweep group; the
     test stops before saving (the only network step) and forbids network access."""

@@ -52,7 +52,7 @@ from normbench.tokenizer import DEFAULT_BPE_VOCAB, Tokenizer, build_tokenizer, t
 __all__ = ["TokenData", "build_tokenizer", "cache_root", "corpus_text", "load_data", "split_text"]
 
 # Bump when the text a corpus produces or the cache layout changes: old entries are then ignored.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: split_text cuts at the nearest line start
 # A verse reference ("1:14"), with the rest of a range if one ever appears ("1:14-15", "6:30-7:1").
 _VERSE_REF = re.compile(r"\d+:\d+(?:-\d+(?::\d+)?)?")
 _DEFAULTS = DataConfig()
@@ -311,13 +311,21 @@ def corpus_text(cfg: Any) -> str:
 
 
 def split_text(text: str, val_fraction: float) -> tuple[str, str]:
-    """(train, val): val is the last ``val_fraction`` of the text, cut at the nearest line start."""
+    """(train, val): val is the last ``val_fraction`` of the text, cut at the nearest line start.
+
+    When no line start lies within half the val size of the target (a few very long lines), the
+    cut goes to the nearest space before the target, else to the target itself (mid-line), so
+    the val share stays within 0.5x-1.5x of ``val_fraction``.
+    """
     target = int(len(text) * (1.0 - val_fraction))
-    cut = text.rfind("\n", 0, target) + 1  # start of the line that holds the target
-    if cut <= 0:
-        cut = text.find("\n", target) + 1
-    if cut <= 0 or cut >= len(text):
-        cut = target  # one long line: cut mid-line rather than leave a split empty
+    slack = 0.5 * (len(text) - target)
+    starts = [text.rfind("\n", 0, target) + 1, text.find("\n", target) + 1]  # 0: none found
+    starts = [c for c in starts if 0 < c < len(text) and abs(c - target) <= slack]
+    if starts:
+        cut = min(starts, key=lambda c: abs(c - target))
+    else:
+        space = text.rfind(" ", 0, target) + 1
+        cut = space if space > 0 and target - space <= slack else target
     train, val = text[:cut], text[cut:]
     if not train.strip() or not val.strip():
         raise DataError(

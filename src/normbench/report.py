@@ -21,6 +21,7 @@ import re
 import socket
 import statistics
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ import yaml
 
 from normbench.errors import ConfigError
 from normbench.metrics import read_jsonl
+from normbench.rundir import BOOKKEEPING_KEYS
 
 # A fixed colour per architecture, so every plot (and every report) agrees.
 ARCH_COLORS = {
@@ -105,10 +107,27 @@ class Run:
             return str(self.summary.get("reason") or "")
         step = max((r["step"] for r in self.records), default=(self.summary or {}).get("step"))
         if self.live:
-            return f"no summary yet, at step {step}" if step is not None else "starting"
+            where = _remote_holder(self.path)
+            return (f"no summary yet, at step {step}" if step is not None else "starting") + where
         if self.records or self.summary:
             return f"stopped at step {step} without finishing (killed?)"
         return "no data"
+
+
+def _remote_holder(run_dir: Path) -> str:
+    """For a run held from another host (liveness unknown here): which host, and how long ago
+    the run last wrote, so a job killed on a cluster node is recognisable."""
+    try:
+        host = (run_dir / ".lock").read_text(errors="replace").strip().partition(":")[0]
+    except OSError:
+        return ""
+    if not host or host == socket.gethostname():
+        return ""
+    mtimes = [p.stat().st_mtime for p in (run_dir / "metrics.jsonl", run_dir / "summary.json") if p.exists()]
+    if not mtimes:
+        return f" (on {host})"
+    minutes = max(0.0, time.time() - max(mtimes)) / 60
+    return f" (on {host}, last write {minutes:.0f} min ago)"
 
 
 def _alive(lock: Path) -> bool:
@@ -222,7 +241,7 @@ def group_runs(runs: list[Run]) -> list[Group]:
         for o in run.overrides:
             k, sep, _ = o.partition("=")
             k = k.lstrip("+~")
-            if sep and k != "seed" and not k.startswith("hydra"):
+            if sep and k != "seed" and not k.startswith("hydra") and k not in BOOKKEEPING_KEYS:
                 keys[k] = None
     varying = [k for k in keys if len({_setting(r, k) for r in runs}) > 1]
     groups: dict[str, Group] = {}
@@ -315,12 +334,8 @@ def main_table(groups: list[Group], target: float | None) -> tuple[list[str], li
         steps = DASH if not reached else f"{statistics.fmean(reached):.0f}"
         if reached and len(reached) < n:
             steps += f" ({len(reached)}/{n})"
-        tps = []
-        for r in g.runs:
-            last = [v for _, v in _finite_series(r, "tokens_per_s")]
-            t = (r.summary or {}).get("tokens_per_s")
-            if _finite(t) or last:
-                tps.append(t if _finite(t) else last[-1])
+        # steady-state tokens/s of the runs whose losses are averaged (summary.json, DESIGN §3)
+        tps = [t for r in pool if _finite(t := (r.summary or {}).get("tokens_per_s"))]
         spikes = [c for r in g.runs if (c := _count((r.summary or {}).get("spikes"))) is not None]
         notes = dict.fromkeys(f"{r.status}: {r.reason}" for r in g.runs if r.status != "completed")
         rows.append([
@@ -333,30 +348,41 @@ def main_table(groups: list[Group], target: float | None) -> tuple[list[str], li
 
 
 def lr_sweep(groups: list[Group]) -> dict[str, dict[float, list[Run]]] | None:
-    """series -> lr -> runs, or None when the learning rate does not vary."""
-    if len({_lr(r) for g in groups for r in g.runs} - {None}) < 2:
-        return None
+    """series -> lr -> runs, or None when no series tries two learning rates (an optimizer
+    sweep has one default lr per optimizer: that is not an lr sweep)."""
     sweep: dict[str, dict[float, list[Run]]] = {}
     for g in groups:
         for r in g.runs:
             if (lr := _lr(r)) is not None:
                 sweep.setdefault(g.series, {}).setdefault(lr, []).append(r)
-    return sweep
+    return sweep if any(len(by_lr) > 1 for by_lr in sweep.values()) else None
 
 
 def lr_table(sweep: dict[str, dict[float, list[Run]]]) -> tuple[list[str], list[list[str]]]:
-    """Largest stable lr: the largest lr whose runs all completed (none diverged/failed)."""
+    """Largest stable lr: the largest lr at which no run diverged and at least one completed.
+    An lr with runs not (yet) completed is marked: "0.001 (1 running)"; failed runs (crashes)
+    say nothing about stability, so they are marked, not counted as divergence."""
     header = ["group", "learning rates tried", "diverged at", "largest stable lr", "best val loss there"]
     rows = []
     for series, by_lr in sweep.items():
-        stable = [lr for lr, runs in by_lr.items() if all(r.status == "completed" for r in runs)]
+        stable = [
+            lr
+            for lr, runs in by_lr.items()
+            if not any(r.status == "diverged" for r in runs) and any(r.status == "completed" for r in runs)
+        ]
         bad = [lr for lr, runs in by_lr.items() if any(r.status == "diverged" for r in runs)]
+
+        def tried(lr: float, by_lr=by_lr) -> str:
+            other = Counter(r.status for r in by_lr[lr] if r.status not in ("completed", "diverged"))
+            return f"{lr:g}" + (f" ({', '.join(f'{n} {s}' for s, n in sorted(other.items()))})" if other else "")
+
         best = DASH
         if stable:
-            best = _mean_std([b for r in by_lr[max(stable)] if (b := _val_losses(r)[1]) is not None])
-        rows.append([series, ", ".join(f"{lr:g}" for lr in sorted(by_lr)),
+            done = [r for r in by_lr[max(stable)] if r.status == "completed"]
+            best = _mean_std([b for r in done if (b := _val_losses(r)[1]) is not None])
+        rows.append([series, ", ".join(tried(lr) for lr in sorted(by_lr)),
                      ", ".join(f"{lr:g}" for lr in sorted(bad)) or DASH,
-                     f"{max(stable):g}" if stable else DASH, best])  # fmt: skip
+                     tried(max(stable)) if stable else DASH, best])  # fmt: skip
     return header, rows
 
 
@@ -389,13 +415,13 @@ def _mean_curve(runs: list[Run], key: str) -> tuple[list[int], list[float]]:
     return steps, [statistics.fmean(by_step[s]) for s in steps]
 
 
-def _depth_profile(runs: list[Run], key: str, step: int) -> list[float] | None:
+def _depth_profile(runs: list[Run], key: str, step: int, reached: bool = True) -> list[float] | None:
     """Mean over seeds of a per-layer list at ``step`` (the run's last diag step at or
-    before it; runs that stopped before ``step`` are left out)."""
+    before it; with ``reached``, runs that stopped before ``step`` are left out)."""
     lists = []
     for r in runs:
         pts = [(s, v) for s, v in _series(r.records, key) if isinstance(v, list)]
-        if pts and pts[-1][0] >= step and (before := [v for s, v in pts if s <= step]):
+        if pts and (pts[-1][0] >= step or not reached) and (before := [v for s, v in pts if s <= step]):
             lists.append(before[-1])
     if not lists:
         return None
@@ -433,13 +459,15 @@ def plot_losses(groups, styles, path: Path) -> bool:
             if steps:
                 lone = {"marker": "o"} if len(steps) == 1 else {}  # a single point is invisible otherwise
                 ax.plot(steps, ys, label=g.label, markevery=0.1, **{**styles[g.label], **lone})
+            label = None if steps else f"{g.label} (diverged)"  # a group with no mean curve: named once
             for r in g.runs:  # diverged runs: faint, each on its own, ending in an x
                 pts = [(st, v) for st, v in _series(r.records, key) if _finite(v)] if r.status == "diverged" else []
                 if pts:
                     xs, vs = zip(*pts)
                     color = styles[g.label].get("color")
-                    ax.plot(xs, vs, color=color, alpha=0.35, linewidth=0.8)
+                    ax.plot(xs, vs, color=color, alpha=0.35, linewidth=0.8, label=label)
                     ax.plot(xs[-1:], vs[-1:], "x", color=color, alpha=0.6)
+                    label = None
         ax.set(title=f"{title} (mean over seeds; x: diverged)", xlabel="step", ylabel="loss")
     axes[0].legend(fontsize="x-small")
     fig.savefig(path, dpi=100)
@@ -451,13 +479,14 @@ def plot_depth(groups, styles, key: str, steps: list[int], title: str, path: Pat
     drawn = False
     for ax, step in zip(axes, steps):
         for g in groups:
+            st = styles[g.label]
             if (ys := _depth_profile(_loss_pool(g)[0], key, step)) is not None:
-                ax.plot(
-                    range(len(ys)),
-                    ys,
-                    label=g.label,
-                    **{**styles[g.label], "marker": styles[g.label]["marker"] or "o"},
-                )
+                ax.plot(range(len(ys)), ys, label=g.label, **{**st, "marker": st["marker"] or "o"})
+                drawn = True
+            elif (ys := _depth_profile([r for r in g.runs if r.status == "diverged"], key, step, False)) is not None:
+                # a group whose runs all diverged: faint, with x, at its last diag step <= step
+                label = f"{g.label} (diverged; last diag step <= {step})"
+                ax.plot(range(len(ys)), ys, label=label, **{**st, "marker": "x", "alpha": 0.4})
                 drawn = True
         xlabel = "block" if key == "grad_norm_layer" else "depth (0 = embedding, l = after block l)"
         ax.set(title=f"step {step}", xlabel=xlabel, ylabel=key, yscale="log")
@@ -480,10 +509,10 @@ def plot_lr(sweep, groups, styles, path: Path) -> None:
         ax.plot([p[0] for p in points], [p[1][1] for p in points], label=f"{series}: best", **st)
         ax.plot([p[0] for p in points], [p[1][0] for p in points], label=f"{series}: final", alpha=0.35, **st)
         # unstable lrs (some run not completed): an x at the top of the axes
-        bad = [lr for lr, runs in by_lr.items() if any(r.status != "completed" for r in runs)]
+        bad = [lr for lr, runs in by_lr.items() if any(r.status == "diverged" for r in runs)]
         ax.plot(bad, [0.97] * len(bad), "x", ms=9, color=st["color"], transform=ax.get_xaxis_transform())
     ax.set(xscale="log", xlabel="learning rate", ylabel="val loss (completed runs)")
-    ax.set_title("val loss vs learning rate (x: a run diverged or failed)", fontsize="small")
+    ax.set_title("val loss vs learning rate (x: a run diverged)", fontsize="small")
     ax.legend(fontsize="x-small")
     fig.savefig(path, dpi=100)
 
@@ -562,7 +591,8 @@ def build_report(root: Path, target_loss=None, steps=None, out=None) -> tuple[Pa
     sweep = lr_sweep(groups)
     if sweep:
         blocks += [("h", 2, "Largest stable learning rate"),
-                   ("p", "Largest lr at which every run completed without diverging."),
+                   ("p", "Largest lr at which no run diverged and at least one completed; "
+                         "runs not completed (running, failed) are counted in brackets."),
                    ("table", *lr_table(sweep))]  # fmt: skip
     # hydra/sweeper=optuna writes optimization_results.yaml into its sweep dir at the end (DIR may be a parent)
     for found in sorted(root.rglob("optimization_results.yaml")):

@@ -31,6 +31,8 @@ from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
+from normbench.rundir import BOOKKEEPING_KEYS
+
 log = logging.getLogger("normbench")
 
 # per-layer metrics drawn as metric-vs-depth line charts (the report's depth plots)
@@ -42,8 +44,12 @@ SUMMARY_KEYS = ("status", "reason", "best_val_loss", "final_val_loss", "final_lo
 
 
 def flatten_record(record: dict) -> dict:
+    """Per-layer lists become ``<metric>/layer_NN``; ``spike_steps`` (step numbers) stays out:
+    the ``spikes`` count charts it."""
     out = {}
     for key, value in record.items():
+        if key == "spike_steps":
+            continue
         if isinstance(value, list):
             for i, v in enumerate(value):
                 out[f"{key}/layer_{i:02d}"] = v
@@ -99,7 +105,7 @@ def _run_name(run_dir: Path, cfg) -> str:
         items, exclude = list(hc.overrides.task), set(hc.job.config.override_dirname.exclude_keys)
     else:
         saved = run_dir / ".hydra" / "overrides.yaml"
-        items, exclude = (list(OmegaConf.load(saved)) if saved.exists() else []), {"trainer.resume", "logger"}
+        items, exclude = (list(OmegaConf.load(saved)) if saved.exists() else []), set(BOOKKEEPING_KEYS)
     items = [str(i) for i in items if str(i).split("=", 1)[0].lstrip("+~") not in exclude]
     return " ".join(items) if items else f"{cfg.arch.name}-{cfg.norm.name}-s{cfg.seed}"
 
@@ -181,16 +187,32 @@ class WandbLogger:
         if resume_id:
             # W&B drops steps below the run's last step: skip them instead of warning on each
             self._min_step = int(getattr(self.run, "step", 0) or 0)
+            self._restore_profiles()
             log.info("logger=wandb: continuing W&B run %s", self.run_id)
+
+    def _restore_profiles(self) -> None:
+        """The depth charts of a resumed run span the whole run: refill them from metrics.jsonl
+        (already cut back to the checkpoint's step when this runs)."""
+        from normbench.metrics import read_jsonl
+
+        for record in read_jsonl(self.run_dir / "metrics.jsonl"):
+            if self._collect_profiles(record):
+                self._n_diag += 1
+        self._charted = self._n_diag  # those charts were logged by the first process
+
+    def _collect_profiles(self, record: dict) -> bool:
+        found = False
+        for key in DEPTH_KEYS:
+            if isinstance(record.get(key), list) and record[key]:
+                self._profiles[key][record["step"]] = [_finite_or_none(v) for v in record[key]]
+                found = True
+        return found
 
     def log(self, record: dict) -> None:
         if self.run is None or record["step"] < self._min_step:
             return
         data = flatten_record(record)
-        if any(isinstance(record.get(k), list) for k in DEPTH_KEYS):
-            for key in DEPTH_KEYS:
-                if isinstance(record.get(key), list) and record[key]:
-                    self._profiles[key][record["step"]] = [_finite_or_none(v) for v in record[key]]
+        if self._collect_profiles(record):
             self._n_diag += 1
             if self._n_diag & (self._n_diag - 1) == 0:  # diag records 1, 2, 4, 8, ...: O(log n) tables
                 data.update(self._depth_charts())
