@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from normbench import trainer
+from normbench.config import ARCHS
 from normbench.errors import ConfigError
 from normbench.model import build_model
 
@@ -33,6 +34,27 @@ def test_compile_matches_eager(arch, tmp_path):
         state = torch.load(tmp_path / "compiled" / "checkpoints" / "last.pt", weights_only=True)["model"]
         w = state["blocks.0.att_c_proj.weight"]
         assert torch.allclose(w.norm(dim=0), torch.ones(w.shape[1]), atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_arch_compiles_to_one_graph_with_eager_gradients(arch):
+    """compile=true for every arch: dynamo captures forward and backward whole (fullgraph: no
+    graph break, so nothing falls back to Python per step) and the gradients equal eager mode.
+    The aot_eager backend traces exactly what inductor would receive, without its codegen."""
+    norm = "none" if arch == "ngpt" else "dyt"  # dyt: scalar parameters in the graph
+    torch.manual_seed(0)
+    model = build_model(compose([*TINY, f"arch={arch}", f"norm={norm}", "model.n_layer=4"]), 256)
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    _, loss = model(idx, idx.roll(-1, dims=1))
+    loss.backward()
+    eager = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    torch._dynamo.reset()
+    _, loss_c = torch.compile(model, backend="aot_eager", fullgraph=True)(idx, idx.roll(-1, dims=1))
+    loss_c.backward()
+    assert loss_c.item() == pytest.approx(loss.item(), rel=1e-6)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, eager[n], rtol=1e-5, atol=1e-7, msg=n)
 
 
 def test_bf16_trains_on_cpu(tmp_path):
