@@ -19,7 +19,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from normbench.errors import ConfigError
+from normbench.errors import ConfigError, first_line
 
 GROUPS = ("model", "arch", "norm", "optim", "sched", "data", "diag", "logger", "experiment")
 FLAGS_WITH_VALUE = (
@@ -142,6 +142,12 @@ def _flat_keys(node, prefix: str = "") -> list[str]:
     return keys
 
 
+def _unknown_key(key: str, base_keys: list[str]) -> str:
+    near = difflib.get_close_matches(key, base_keys, n=1, cutoff=0.6)
+    hint = f" (did you mean '{near[0]}'?)" if near else " (see `python -m normbench train --cfg job`)"
+    return f"unknown config key '{key}'{hint}"
+
+
 def _explain(exc: Exception, override: str | None, base_keys: list[str]) -> str:
     """One line out of Hydra/OmegaConf's multi-line composition errors."""
     from omegaconf.errors import ConfigKeyError, ValidationError
@@ -151,15 +157,12 @@ def _explain(exc: Exception, override: str | None, base_keys: list[str]) -> str:
         cause = cause.__cause__
     text = str(exc)
     if isinstance(cause, ConfigKeyError) or "not in struct" in text or "Could not override" in text:
-        key = override.split("=", 1)[0].lstrip("+~") if override else "?"
-        near = difflib.get_close_matches(key, base_keys, n=1, cutoff=0.6)
-        hint = f" (did you mean '{near[0]}'?)" if near else " (see `python -m normbench train --cfg job`)"
-        return f"unknown config key '{key}'{hint}"
+        return _unknown_key(override.split("=", 1)[0].lstrip("+~") if override else "?", base_keys)
     if isinstance(cause, ValidationError):
         msg = str(cause).splitlines()[0]
         full_key = getattr(cause, "full_key", None) or (override.split("=", 1)[0] if override else "?")
         return f"{full_key}: {msg}"
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    first = first_line(exc, type(exc).__name__)
     return f"{override}: {first}" if override and override.split("=", 1)[0] not in first else first
 
 
@@ -246,9 +249,7 @@ def _check_appended_keys(user: list[str], base_keys: list[str], extra_dirs: tupl
         key = o.lstrip("+").partition("=")[0]
         if key in base_keys or (("." not in key) and options(key, extra_dirs)):
             continue
-        near = difflib.get_close_matches(key, base_keys, n=1, cutoff=0.6)
-        hint = f" (did you mean '{near[0]}'?)" if near else " (see `python -m normbench train --cfg job`)"
-        raise ConfigError(f"unknown config key '{key}'{hint}; '+' cannot add keys that normbench never reads")
+        raise ConfigError(f"{_unknown_key(key, base_keys)}; '+' cannot add keys that normbench never reads")
 
 
 def _check_hydra_groups(overrides: list[str]) -> None:
@@ -274,7 +275,7 @@ def _reject_nan(cfg) -> None:
     try:
         container = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc, type(exc).__name__)
         raise ConfigError(f"{getattr(exc, 'full_key', None) or 'config'}: {first}") from None
 
     def walk(node, prefix: str) -> None:
@@ -409,7 +410,7 @@ def run_job(cfg) -> float:
         if not multirun:
             raise
         # a failed job is a result of the sweep, not its end
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = first_line(exc)
         print(f"normbench: job {hc.job.num} failed: {type(exc).__name__}: {first}", file=sys.stderr)
         if trainer.read_status(run_dir) == "interrupted":  # checkpointed first, then the launcher gave up
             return math.inf  # the summary says so already; trainer.resume=true continues it

@@ -184,7 +184,7 @@ def gather_to_main(obj) -> list | None:
     return out
 
 
-def _is_dtensor(t) -> bool:
+def is_dtensor(t) -> bool:
     from torch.distributed.tensor import DTensor
 
     return isinstance(t, DTensor)
@@ -202,7 +202,7 @@ def clip_grad_norm_(params: Iterable[torch.Tensor], max_norm: float) -> torch.Te
     if not grads:
         return torch.zeros(())
     total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
-    if _is_dtensor(total):
+    if is_dtensor(total):
         total = total.full_tensor()
     if math.isfinite(max_norm):
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
@@ -218,7 +218,7 @@ def full_state(obj, keep: bool = True):
     tensor at once, so only the writer ever holds the whole state in host memory.
     Plain tensors are returned as they are (``torch.save`` copies them anyway).
     """
-    if _is_dtensor(obj):
+    if is_dtensor(obj):
         full = obj.full_tensor()
         return full.cpu() if keep else None
     if isinstance(obj, dict):
@@ -232,7 +232,7 @@ def full_state(obj, keep: bool = True):
 
 def _shard_like(value, like):
     """``value`` (a full tensor) laid out like ``like`` (a DTensor), from the local copy only."""
-    if not (_is_dtensor(like) and isinstance(value, torch.Tensor)) or _is_dtensor(value):
+    if not (is_dtensor(like) and isinstance(value, torch.Tensor)) or is_dtensor(value):
         return value
     if tuple(value.shape) != tuple(like.shape):
         return value

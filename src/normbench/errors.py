@@ -11,3 +11,9 @@ class ConfigError(ValueError):
 
 class DataError(ConfigError):
     """The data a config points at is missing, empty or unreadable."""
+
+
+def first_line(exc: BaseException, default: str = "") -> str:
+    """The first non-empty line of an exception's message (``default`` when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else default

@@ -59,6 +59,7 @@ from collections import defaultdict
 import torch
 import torch.nn as nn
 
+from normbench.distributed import is_dtensor
 from normbench.model.gpt import MLP, Attention, Sublayer
 from normbench.model.ngpt import NGPTBlock
 from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm
@@ -158,7 +159,7 @@ class Lion(torch.optim.Optimizer):
                     self.state[p]["exp_avg"] = torch.zeros_like(p)
             grads = [p.grad for p in params]
             ms = [self.state[p]["exp_avg"] for p in params]
-            if any(_is_dtensor(p) for p in params):  # FSDP2 shards: elementwise ops, one tensor at a time
+            if any(is_dtensor(p) for p in params):  # FSDP2 shards: elementwise ops, one tensor at a time
                 for p, g, m in zip(params, grads, ms):
                     update = (m * b1 + g * (1 - b1)).sign_()
                     p.mul_(1 - lr * wd).add_(update, alpha=-lr)
@@ -173,12 +174,6 @@ class Lion(torch.optim.Optimizer):
             torch._foreach_mul_(ms, b2)
             torch._foreach_add_(ms, grads, alpha=1 - b2)
         return loss
-
-
-def _is_dtensor(t) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(t, DTensor)
 
 
 class Muon(torch.optim.Muon):

@@ -114,13 +114,19 @@ class Run:
         return "no data"
 
 
+def _lock_owner(lock: Path) -> tuple[str, str]:
+    """(host, pid) from a run's ``.lock`` (``host:pid``); ("", "") when there is none."""
+    try:
+        host, _, pid = lock.read_text(errors="replace").strip().partition(":")
+    except OSError:
+        return "", ""
+    return host, pid
+
+
 def _remote_holder(run_dir: Path) -> str:
     """For a run held from another host (liveness unknown here): which host, and how long ago
     the run last wrote, so a job killed on a cluster node is recognisable."""
-    try:
-        host = (run_dir / ".lock").read_text(errors="replace").strip().partition(":")[0]
-    except OSError:
-        return ""
+    host, _ = _lock_owner(run_dir / ".lock")
     if not host or host == socket.gethostname():
         return ""
     mtimes = [p.stat().st_mtime for p in (run_dir / "metrics.jsonl", run_dir / "summary.json") if p.exists()]
@@ -134,10 +140,7 @@ def _alive(lock: Path) -> bool:
     """Whether the process named in a run's ``.lock`` (``host:pid``, written by the trainer,
     removed when it ends) still lives. Read-only: the report never takes the lock. A lock
     from another host counts as alive (a job on a cluster node)."""
-    try:
-        host, _, pid = lock.read_text(errors="replace").strip().partition(":")
-    except OSError:
-        return False
+    host, pid = _lock_owner(lock)
     if not host:
         return False
     if host != socket.gethostname():

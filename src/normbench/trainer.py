@@ -33,7 +33,7 @@ from normbench import distributed as dist_utils
 from normbench.config import validate
 from normbench.data import load_data
 from normbench.diagnostics import Diagnostics, SpikeDetector
-from normbench.errors import ConfigError
+from normbench.errors import ConfigError, first_line
 from normbench.flops import mfu, model_flops_per_token, peak_flops, peak_memory_gb
 from normbench.metrics import JsonlWriter, write_json_atomic
 from normbench.model import build_model, check_combination, padded_vocab
@@ -659,14 +659,14 @@ def run(cfg, run_dir: Path) -> dict:
             try:
                 previous(trainer.stop_signal, None)  # submitit: requeue this job (which then resumes), exit
             except Exception as exc:  # submitit: not requeued (e.g. timed out too often); the checkpoint is fine
-                why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                why = first_line(exc, type(exc).__name__)
                 trainer.summary["reason"] = f"{trainer.summary.get('reason')}; not requeued: {why}"[:300]
                 trainer.write_summary()
                 raise
         raise
     except BaseException as exc:
         if trainer.summary:
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+            reason = f"{type(exc).__name__}: {first_line(exc)}"[:300]
             # KeyboardInterrupt: a second signal; SystemExit: e.g. submitit's preemption handler (it requeues)
             stopped = isinstance(exc, (KeyboardInterrupt, SystemExit))
             trainer.summary.update(status="interrupted" if stopped else "failed", reason=reason)
@@ -687,23 +687,23 @@ def _preemption_signals() -> tuple[signal.Signals, ...]:
     return (sig,) if isinstance(sig, signal.Signals) and sig not in (signal.SIGTERM, signal.SIGINT) else ()
 
 
-def read_status(run_dir: Path) -> str | None:
-    """The status in a run's summary.json, or None (no file, unreadable)."""
+def read_summary(run_dir: Path) -> dict:
+    """A run's summary.json, or {} (no file, unreadable, not an object)."""
     try:
         summary = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
-        return None
-    return summary.get("status") if isinstance(summary, dict) else None
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def read_status(run_dir: Path) -> str | None:
+    return read_summary(run_dir).get("status")
 
 
 def summary_for_failure(run_dir: Path, cfg, reason: str, status: str = "failed") -> None:
     """Record a job that failed before training could write its own summary (sweeps go on)."""
     path = Path(run_dir) / "summary.json"
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):
-        summary = {}
-    summary = summary if isinstance(summary, dict) else {}
+    summary = read_summary(run_dir)
     summary.update(
         status=status, reason=reason, arch=cfg.arch.name, norm=cfg.norm.name, optim=cfg.optim.name, seed=cfg.seed
     )
