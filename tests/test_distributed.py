@@ -231,6 +231,58 @@ def test_ddp_resume_with_dropout_continues_each_ranks_stream(tmp_path):
     assert_same_weights(weights(part), weights(whole), atol=0)
 
 
+SIGNAL_WORKER = textwrap.dedent(
+    """
+    # torchrun worker: rank 1 alone catches SIGTERM during step 3; every rank must stop at the same step.
+    import os, signal, sys
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from normbench import distributed as du, trainer as tr
+    from normbench.cli import config_dir
+    from normbench.config import register_configs
+
+    out, overrides = Path(sys.argv[1]), sys.argv[2:]
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
+        cfg = compose(config_name="config", overrides=overrides)
+    original = tr.Trainer.optimizer_step
+
+    def step(self, grad_norm):
+        if self.step == 2 and du.rank() == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, grad_norm)
+
+    tr.Trainer.optimizer_step = step
+    try:
+        tr.run(cfg, out / "run")
+        code = 0
+    except tr.Interrupted:
+        code = 143
+    (out / f"exit{du.rank()}").write_text(str(code))
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_signal_on_one_rank_stops_every_rank_at_the_next_step(tmp_path):
+    """Not only at log steps (log_every=10): the stop vote rides in every step's loss all-reduce."""
+    script = tmp_path / "signal_worker.py"
+    script.write_text(SIGNAL_WORKER)
+    out = tmp_path / "out"
+    args = [*BASE, "trainer.max_steps=20", "trainer.log_every=10", "trainer.eval_every=10", "diag=off", "parallel=ddp"]
+    torchrun([str(script), str(out), *args], tmp_path, module=False)
+    assert [(out / f"exit{r}").read_text() for r in (0, 1)] == ["143", "143"]
+    s = json.loads((out / "run" / "summary.json").read_text())
+    assert s["status"] == "interrupted" and s["step"] == 4 and "SIGTERM at step 4" in s["reason"]
+    from normbench import checkpoint
+
+    assert checkpoint.load(out / "run" / "checkpoints" / "last.pt")["step"] == 4
+
+
 WORKER = textwrap.dedent(
     """
     # torchrun worker: train in-process, then dump every rank's view of the parameters.

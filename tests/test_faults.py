@@ -516,6 +516,28 @@ def test_nonfinite_gradients_are_skipped_and_counted(tmp_path, monkeypatch):
 
     plain = trainer.run(compose(args), tmp_path / "plain")  # without skipping, the NaN poisons the model
     assert plain["status"] == "diverged" and "non-finite" in plain["reason"]
+    assert plain["reason"].endswith("at step 4")  # the first NaN loss: the step after the NaN gradients
+
+
+def test_fp16_loss_scaler_skips_overflows_apart_and_resumes_its_scale(tmp_path, monkeypatch):
+    """GradScaler (fp16) skips an overflowing step and halves its scale: counted in amp_skipped_steps,
+    never toward trainer.max_skipped; the scale and its growth counter are checkpointed. fp16 needs a
+    GPU, so the test gives the fp32 trainer a CPU GradScaler: the same code path."""
+    monkeypatch.setattr(trainer.Trainer, "_make_scaler", lambda self: torch.amp.GradScaler("cpu", init_scale=1024.0))
+    monkeypatch.setenv("NORMBENCH_TEST_NAN_GRAD", "3")
+    run = tmp_path / "run"
+    args = [*RUN, "trainer.skip_nonfinite=true", "trainer.max_skipped=0"]  # a skip of its own would diverge
+    first = trainer.run(compose([*args, "trainer.max_steps=4"]), run)
+    assert first["status"] == "completed" and (first["amp_skipped_steps"], first["skipped_steps"]) == (1, 0)
+    state = ckpt.load(run / "checkpoints" / "last.pt")
+    assert state["scaler"]["scale"] == 512.0 and state["amp_skipped"] == 1
+    assert all(torch.isfinite(t).all() for t in state["model"].values()), "no NaN reached the weights"
+
+    monkeypatch.setenv("NORMBENCH_TEST_NAN_GRAD", "")
+    resume = ["trainer.resume=true", "trainer.resume_allow_changed=[trainer.max_steps]", "trainer.max_steps=6"]
+    again = trainer.run(compose([*args, *resume]), run)
+    assert again["status"] == "completed" and again["amp_skipped_steps"] == 1
+    assert ckpt.load(run / "checkpoints" / "last.pt")["scaler"]["scale"] == 512.0  # not a fresh 1024
 
 
 def test_huge_lr_diverges_and_exits_zero(tmp_path, capsys):

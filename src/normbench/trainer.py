@@ -129,6 +129,7 @@ class Trainer:
         self.rank, self.world = dist_utils.rank(), dist_utils.world_size()
         self.is_main = self.rank == 0
         self.stop_signal: int | None = None
+        self.stop_votes: torch.Tensor | None = None  # torchrun: ranks that caught a stop signal, this step
         self.summary: dict = {}
 
     # ------------------------------------------------------------------ setup
@@ -175,7 +176,7 @@ class Trainer:
         if self.world > 1:
             torch.manual_seed(cfg.seed + 1_000_003 * self.rank)  # dropout differs per rank; init did not
         self.optimizer = build_optimizer(self.raw_model, cfg, log=log.info)
-        self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        self.scaler = self._make_scaler()
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         # plain copies of what the step loop reads: an OmegaConf attribute read costs microseconds
@@ -197,7 +198,8 @@ class Trainer:
         # state that a checkpoint carries
         self.step, self.tokens, self.best_val, self.last_val = 0, 0, math.inf, None
         self.initial_loss: float | None = None
-        self.skipped = 0
+        self.skipped = 0  # non-finite steps skipped by trainer.skip_nonfinite (count toward max_skipped)
+        self.amp_skipped = 0  # fp16: steps GradScaler skipped on overflow, lowering the scale (routine)
         self.spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)  # checkpoint: spikes, recent_losses
         self.wandb_id: str | None = None
         self.resumed_summary: dict = {}  # the checkpoint's summary: a resumed run keeps its final numbers
@@ -250,6 +252,9 @@ class Trainer:
         self.last_val = state.get("last_val")
         self.initial_loss = state.get("initial_loss")
         self.skipped = state.get("skipped", 0)
+        self.amp_skipped = state.get("amp_skipped", 0)
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])  # the loss scale and its growth counter go on
         self.spike.load_state_dict(state)
         self.spike.steps = list(state.get("spike_steps_unlogged", []))
         self.wandb_id = state.get("wandb_id")
@@ -330,6 +335,7 @@ class Trainer:
             "precision": cfg.precision,
             "spikes": self.spike.count,
             "skipped_steps": self.skipped,
+            "amp_skipped_steps": self.amp_skipped,
             "max_steps": self.max_steps,
             "host": socket.gethostname(),
             "world_size": self.world,
@@ -355,6 +361,8 @@ class Trainer:
             **self.spike.state_dict(),  # spikes, recent_losses
             "spike_steps_unlogged": list(self.spike.steps),  # found since the last record (interrupt mid-interval)
             "skipped": self.skipped,
+            "amp_skipped": self.amp_skipped,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "wandb_id": self.wandb_id,
             "summary": dict(self.summary),
             "clock": {**self.clock, "wall_s": time.perf_counter() - self.start_wall},
@@ -389,7 +397,12 @@ class Trainer:
             loss_sum += loss.detach()
         if self.step + 1 in self.nan_grad_steps:  # test hook (NORMBENCH_TEST_NAN_GRAD): steps 1..
             next(p for p in self.raw_model.parameters() if p.grad is not None).grad.fill_(float("nan"))
-        loss_mean = dist_utils.all_reduce_sum(loss_sum) * scale
+        if self.world > 1:  # one collective: the global loss, and how many ranks caught a stop signal
+            vote = torch.full((), float(self.stop_signal is not None), device=self.device)
+            reduced = dist_utils.all_reduce_sum(torch.stack([loss_sum, vote]))
+            loss_mean, self.stop_votes = reduced[0] * scale, reduced[1]
+        else:
+            loss_mean = loss_sum * scale
         if self.scaler is not None:
             for opt in self.optimizer.optimizers:
                 self.scaler.unscale_(opt)
@@ -400,21 +413,34 @@ class Trainer:
         return loss_mean, grad_norm
 
     def optimizer_step(self, grad_norm: torch.Tensor) -> bool:
-        """Step unless gradients are non-finite and skipping is on; returns whether it stepped."""
-        if self.t.skip_nonfinite and not torch.isfinite(grad_norm).item():
-            if self.scaler is not None:
-                self.scaler.update()  # lowers the loss scale and clears its per-step unscale state
-            self.optimizer.zero_grad(set_to_none=True)
-            return False
+        """Step the optimizer; returns whether it stepped.
+
+        fp16: GradScaler skips a step whose gradients overflowed and halves the loss scale, a
+        routine event counted in ``amp_skipped`` (never toward ``trainer.max_skipped``; a real
+        divergence shows in the loss). Otherwise, with ``trainer.skip_nonfinite``, a step with
+        non-finite gradients is skipped and counted in ``skipped``.
+        """
         if self.scaler is not None:
+            scale = self.scaler.get_scale()
             for opt in self.optimizer.optimizers:
                 self.scaler.step(opt)
             self.scaler.update()
+            stepped = self.scaler.get_scale() >= scale  # lowered: the scaler skipped this step
+            self.amp_skipped += not stepped
+        elif self.t.skip_nonfinite and not torch.isfinite(grad_norm).item():
+            stepped = False
+            self.skipped += 1
         else:
             self.optimizer.step()
-        self.raw_model.after_step()  # nGPT re-normalization: outside any compiled graph
+            stepped = True
+        if stepped:
+            self.raw_model.after_step()  # nGPT re-normalization: outside any compiled graph
         self.optimizer.zero_grad(set_to_none=True)
-        return True
+        return stepped
+
+    def _make_scaler(self):
+        """fp16's loss scaler (on CUDA; the config refuses fp16 elsewhere)."""
+        return torch.amp.GradScaler(self.device.type) if self.cfg.precision == "fp16" else None
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -436,6 +462,7 @@ class Trainer:
         self.start_wall = start_wall = time.perf_counter() - self.clock["wall_s"]
         window_time, window_tokens = 0.0, 0
         pending: list[torch.Tensor] = []  # per-step losses on device, synced at log steps
+        prev_votes = None  # torchrun, CUDA: the previous step's stop votes
         first_step = self.step
         log.info(
             "training %d steps (%s tokens/step, %d already done) on %s, precision %s",
@@ -457,9 +484,7 @@ class Trainer:
             loss, grad_norm = self.train_step(diag_now)
             if diag_now:
                 self.diag.before_step()
-            stepped = self.optimizer_step(grad_norm)
-            if not stepped:
-                self.skipped += 1
+            self.optimizer_step(grad_norm)
             if diag_now:
                 self.diag.after_step()
             pending.append(loss)
@@ -514,11 +539,14 @@ class Trainer:
                     return self._finish("diverged", status)
             if self.world == 1:
                 stop_now = self.stop_signal is not None
-            elif log_now or ckpt_now:  # ranks agree on a stop (one collective) at log and checkpoint steps
-                self.stop_signal = dist_utils.any_rank_max(self.stop_signal or 0, self.device) or None
-                stop_now = self.stop_signal is not None
             else:
-                stop_now = False
+                # every rank reads the same vote (summed with the loss): on CPU this step's; on CUDA the
+                # previous step's, so the host never waits for the step it has just queued
+                votes = self.stop_votes if self.device.type != "cuda" else prev_votes
+                prev_votes = self.stop_votes
+                stop_now = votes is not None and votes.item() > 0
+                if stop_now:  # which signal: the largest number any rank caught
+                    self.stop_signal = dist_utils.any_rank_max(self.stop_signal or 0, self.device) or signal.SIGTERM
             if (stop_now and self.step < self.max_steps) or ckpt_now:
                 # the losses since the last log step get a log step's bookkeeping before the checkpoint
                 # takes the spike/divergence state, so a resume continues it exactly
@@ -539,7 +567,7 @@ class Trainer:
         t = self.t
         for step, loss in enumerate(losses, self.step - len(losses) + 1):  # step numbers as in the records
             if not math.isfinite(loss):
-                return f"non-finite loss ({loss}) at step {self.step}"
+                return f"non-finite loss ({loss}) at step {step}"
             if self.initial_loss is None:
                 self.initial_loss = loss
             if loss > t.diverge_factor * self.initial_loss:
@@ -582,6 +610,7 @@ class Trainer:
             wall_s=time.perf_counter() - start_wall,
             spikes=self.spike.count,
             skipped_steps=self.skipped,
+            amp_skipped_steps=self.amp_skipped,
         )
 
     def _finish(self, status: str, reason: str | None) -> dict:
