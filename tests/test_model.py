@@ -205,15 +205,23 @@ def test_pre_ln_qk_norm_equation():
     assert (ref_norm(core.q_norm, ref_rope(q)) - ref_rope(ref_norm(core.q_norm, q))).abs().max() > 1e-3
 
 
-def test_mix_ln_equation():
-    model, cfg = make("arch=mix_ln", "model.n_layer=4")  # floor(0.25 * 4) = 1 Post-LN block
+@pytest.mark.parametrize(
+    "arch, n_layer, first, rest",
+    [
+        ("mix_ln", 4, post_block, pre_block),  # floor(0.25 * 4) = 1 Post-LN block, then Pre-LN
+        # block 0: Pre-Norm plus q/k/v norm, the FFN residual is the pre-norm stream; then HybridNorm
+        ("hybridnorm_star", 3, pre_block, hybrid_block),
+    ],
+)
+def test_mixed_placements_first_block_then_the_rest(arch, n_layer, first, rest):
+    model, cfg = make(f"arch={arch}", f"model.n_layer={n_layer}")
     randomize(model)
     x = known_input()
     rope, H = model.rope(x.device), cfg.model.n_head
-    check_block(model.blocks[0], rope, x, post_block(x, model.blocks[0], H))
+    check_block(model.blocks[0], rope, x, first(x, model.blocks[0], H))
     for block in model.blocks[1:]:
-        check_block(block, rope, x, pre_block(x, block, H))
-    assert model.ln_f is not None
+        check_block(block, rope, x, rest(x, block, H))
+    assert model.ln_f is not None  # both keep the final norm
 
 
 @pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
@@ -228,17 +236,6 @@ def test_hybridnorm_equation(norm):
     A, Fm, a, m = parts(model.blocks[0], H)
     y = x + A(x)
     assert (ref_norm(m.norm_in, y + Fm(y)) - hybrid_block(x, model.blocks[0], H)).abs().max() > 1e-2
-
-
-def test_hybridnorm_star_equation():
-    model, cfg = make("arch=hybridnorm_star", "model.n_layer=3")
-    randomize(model)
-    x = known_input()
-    rope, H = model.rope(x.device), cfg.model.n_head
-    # block 0: Pre-Norm plus q/k/v norm, the FFN residual is the pre-norm stream
-    check_block(model.blocks[0], rope, x, pre_block(x, model.blocks[0], H))
-    for block in model.blocks[1:]:
-        check_block(block, rope, x, hybrid_block(x, block, H))
 
 
 def test_deepnorm_equation_L12():
