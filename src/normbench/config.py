@@ -206,6 +206,15 @@ def _positive(key: str, value: Any, zero_ok: bool = False) -> None:
         raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
 
 
+def run_steps(cfg: Any) -> int:
+    """Optimizer steps the run takes: ``trainer.max_steps``, or fewer when ``trainer.max_tokens``
+    (at ``batch_size x grad_accum x seq_len`` tokens per step) comes first."""
+    t = cfg.trainer
+    if not t.max_tokens:
+        return t.max_steps
+    return min(t.max_steps, max(1, t.max_tokens // (t.batch_size * t.grad_accum * cfg.model.seq_len)))
+
+
 def validate(cfg: Any) -> None:
     """Semantic checks that the schema's types cannot express; raises ConfigError."""
     m, a, n, o, s, d, t = cfg.model, cfg.arch, cfg.norm, cfg.optim, cfg.sched, cfg.data, cfg.trainer
@@ -263,11 +272,11 @@ def validate(cfg: Any) -> None:
     _positive("trainer.max_tokens", t.max_tokens)
     _positive("trainer.grad_clip", t.grad_clip, zero_ok=True)
     _positive("trainer.diverge_factor", t.diverge_factor)
-    run_steps, length = t.max_steps, f"trainer.max_steps={t.max_steps}"
-    if t.max_tokens and t.max_tokens // (t.batch_size * t.grad_accum * m.seq_len) < t.max_steps:
-        run_steps = max(1, t.max_tokens // (t.batch_size * t.grad_accum * m.seq_len))  # as the trainer counts
-        length = f"trainer.max_tokens={t.max_tokens} gives {run_steps} steps"
-    if s.warmup_steps is not None and s.warmup_steps >= run_steps and s.warmup_steps > 0:
+    steps = run_steps(cfg)
+    length = f"trainer.max_steps={t.max_steps}"
+    if steps < t.max_steps:
+        length = f"trainer.max_tokens={t.max_tokens} gives {steps} steps"
+    if s.warmup_steps is not None and s.warmup_steps >= steps and s.warmup_steps > 0:
         raise ConfigError(f"sched.warmup_steps={s.warmup_steps} must be shorter than the run ({length})")
     if not 0.0 < d.val_fraction < 0.5:
         raise ConfigError(f"data.val_fraction={d.val_fraction} must be in (0, 0.5)")

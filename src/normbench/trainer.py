@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from normbench import checkpoint as ckpt
 from normbench import distributed as dist_utils
-from normbench.config import validate
+from normbench.config import run_steps, validate
 from normbench.data import load_data
 from normbench.diagnostics import Diagnostics, SpikeDetector
 from normbench.errors import ConfigError, first_line
@@ -187,9 +187,7 @@ class Trainer:
         self.batches = Batches(self.data.train, t.batch_size, T, cfg.seed, self.device)
         self.val_batches = fixed_batches(self.data.val, t.eval_batches, t.batch_size, T, seed=1234)
         self.tokens_per_step = t.batch_size * t.grad_accum * T
-        self.max_steps = t.max_steps
-        if t.max_tokens:
-            self.max_steps = min(t.max_steps, max(1, t.max_tokens // self.tokens_per_step))
+        self.max_steps = run_steps(cfg)
         self.diag = Diagnostics(cfg.diag, self.raw_model, fixed_batches(self.data.val, 1, cfg.diag.batch, T, 4321)[0])
         if self.diag.enabled and dist_utils.effective_parallel(cfg) == "fsdp":
             log.info("note: diagnostics are off under parallel=fsdp (they read sharded parameters); use parallel=ddp")
