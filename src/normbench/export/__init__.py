@@ -107,7 +107,7 @@ def export_run(run_dir, out_dir, custom: bool = False, log=print) -> dict:
                 f"export: the exported {type(loaded).__name__} gives logits {diff:.3g} away from normbench's "
                 f"(allowed {TOLERANCE * max(1.0, scale):.3g}); nothing written to {out_dir}"
             )
-        (tmp / "README.md").write_text(model_card(run, kind, type(hf).__name__, run.cfg.data.tokenizer, diff))
+        (tmp / "README.md").write_text(model_card(run, kind, type(hf).__name__, len(tokenizer), diff, out_dir.name))
         _check_out_dir(out_dir)
         if out_dir.exists():
             out_dir.rmdir()
