@@ -289,3 +289,20 @@ def test_bad_sampling_values_are_config_errors():
         generate(model, [1, 2], 3, temperature=-1)
     with pytest.raises(ConfigError, match="--top-k"):
         generate(model, [1, 2], 3, top_k=0)
+
+
+@pytest.mark.parametrize("pos", ["rope", "learned"])
+def test_custom_class_left_padding_and_labels(tmp_path, pos):
+    """A left-padded batch generates what each prompt generates alone; labels give normbench's loss."""
+    cfg, model = make(["arch=peri_ln", "norm=dyt", f"model.pos={pos}"])
+    _, hf = roundtrip(tmp_path, model, cfg, custom=True)
+    short, long = tokens(1, 4, seed=3)[0].tolist(), tokens(1, 7, seed=4)[0].tolist()
+    batch = torch.tensor([[0] * 3 + short, long])
+    mask = torch.tensor([[0] * 3 + [1] * 4, [1] * 7])
+    out = hf.generate(batch, attention_mask=mask, max_new_tokens=6, do_sample=False)[:, 7:].tolist()
+    assert out == [generate(model, short, 6, temperature=0), generate(model, long, 6, temperature=0)]
+    idx = tokens(2, 24)
+    with torch.no_grad():
+        ours = model(idx[:, :-1], idx[:, 1:])[1]
+        theirs = hf(input_ids=idx, labels=idx).loss
+    assert abs(ours.item() - theirs.item()) <= 1e-6

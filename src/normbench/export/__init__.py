@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from normbench.errors import ConfigError
+from normbench.errors import ConfigError, first_line
 
 __all__ = ["build_hf_model", "export_run", "load_exported", "max_logit_diff"]
 
@@ -37,7 +37,10 @@ def build_hf_model(model, cfg, vocab_size: int, custom: bool = False):
     state = model.state_dict()
     if config.tie_word_embeddings:
         state = {k: v for k, v in state.items() if k != "lm_head.weight"}
-    missing, unexpected = hf.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = hf.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a parameter whose shape the template does not know
+        raise ConfigError(f"export: the custom class does not fit the model ({first_line(exc)[:200]})") from None
     missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
     if missing or unexpected:
         raise ConfigError(
