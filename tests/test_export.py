@@ -270,6 +270,9 @@ def test_one_line_errors(tmp_path, gpt2_run, capsys, monkeypatch):
         (["export", run, run], "exists and is not empty"),
         (["sample", run, "--prompt", "a", "--max-new-tokens", "500"], "exceeds the model's context"),
         (["sample", run, "--prompt", ""], "--prompt is empty"),
+        (["sample", run, "--prompt", "a", "--temperature", "-1"], "--temperature=-1.0 must be >= 0"),
+        (["export", run], "the following arguments are required: out_dir"),
+        (["sample", run, "--top-k", "x", "--prompt", "a"], "--top-k: invalid int value"),
     ]
     for args, needle in cases:
         assert cli.main(args) == 2, args

@@ -31,6 +31,13 @@ def _check_length(n_prompt: int, max_new_tokens: int, seq_len: int) -> None:
         )
 
 
+def _check_sampling(temperature: float, top_k: int | None) -> None:
+    if not temperature >= 0:
+        raise ConfigError(f"--temperature={temperature} must be >= 0 (0 is greedy)")
+    if top_k is not None and top_k < 1:
+        raise ConfigError(f"--top-k={top_k} must be >= 1")
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -43,11 +50,8 @@ def generate(
 ) -> list[int]:
     """New token ids after ``prompt_ids``; greedy when ``temperature == 0``. ``n_tokens``: ids at or
     above it (the padded embedding rows) are never generated."""
+    _check_sampling(temperature, top_k)
     _check_length(len(prompt_ids), max_new_tokens, model.seq_len)
-    if temperature < 0:
-        raise ConfigError(f"--temperature={temperature} must be >= 0 (0 is greedy)")
-    if top_k is not None and top_k < 1:
-        raise ConfigError(f"--top-k={top_k} must be >= 1")
     gen = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     cache = KVCache(len(model.blocks))
@@ -74,6 +78,7 @@ def generate_hf(
     hf, prompt_ids: list[int], max_new_tokens: int, temperature: float, top_k: int | None, seed: int, seq_len: int
 ) -> list[int]:
     """The same through transformers' ``generate`` (the export's generation_config suppresses padding ids)."""
+    _check_sampling(temperature, top_k)
     _check_length(len(prompt_ids), max_new_tokens, seq_len)
     torch.manual_seed(seed)
     idx = torch.tensor([prompt_ids], dtype=torch.long)
@@ -85,10 +90,12 @@ def generate_hf(
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m normbench sample", description="Generate text from a run's checkpoint.")
+    from normbench.export.cli import Parser
+
+    p = Parser(prog="python -m normbench sample", description="Generate text from a run's checkpoint.")
     p.add_argument("run_dir", help="a run directory (with checkpoints/last.pt)")
     p.add_argument("--prompt", required=True, help="text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: 64, or what the context leaves")
     p.add_argument("--temperature", type=float, default=1.0, help="0: greedy (default 1.0)")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -103,12 +110,11 @@ def main(argv: list[str]) -> int:
 
     try:
         args = parse(argv)
-    except SystemExit as exc:  # argparse printed its one-line usage error
-        return int(exc.code or 0)
-    try:
         run = load_run(args.run_dir)
         tok = run_tokenizer(run.cfg)
         ids = tok.encode(args.prompt)
+        if args.max_new_tokens is None:
+            args.max_new_tokens = max(0, min(64, run.model.seq_len - len(ids)))
         n_tokens = min(tok.vocab_size, run.vocab_size)
         if getattr(tok, "learned_size", None):  # a BPE that learned fewer merges than asked
             n_tokens = min(n_tokens, tok.learned_size)

@@ -7,23 +7,27 @@ import argparse
 from normbench.errors import ConfigError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are normbench's one line (``normbench: error: ...``, status 2)."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{self.prog.split()[-1]}: {message} (see {self.prog} --help)")
+
+
 def export_main(argv: list[str]) -> int:
     from normbench.cli import error
     from normbench.export import export_run
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m normbench export",
         description="Write a run's model as a directory Hugging Face transformers loads offline.",
     )
     p.add_argument("run_dir", help="a run directory (with checkpoints/last.pt)")
     p.add_argument("out_dir", help="a new (or empty) directory to write")
     p.add_argument("--custom", action="store_true", help="the custom class even where a stock one fits")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as exc:  # argparse printed its usage error
-        return int(exc.code or 0)
     _quiet_transformers()
     try:
+        args = p.parse_args(argv)
         export_run(args.run_dir, args.out_dir, custom=args.custom)
     except ConfigError as exc:
         return error(str(exc))
