@@ -87,12 +87,12 @@ def _embed_scale(model: GPT) -> bool:
 
 def config_dict(model: nn.Module, cfg, vocab_size: int) -> dict:
     """The NormbenchConfig fields that make the template compute ``model``."""
-    m = cfg.model
+    b0 = model.blocks[0]
     base = {
         "vocab_size": vocab_size,
         "hidden_size": model.d_model,
         "num_hidden_layers": model.n_layer,
-        "num_attention_heads": m.n_head,
+        "num_attention_heads": b0.n_head if isinstance(model, NGPT) else b0.attn.core.n_head,
         "max_position_embeddings": model.seq_len,
         "rope_theta": float(model.rope_theta),
         "arch": cfg.arch.name,
@@ -103,7 +103,6 @@ def config_dict(model: nn.Module, cfg, vocab_size: int) -> dict:
         "eos_token_id": None,
     }
     if isinstance(model, NGPT):
-        b0 = model.blocks[0]
         mult = lambda v: v.init / v.scale  # noqa: E731 - ScaledVector: param * (init / scale)
         names = ("attn_alpha", "mlp_alpha", "sqk", "suv")
         return {
@@ -124,14 +123,13 @@ def config_dict(model: nn.Module, cfg, vocab_size: int) -> dict:
         }
     if not isinstance(model, GPT):
         raise ConfigError(f"export: {type(model).__name__} is not a normbench GPT or nGPT model")
-    b0 = model.blocks[0]
     return {
         **base,
         "intermediate_size": b0.mlp.core.c_proj.in_features,
         "position": "rope" if model.use_rope else "learned",
         "mlp": b0.mlp.core.kind,
         "bias": b0.attn.core.c_attn.bias is not None,
-        "dropout": float(m.dropout),
+        "dropout": float(getattr(model.drop, "p", 0.0)),
         "norm": _common_norm(model, cfg.norm.name),
         "blocks": [
             {
