@@ -91,6 +91,25 @@ def check_resume_config(old: dict, new: dict, allowed: list[str], path: Path) ->
     return diff
 
 
+def job_dir_name(override_dirname: str, limit: int = 200) -> str:
+    """A sweep job's directory name (after ``<job num>_``): Hydra's ``override_dirname``, flat.
+
+    A value holding a path (``data.paths=[data/a.txt,/abs/b.txt]``) would nest the job directory
+    several levels deep; each path keeps only its last part (``data.paths=[a.txt,b.txt]``; the job
+    number keeps the names unique). A name past ``limit`` characters (file names end at 255 bytes)
+    is cut, with a hash of the whole so that it stays unique and the same on every resume.
+    """
+    import hashlib
+    import re
+
+    last_part = lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1]  # noqa: E731
+    name = re.sub(r"[^,=\[\]{}()]*/[^,=\[\]{}()]*", last_part, override_dirname)
+    if len(name.encode()) > limit:
+        digest = hashlib.sha1(override_dirname.encode()).hexdigest()[:8]
+        name = name.encode()[: limit - 9].decode(errors="ignore") + "~" + digest
+    return name
+
+
 class RunDirInUse(ConfigError):
     """Another live process trains into this run directory."""
 

@@ -101,6 +101,8 @@ class StopSignals:
         if self.signum is not None:
             return  # a second signal: the watchdog thread ends the process
         self.signum = signum
+        if not self.on_stop:  # no run in progress (between a sweep's jobs, Hydra's own work): leave now
+            raise SystemExit(128 + signum)
         name = signal.Signals(signum).name
         log.warning(
             "received %s: stopping at the end of this step (another signal, or no stop within %.0f s: exit at once)",

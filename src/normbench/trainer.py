@@ -157,7 +157,7 @@ class Trainer:
                 "lower model.seq_len or raise data.val_fraction"
             )
         self.vocab = padded_vocab(cfg, self.data.vocab_size)
-        memory.check(cfg, self.vocab, self.device, log=log.info, world=self.world)  # before allocating: refuse what cannot fit
+        memory.check(cfg, self.vocab, self.device, log=log.info, world=self.world)  # refuse what cannot fit
         self.raw_model = build_model(cfg, self.vocab).to(self.device)
         self.n_params = self.raw_model.num_params()
         log.info(
@@ -207,6 +207,7 @@ class Trainer:
         self.clock = {"wall_s": 0.0, "train_time": 0.0, "train_tokens": 0}  # continued across a resume
         # test hook: comma-separated steps whose gradients are made NaN (read once, not per step)
         self.nan_grad_steps = {int(v) for v in os.environ.get("NORMBENCH_TEST_NAN_GRAD", "").split(",") if v.strip()}
+        self.slow_eval = float(os.environ.get("NORMBENCH_TEST_SLOW_EVAL") or 0)  # test hook: s per val batch
         self.start_wall = time.perf_counter()
         resumed = self._maybe_resume()
         if self.is_main:
@@ -455,6 +456,8 @@ class Trainer:
             if self.stop_signal is not None and self.world == 1:
                 self.model.train()
                 return None
+            if self.slow_eval:
+                time.sleep(self.slow_eval)
             batch = batch.to(self.device)
             with self.autocast():
                 _, loss = self.model(batch[:, :-1], batch[:, 1:])
@@ -615,7 +618,9 @@ class Trainer:
             return
         self.metrics.write(record)
         self.wandb.log(record)
-        remaining = (self.max_steps - self.step) * self.tokens_per_step / max(tps, 1e-9)
+        if not hasattr(self, "eta"):
+            self.eta = Eta()
+        remaining = self.eta.remaining(self.step, self.max_steps, self.tokens_per_step / max(tps, 1e-9))
         val = f" | val {record['val_loss']:.4f}" if "val_loss" in record else ""
         log.info(
             "step %d/%d | loss %.4f%s | lr %.2e | grad %.3f | %s tok/s | ETA %s",
@@ -668,6 +673,23 @@ class Trainer:
             self.metrics.close()
         if self.is_main and hasattr(self, "wandb"):  # setup may have failed in between: keep its error
             self.wandb.finish(exit_code)
+
+
+class Eta:
+    """Time left: an exponential moving average of the wall time per step between log lines (evals,
+    checkpoints and diagnostics included, as the rest of the run will have them), so the ETA does not
+    jump with each window's mix of steps."""
+
+    def __init__(self, weight: float = 0.3):
+        self.weight, self.per_step, self.last = weight, None, None
+
+    def remaining(self, step: int, max_steps: int, step_time_now: float) -> float:
+        now = time.perf_counter()
+        if self.last is not None and step > self.last[0]:
+            rate = (now - self.last[1]) / (step - self.last[0])
+            self.per_step = rate if self.per_step is None else (1 - self.weight) * self.per_step + self.weight * rate
+        self.last = (step, now)
+        return (max_steps - step) * (self.per_step if self.per_step is not None else step_time_now)
 
 
 def _fmt(x, spec: str = ".4f") -> str:
