@@ -207,7 +207,8 @@ class Trainer:
         self.clock = {"wall_s": 0.0, "train_time": 0.0, "train_tokens": 0}  # continued across a resume
         # test hook: comma-separated steps whose gradients are made NaN (read once, not per step)
         self.nan_grad_steps = {int(v) for v in os.environ.get("NORMBENCH_TEST_NAN_GRAD", "").split(",") if v.strip()}
-        self.slow_eval = float(os.environ.get("NORMBENCH_TEST_SLOW_EVAL") or 0)  # test hook: s per val batch
+        self.slow_eval = float(os.environ.get("NORMBENCH_TEST_SLOW_EVAL") or 0)  # test hook: s per final val batch
+        self.hang_step = int(os.environ.get("NORMBENCH_TEST_HANG_AT_STEP") or 0)  # test hook: a step that never ends
         self.start_wall = time.perf_counter()
         resumed = self._maybe_resume()
         if self.is_main:
@@ -399,6 +400,8 @@ class Trainer:
                 loss_for_grad = self.scaler.scale(loss_for_grad)
             loss_for_grad.backward()
             loss_sum += loss.detach()
+        if self.step + 1 == self.hang_step:
+            time.sleep(3600)
         if self.step + 1 in self.nan_grad_steps:  # test hook (NORMBENCH_TEST_NAN_GRAD): steps 1..
             next(p for p in self.raw_model.parameters() if p.grad is not None).grad.fill_(float("nan"))
         if self.world > 1:  # one collective: the global loss, and how many ranks caught a stop signal
@@ -456,7 +459,7 @@ class Trainer:
             if self.stop_signal is not None and self.world == 1:
                 self.model.train()
                 return None
-            if self.slow_eval:
+            if self.slow_eval and self.step == self.max_steps:
                 time.sleep(self.slow_eval)
             batch = batch.to(self.device)
             with self.autocast():
