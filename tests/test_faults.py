@@ -586,12 +586,51 @@ def test_sweep_job_into_a_live_run_dir_leaves_that_run_alone(tmp_path, capsys):
     assert not (job / "metrics.jsonl").exists()
 
 
-def test_stale_lock_of_a_dead_process_does_not_block(tmp_path):
+def test_stale_lock_of_a_dead_process_is_taken_over_with_a_notice(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / ".lock").write_text(f"{socket.gethostname()}:{_dead_pid()}")
+    dead = f"{socket.gethostname()}:{_dead_pid()}"
+    (run / ".lock").write_text(dead)  # what an OOM-killed run leaves, with its "running" summary
+    (run / "summary.json").write_text('{"status": "running", "step": 7}')
     assert trainer.run(compose([*RUN, "trainer.max_steps=2"]), run)["status"] == "completed"
     assert not (run / ".lock").exists()
+    (notice,) = [ln for ln in (run / "train.log").read_text().splitlines() if "stale lock" in ln]
+    assert f"from {dead} (process {dead.split(':')[1]} is gone" in notice
+    assert "died at step 7 without a word" in notice and notice.endswith("taken over")
+
+
+def test_stale_lock_from_another_host(tmp_path):
+    """Another node's lock that no process holds: taken over (a requeue), unless that run wrote moments
+    ago (flock is not coherent across hosts on every network filesystem): then refused, saying what to do."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").write_text("node-17:4242")
+    (run / "summary.json").write_text('{"status": "running", "step": 3}')
+    with pytest.raises(rundir.RunDirInUse, match=r"locked by node-17:4242 on another host, which wrote to it \d+ s"):
+        rundir.RunLock(run).acquire()
+    hour_ago = time.time() - 3600
+    os.utime(run / "summary.json", (hour_ago, hour_ago))
+    lock = rundir.RunLock(run)
+    lock.acquire()
+    try:
+        assert (run / ".lock").read_text() == f"{socket.gethostname()}:{os.getpid()}"
+    finally:
+        lock.release()
+
+
+def test_corrupt_summary_is_unreadable_not_failed(tmp_path):
+    from normbench.metrics import read_summary
+
+    run = tmp_path / "sweep" / "0_seed=0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text('{"status": "completed", "final_lo')
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    assert read_summary(run)["status"] == "unreadable"
+    assert read_summary(tmp_path) is None  # no file: no summary
+    assert report.load_run(run).status == "unreadable"
+    assert report.main([str(tmp_path / "sweep")]) == 0
+    text = (tmp_path / "sweep" / "report.md").read_text()
+    assert "unreadable" in text and "failed" not in text
 
 
 def test_lock_without_flock_falls_back_to_the_pid(tmp_path, monkeypatch):

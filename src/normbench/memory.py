@@ -71,6 +71,8 @@ class Estimate:
 
 
 def _gb(b: float) -> str:
+    if b < 0.1 * GB:
+        return f"{b / 1024**2:.1f} MB"
     return f"{b / GB:.2f} GB" if b < 10 * GB else f"{b / GB:,.0f} GB"
 
 
