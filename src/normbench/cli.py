@@ -412,7 +412,7 @@ def _check_output_dir_writable(argv: list[str]) -> None:
         probe.touch()
         probe.unlink()
     except OSError as exc:
-        why = exc.strerror or type(exc).__name__
+        why = "a file is in the way" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror
         raise ConfigError(
             f"cannot write the {'sweep' if multirun else 'run'} directory {target} ({why}); choose a writable "
             f"one with {key}=DIR{'' if given else ' or run from a writable directory'}"
