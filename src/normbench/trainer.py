@@ -479,7 +479,7 @@ class Trainer:
         prev_votes = None  # torchrun, CUDA: the previous step's stop votes
         first_step = self.step
         if self.eval_missing:  # interrupted during this step's evaluation: do it now, into its record
-            self._finish_eval(start_wall)
+            self._finish_eval()
         log.info(
             "training %d steps (%s tokens/step, %d already done) on %s, precision %s",
             self.max_steps,
@@ -578,7 +578,8 @@ class Trainer:
                 if status is not None:
                     return self._finish("diverged", status)
                 if losses:  # "final loss" is this step's, not the last logged one's
-                    self.summary["final_loss"], self.loss_step = losses[-1], self.step
+                    self.summary.update(final_loss=losses[-1], step=self.step, tokens=self.tokens)
+                    self.loss_step = self.step
                 self.save_checkpoint()
             if stop_now:  # also during the last step or its evaluation: the resume finishes the run
                 name = signal.Signals(self.stop_signal).name
@@ -588,7 +589,7 @@ class Trainer:
         self.save_checkpoint()
         return self._finish("completed", None)
 
-    def _finish_eval(self, start_wall: float) -> None:
+    def _finish_eval(self) -> None:
         """The evaluation a signal cut short at the checkpoint's step, done on resume: its val loss
         goes into that step's record, as in an uninterrupted run (evaluation draws no random numbers)."""
         val = self.evaluate()
