@@ -761,9 +761,9 @@ def run(cfg, run_dir: Path) -> dict:
     finally:
         trainer.close(exit_code)
         STOP.last_words = None
+        lock.release()  # before the run stops listening: a signal from then on leaves at once (signals.py)
         STOP.on_stop.remove(on_stop)
         STOP.uninstall(installed)
-        lock.release()
         if rank == 0:
             log.info("run directory: %s", run_dir.resolve())
         dist_utils.shutdown(wait=exit_code == 0)  # torchrun: destroy the process group (no-op in one process)
