@@ -98,6 +98,9 @@ CASES = [
     (["sed=1"], ["unknown config key 'sed'", "did you mean 'seed'"]),
     (["optimizer=adamw"], ["unknown config key 'optimizer'", "did you mean 'optim'"]),
     (["arch"], ["cannot parse 'arch'", "key=value"]),
+    # Hydra's own grammar, hydra.* overrides included: one line with the quoting that works
+    (["hydra.run.dir=runs/é"], ["cannot parse the override hydra.run.dir=runs/é", "\"hydra.run.dir='runs/é'\""]),
+    (["data=files", "data.paths=[données.txt]"], ["data.paths=[données.txt]", "\"data.paths='[données.txt]'\""]),
     (["trainer.max_steps=${oc.env:NORMBENCH_UNSET_VAR}"], ["trainer.max_steps", "NORMBENCH_UNSET_VAR"]),
     # found only once the data is read (inside the job, still before the first step)
     (["data=files", "data.paths=[{d}/small.txt]"], ["model.seq_len=64 is longer than the validation split"]),
@@ -216,3 +219,37 @@ def test_random_overrides_give_a_result_or_one_line(capsys, overrides):
         for h in list(logger.handlers):
             logger.removeHandler(h)
             h.close()
+
+
+@pytest.mark.parametrize("case", ["a file in the way", "no such place", "read-only"])
+def test_unwritable_output_dir_is_one_line(tmp_path, capsys, monkeypatch, case):
+    """Hydra creates the run directory before the job: an unwritable one used to be its traceback."""
+    monkeypatch.chdir(tmp_path)
+    if case == "a file in the way":
+        (tmp_path / "outputs").write_text("not a directory")  # the default run dir is outputs/runs/...
+        code, err = train(capsys, *BASE)
+        assert_one_line_error(code, err, "cannot write the run directory outputs (a file is in the way)")
+    elif case == "no such place":
+        code, err = train(capsys, *BASE, "hydra.run.dir=/proc/normbench/run")
+        assert_one_line_error(code, err, "cannot write the run directory /proc/normbench/run", "hydra.run.dir=DIR")
+        code, err = train(capsys, "-m", *BASE, "seed=0,1", "hydra.sweep.dir=/proc/normbench/sweep")
+        assert_one_line_error(code, err, "cannot write the sweep directory /proc/normbench/sweep", "hydra.sweep.dir=")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories")
+        (tmp_path / "ro").mkdir(mode=0o555)
+        code, err = train(capsys, *BASE, "hydra.run.dir=ro/run")
+        assert_one_line_error(code, err, "cannot write the run directory ro/run (Permission denied)")
+
+
+def test_cfg_job_validates_the_config(capsys):
+    code, err = train(capsys, "--cfg", "job", *BASE, "model.n_head=5")
+    assert_one_line_error(code, err, "model.n_head=5 must divide model.d_model=64")
+    from hydra.core.hydra_config import HydraConfig
+
+    capsys.readouterr()
+    try:
+        assert cli.main(["train", "--cfg", "job", *BASE, "model.n_head=4"]) == 0
+    finally:
+        HydraConfig.instance().cfg = None  # Hydra's --cfg leaves its config set: relative paths would follow it
+    assert "n_head: 4" in capsys.readouterr().out  # a valid config is printed as before

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -117,6 +118,114 @@ def test_signal_checkpoints_marks_interrupted_and_resume_matches(tmp_path, refer
     assert proc.returncode == 0, proc.stderr
     assert f"resumed from {run / 'checkpoints' / 'last.pt'} at step {s['step']}" in proc.stdout
     assert_same_run(run, reference)
+
+
+def resume_line(out: str, what: str = "this run") -> list[str]:
+    """The resume command the interrupted process printed, ready to run here."""
+    (line,) = [ln for ln in out.splitlines() if f"resume {what} with: " in ln]
+    argv = shlex.split(line.split(f"resume {what} with: ", 1)[1])
+    assert argv[:4] == ["python", "-m", "normbench", "train"], argv
+    return argv[4:]
+
+
+def test_signal_during_the_final_eval_interrupts_and_the_printed_command_finishes_the_run(tmp_path, reference):
+    """SIGTERM while the last step's evaluation runs: the evaluation stops (it saves nothing), the run ends
+    `interrupted` with exit 143 (it used to report `completed` and exit 0); the command it prints resumes
+    this very run (hydra.run.dir included), evaluates, and ends with the uninterrupted run's numbers."""
+    run = tmp_path / "run"
+    proc = start(tmp_path, *RUN, "hydra.run.dir=run", NORMBENCH_TEST_SLOW_EVAL="8")
+    wait_for(lambda: 11 in steps(run), proc)  # step 12 and its evaluation (2 batches x 8 s) come next
+    time.sleep(0.8)
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    assert proc.wait(timeout=60) == 143
+    assert time.monotonic() - sent < 14, "the evaluation was not waited for (it had over 15 s to go)"
+    out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
+    assert "Traceback" not in err
+    s = summary(run)
+    assert s["status"] == "interrupted" and s["step"] == 12, s
+    assert "evaluation was cut short" in s["reason"]
+    assert "val_loss" not in read_jsonl(run / "metrics.jsonl")[-1]
+    assert f"run interrupted at step 12: final loss {s['final_loss']:.4f} (step 12)" in out
+    assert f"run directory: {run.resolve()}" in out
+
+    args = resume_line(out)
+    assert f"hydra.run.dir={run.resolve()}" in args and args[-1] == "trainer.resume=true"
+    elsewhere = tmp_path / "elsewhere"  # the command names the run's directory: it works from anywhere
+    elsewhere.mkdir()
+    proc = run_cli(["train", *args], cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert_same_run(run, reference)
+
+
+@pytest.mark.parametrize("how", ["second signal", "no safe point within the grace"])
+def test_a_step_that_does_not_end_exits_at_once_keeping_the_last_checkpoint(tmp_path, how):
+    """Step 6 never ends (a test hook): a second signal, or the grace after the first, ends the process at
+    once (`timeout`'s SIGTERM used to be ignored for minutes); the summary says interrupted; the step-4
+    checkpoint stays."""
+    run = tmp_path / "run"
+    grace = "60" if how == "second signal" else "1"
+    proc = start(tmp_path, *RUN, "hydra.run.dir=run", f"trainer.stop_grace_s={grace}", NORMBENCH_TEST_HANG_AT_STEP="6")
+    wait_for(lambda: (run / "checkpoints" / "last.pt").exists() and 5 in steps(run), proc)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    if how == "second signal":
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=30)
+    assert time.monotonic() - sent < 10
+    assert code == (130 if how == "second signal" else 143)
+    s = summary(run)
+    assert s["status"] == "interrupted", s
+    assert ("a second signal" if how == "second signal" else "stop_grace_s=1") in s["reason"]
+    assert "stopped at once" in (tmp_path / "err.txt").read_text()
+    assert ckpt.load(run / "checkpoints" / "last.pt")["step"] == 4, "the last complete checkpoint is kept"
+    assert not (run / ".lock").exists()
+
+
+def test_signal_in_a_sweep_stops_it_and_the_printed_command_resumes_the_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", *RUN, "trainer.max_steps=6", "seed=0,1", "hydra.sweep.dir=sweep"]
+    proc = start(tmp_path, *args, NORMBENCH_TEST_SLOW_LOG="0.2")
+    job0 = lambda: next(iter(sweep.glob("0_*")), None)  # noqa: E731
+    wait_for(lambda: job0() is not None and len(steps(job0())) >= 2, proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert summary(job0())["status"] == "interrupted"
+    assert not list(sweep.glob("1_*")), "no job starts after the signal"
+    out = (tmp_path / "out.txt").read_text()
+    assert f"sweep directory: {sweep.resolve()}" in out
+    cmd = resume_line(out, "the sweep")
+    assert cmd[0] == "-m" and f"hydra.sweep.dir={sweep.resolve()}" in cmd
+    proc = run_cli(["train", *cmd], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    jobs = sorted(sweep.glob("*_*"))
+    assert [summary(j)["status"] for j in jobs] == ["completed", "completed"]
+    assert steps(jobs[0]) == list(range(1, 7))
+
+
+def test_signal_after_the_last_safe_point_completes_then_stops(tmp_path, monkeypatch):
+    """A signal during the final checkpoint write: the run is complete (nothing is lost), and the
+    process still leaves with 143 so that a sweep goes no further."""
+    from normbench.signals import STOP
+
+    original = trainer.Trainer.save_checkpoint
+
+    def save_then_signal(self):
+        original(self)
+        if self.step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(trainer.Trainer, "save_checkpoint", save_then_signal)
+    installed = STOP.install([signal.SIGTERM])  # as the CLI does for the whole command
+    try:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["train", *RUN, "trainer.max_steps=2", "trainer.ckpt_every=100", f"hydra.run.dir={tmp_path}"])
+    finally:
+        STOP.uninstall(installed)
+    assert exc.value.code == 143
+    assert summary(tmp_path)["status"] == "completed"
 
 
 # ------------------------------------------------------------------------------------------- kill -9
@@ -477,12 +586,51 @@ def test_sweep_job_into_a_live_run_dir_leaves_that_run_alone(tmp_path, capsys):
     assert not (job / "metrics.jsonl").exists()
 
 
-def test_stale_lock_of_a_dead_process_does_not_block(tmp_path):
+def test_stale_lock_of_a_dead_process_is_taken_over_with_a_notice(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / ".lock").write_text(f"{socket.gethostname()}:{_dead_pid()}")
+    dead = f"{socket.gethostname()}:{_dead_pid()}"
+    (run / ".lock").write_text(dead)  # what an OOM-killed run leaves, with its "running" summary
+    (run / "summary.json").write_text('{"status": "running", "step": 7}')
     assert trainer.run(compose([*RUN, "trainer.max_steps=2"]), run)["status"] == "completed"
     assert not (run / ".lock").exists()
+    (notice,) = [ln for ln in (run / "train.log").read_text().splitlines() if "stale lock" in ln]
+    assert f"from {dead} (process {dead.split(':')[1]} is gone" in notice
+    assert "died at step 7 without a word" in notice and notice.endswith("taken over")
+
+
+def test_stale_lock_from_another_host(tmp_path):
+    """Another node's lock that no process holds: taken over (a requeue), unless that run wrote moments
+    ago (flock is not coherent across hosts on every network filesystem): then refused, saying what to do."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").write_text("node-17:4242")
+    (run / "summary.json").write_text('{"status": "running", "step": 3}')
+    with pytest.raises(rundir.RunDirInUse, match=r"locked by node-17:4242 on another host, which wrote to it \d+ s"):
+        rundir.RunLock(run).acquire()
+    hour_ago = time.time() - 3600
+    os.utime(run / "summary.json", (hour_ago, hour_ago))
+    lock = rundir.RunLock(run)
+    lock.acquire()
+    try:
+        assert (run / ".lock").read_text() == f"{socket.gethostname()}:{os.getpid()}"
+    finally:
+        lock.release()
+
+
+def test_corrupt_summary_is_unreadable_not_failed(tmp_path):
+    from normbench.metrics import read_summary
+
+    run = tmp_path / "sweep" / "0_seed=0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text('{"status": "completed", "final_lo')
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    assert read_summary(run)["status"] == "unreadable"
+    assert read_summary(tmp_path) is None  # no file: no summary
+    assert report.load_run(run).status == "unreadable"
+    assert report.main([str(tmp_path / "sweep")]) == 0
+    text = (tmp_path / "sweep" / "report.md").read_text()
+    assert "unreadable" in text and "failed" not in text
 
 
 def test_lock_without_flock_falls_back_to_the_pid(tmp_path, monkeypatch):
@@ -550,14 +698,15 @@ def test_huge_lr_diverges_and_exits_zero(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------- sweeps
 def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
-    (tmp_path / "small.txt").write_text("hello world, a small file.\n" * 38)  # validation split ~50 tokens
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "small.txt").write_text("hello world, a small file.\n" * 38)  # validation split ~50 tokens
     proc = run_cli(
         [
             "train",
             "-m",
             *RUN,
             "data=files",
-            "data.paths=[small.txt]",  # relative: job directory names hold the overrides
+            "data.paths=[data/small.txt]",  # a '/' in a value: job directory names stay flat
             "model.seq_len=16,64",  # 64 > the validation split: found in the job, not before the sweep
             "trainer.max_steps=2,4",  # 4 steps meet the simulated crash at step 3
             "hydra.sweep.dir=sweep",
@@ -568,7 +717,8 @@ def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     jobs = {p.name.split("_", 1)[0]: summary(p) for p in (tmp_path / "sweep").iterdir() if p.is_dir()}
-    assert sorted(jobs) == ["0", "1", "2", "3"], "every job ran"
+    assert sorted(jobs) == ["0", "1", "2", "3"], "every job ran, each in a directory right below the sweep's"
+    assert all("data.paths=[small.txt]" in p.name for p in (tmp_path / "sweep").glob("*_*"))
     assert jobs["0"]["status"] == "completed"
     assert jobs["1"]["status"] == "failed" and "simulated crash at step 3" in jobs["1"]["reason"]
     assert jobs["1"]["step"] in (2, 3), "the failed job's summary says how far it got"

@@ -116,7 +116,7 @@ def test_default_sweep_dir_names():
     hc = compose_with_hydra([]).hydra
     raw = OmegaConf.to_container(hc.sweep, resolve=False)
     assert raw["dir"] == "outputs/multirun/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}"  # microseconds
-    assert raw["subdir"] == "${hydra.job.num}_${hydra.job.override_dirname}"
+    assert raw["subdir"] == "${hydra.job.num}_${nb_job_dir:${hydra.job.override_dirname}}"  # flat (rundir)
     assert hc.callbacks.unique_sweep_dir._target_ == "normbench.sweeps.UniqueSweepDir"
 
 

@@ -335,3 +335,14 @@ def test_ranks_split_the_global_batch_of_one_process():
         assert torch.equal(y[:, :-1], x[:, 1:]) and x.shape == (3, 8)  # targets are inputs shifted by one
         assert torch.equal(x[:, 1:] - x[:, :-1], torch.ones(3, 7, dtype=torch.int64))  # contiguous windows
     assert not torch.equal(whole[0][0], whole[1][0])  # micro-batches differ
+
+
+def test_eta_is_smoothed(monkeypatch):
+    """Log windows alternate 1 s and 3 s per step (evals, diagnostics): the ETA moves by far less than x3."""
+    clock = iter([0.0, 10.0, 40.0, 50.0, 80.0, 90.0, 120.0])
+    monkeypatch.setattr(trainer.time, "perf_counter", lambda: next(clock))
+    eta = trainer.Eta()
+    etas = [eta.remaining(step, 1000, 1.0) / (1000 - step) for step in range(0, 70, 10)]
+    assert etas[1] == 1.0  # the first window's rate as it is
+    later = etas[2:]
+    assert max(later) / min(later) < 1.5 and 1.3 < later[-1] < 2.5  # between 1 and 3 s/step, steady

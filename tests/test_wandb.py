@@ -77,9 +77,12 @@ def test_offline_sweep_logs_one_run_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["train", "-m", "arch=pre_ln,post_ln", "logger=wandb", *TINY, "trainer.max_steps=6", "diag.every=2",
             "trainer.log_every=2", "trainer.eval_every=3", f"hydra.sweep.dir={sweep}"]  # fmt: skip
-    run_cli(args, cwd=tmp_path, env={"WANDB_MODE": "offline"}, check=True)
+    proc = run_cli(args, cwd=tmp_path, env={"WANDB_MODE": "offline", "WANDB_SILENT": "false"}, check=True)
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert [j.name.split("_", 1)[0] for j in jobs] == ["0", "1"]
+    # the console keeps to normbench's lines; W&B's banner and tables go to each run's train.log
+    assert "wandb:" not in proc.stdout + proc.stderr
+    assert all("wandb: Run summary:" in (job / "train.log").read_text() for job in jobs)
 
     runs = []
     for job, arch in zip(jobs, ("pre_ln", "post_ln")):

@@ -14,12 +14,20 @@ import logging
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import textwrap
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from normbench.errors import ConfigError, first_line
+from normbench.rundir import job_dir_name
+
+# sweep job directories: hydra.sweep.subdir in conf/config.yaml (registered here, at import, so that a
+# launcher's worker process that unpickles run_job has it too)
+OmegaConf.register_new_resolver("nb_job_dir", job_dir_name, replace=True)
 
 GROUPS = ("model", "arch", "norm", "optim", "sched", "data", "diag", "logger", "experiment")
 FLAGS_WITH_VALUE = (
@@ -32,6 +40,8 @@ FLAGS_WITH_VALUE = (
     "-p",
     "--package",
     "--experimental-rerun",
+    "--cfg",
+    "-c",
 )
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
@@ -322,17 +332,23 @@ def train_cli(argv: list[str]) -> int:
     from omegaconf import DictConfig
 
     from normbench.config import register_configs
+    from normbench.signals import STOP
 
     register_configs()
-    info_only = any(a in HYDRA_FLAGS_NO_VALIDATE or a.startswith("--cfg") or a == "-c" for a in argv)
+    info_only = any(a in HYDRA_FLAGS_NO_VALIDATE for a in argv)
+    show_cfg = any(a.startswith("--cfg") or a == "-c" for a in argv)  # --cfg job: printed only if valid
     overrides = [a for a in argv if not a.startswith("-") and "=" in a]
+    _ARGV[:] = argv
     try:
+        _check_override_syntax(overrides)
         argv = argv + _torchrun_overrides(argv)
         for prev, a in zip(["-"] + argv, argv):
             if not info_only and "=" not in a and not a.startswith("-") and prev not in FLAGS_WITH_VALUE:
                 raise ConfigError(f"cannot parse '{a}': an override is key=value (e.g. {a}=...)")
         if not info_only:
             prevalidate(overrides, user_config_dirs(argv))
+        if not info_only and not show_cfg:
+            _check_output_dir_writable(argv)
             _check_run_dir_free(argv)
     except ConfigError as exc:
         return error(str(exc))
@@ -345,9 +361,12 @@ def train_cli(argv: list[str]) -> int:
     sys.argv = ["normbench train"] + argv
     hydra_files = _snapshot_hydra_files(argv)
     _REFUSED.clear()
+    # a stop signal is honoured for the whole command: between a sweep's jobs it ends the sweep
+    installed = STOP.install([signal.SIGTERM, signal.SIGINT])
     try:
         _train()
     finally:
+        STOP.uninstall(installed)
         sys.argv = saved
         if _REFUSED and hydra_files:  # a refused run (e.g. resume with a changed arch) changes nothing
             from normbench.metrics import write_atomic
@@ -358,6 +377,67 @@ def train_cli(argv: list[str]) -> int:
 
 
 _REFUSED: list[str] = []  # run_job notes a refused single run here
+_ARGV: list[str] = []  # the train command's arguments, for the resume command printed at an interrupt
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9_./:+@%-]*")
+
+
+def _check_override_syntax(overrides: list[str]) -> None:
+    """Hydra's override grammar, checked for every override (``hydra.*`` ones too) before Hydra parses
+    them: an unquoted non-ASCII or special character is one line with the quoting that works."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for o in overrides:
+        try:
+            parser.parse_overrides([o])
+        except OverrideParseException:
+            key, _, value = o.partition("=")
+            fix = f"{key}='{value}'" if "'" not in value else f'{key}="{value}"'
+            shell = f'"{fix}"' if not set(fix) & set('"$`\\!') else shlex.quote(fix)
+            raise ConfigError(
+                f"cannot parse the override {o}: quote the value for Hydra and the whole override for the shell, "
+                f"e.g. {shell} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic)"
+            ) from None
+
+
+def _check_output_dir_writable(argv: list[str]) -> None:
+    """The run (or sweep) directory, or the nearest existing directory above it, must be writable:
+    Hydra would otherwise fail with a traceback while creating it."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [a.split("=", 1)[1] for a in argv if a.startswith(f"{key}=")]
+    target = Path(given[-1].strip("'\"")) if given and "${" not in given[-1] else Path("outputs")
+    try:  # try it, rather than os.access: root passes access checks that a read-only mount still fails
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / f".normbench-write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        why = "a file is in the way" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror
+        raise ConfigError(
+            f"cannot write the {'sweep' if multirun else 'run'} directory {target} ({why}); choose a writable "
+            f"one with {key}=DIR{'' if given else ' or run from a writable directory'}"
+        ) from None
+
+
+def _hydra_value(value: str) -> str:
+    """``value`` as Hydra's grammar reads it back (quoted when it holds special characters)."""
+    if _SAFE_VALUE.fullmatch(value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def resume_command(run_dir: Path, sweep_dir: Path | None = None) -> str:
+    """The command that resumes this run (or, with ``sweep_dir``, the whole sweep)."""
+    drop = ("trainer.resume=", "hydra.run.dir=", "hydra.sweep.dir=")
+    args = [a for a in _ARGV if not a.startswith(drop)]
+    key, path = ("hydra.sweep.dir", sweep_dir) if sweep_dir else ("hydra.run.dir", run_dir)
+    where = f"{key}={_hydra_value(str(path))}"
+    prefix = ["python", "-m", "normbench", "train"]
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        prefix = ["torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', 1)}", "-m", "normbench", "train"]
+    return " ".join(shlex.quote(a) for a in [*prefix, *args, where, "trainer.resume=true"])
 
 
 def _snapshot_hydra_files(argv: list[str]) -> dict[Path, bytes]:
@@ -390,10 +470,13 @@ def run_job(cfg) -> float:
 
     from normbench import trainer
     from normbench.rundir import RunDirInUse
+    from normbench.signals import STOP
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    sweep_dir = _sweep_dir(hc, run_dir) if multirun else None
+    STOP.hint = f"resume {'the sweep' if multirun else 'this run'} with: {resume_command(run_dir.resolve(), sweep_dir)}"
     try:
         summary = trainer.run(cfg, run_dir)
     except ConfigError as exc:
@@ -405,6 +488,7 @@ def run_job(cfg) -> float:
             trainer.summary_for_failure(run_dir, cfg, str(exc))
         return math.inf
     except trainer.Interrupted as exc:
+        logging.getLogger("normbench").warning("%s", STOP.hint)
         sys.exit(128 + int(getattr(signal, str(exc), signal.SIGINT)))  # 143 for SIGTERM, 130 for SIGINT
     except KeyboardInterrupt:
         sys.exit(130)
@@ -418,9 +502,22 @@ def run_job(cfg) -> float:
             return math.inf  # the summary says so already; trainer.resume=true continues it
         trainer.summary_for_failure(run_dir, cfg, f"{type(exc).__name__}: {first}"[:300])
         return math.inf
+    if STOP.signum is not None:  # it came after the run's last safe point: the run is done; stop here
+        then = f"no further jobs start; {STOP.hint}" if multirun else "exiting"
+        name = signal.Signals(STOP.signum).name
+        logging.getLogger("normbench").warning("%s arrived as the run %s: %s", name, summary["status"], then)
+        sys.exit(128 + STOP.signum)
     if summary["status"] != "completed" or summary.get("best_val_loss") is None:
         return 1e6  # diverged: clearly worse than any real loss, not a crash
     return float(summary["best_val_loss"])
+
+
+def _sweep_dir(hc, run_dir: Path) -> Path:
+    """The sweep directory holding this job's directory (absolute)."""
+    sweep = OmegaConf.select(hc, "sweep.dir", default=None)
+    if sweep is not None and Path(str(sweep)).resolve() in run_dir.resolve().parents:
+        return Path(str(sweep)).resolve()
+    return run_dir.resolve().parent
 
 
 def main(argv: list[str] | None = None) -> int:

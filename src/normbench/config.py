@@ -143,6 +143,8 @@ class TrainerConfig:
     diverge_factor: float = 3.0  # loss > factor * the first step's loss -> diverged
     skip_nonfinite: bool = False  # skip optimizer steps whose gradients are NaN/inf
     max_skipped: int = 10  # more skipped steps than this (in total) -> diverged
+    stop_grace_s: float = 30.0  # after a stop signal, exit at once if no safe point came within this (signals.py)
+    skip_memory_check: bool = False  # true: train even when the memory estimate exceeds the device (memory.py)
 
 
 @dataclass
@@ -272,6 +274,7 @@ def validate(cfg: Any) -> None:
     _positive("trainer.max_tokens", t.max_tokens)
     _positive("trainer.grad_clip", t.grad_clip, zero_ok=True)
     _positive("trainer.diverge_factor", t.diverge_factor)
+    _positive("trainer.stop_grace_s", t.stop_grace_s)
     steps = run_steps(cfg)
     length = f"trainer.max_steps={t.max_steps}"
     if steps < t.max_steps:

@@ -47,6 +47,29 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+UNREADABLE = "unreadable"  # the status of a run whose summary.json exists but cannot be parsed
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """A run's ``summary.json``: None when there is none; when it exists but is not a JSON object
+    (damaged by hand or by a full disk: normbench writes it atomically) a summary whose status is
+    ``unreadable``, so no reader mistakes it for a failed run."""
+    path = Path(run_dir) / "summary.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"status": UNREADABLE, "reason": f"summary.json cannot be read ({type(exc).__name__})"}
+    try:
+        summary = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return {"status": UNREADABLE, "reason": f"summary.json is not valid JSON ({str(exc)[:80]})"}
+    if not isinstance(summary, dict):
+        return {"status": UNREADABLE, "reason": "summary.json is not a JSON object"}
+    return summary
+
+
 def _env_float(name: str) -> float:
     try:
         return float(os.environ.get(name) or 0)
@@ -76,6 +99,13 @@ class JsonlWriter:
         """Keep records with step <= ``step`` (those the checkpoint covers), drop torn lines."""
         kept = [r for r in read_jsonl(self.path) if type(r.get("step")) is int and r["step"] <= step]
         write_text_atomic("".join(json.dumps(r) + "\n" for r in kept), self.path)
+
+    def amend(self, step: int, fields: dict) -> None:
+        """Add ``fields`` to the record of ``step`` (a resumed run finishing an evaluation a signal cut short)."""
+        self.f.close()
+        records = [{**r, **fields} if r.get("step") == step else r for r in read_jsonl(self.path)]
+        write_text_atomic("".join(json.dumps({k: _clean(v) for k, v in r.items()}) + "\n" for r in records), self.path)
+        self.f = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict) -> None:
         if self._fail_at is not None and record.get("step") == self._fail_at:

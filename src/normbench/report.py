@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import base64
 import html
-import json
 import math
 import os
 import re
@@ -29,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from normbench.errors import ConfigError
-from normbench.metrics import read_jsonl
+from normbench.metrics import read_jsonl, read_summary
 from normbench.rundir import BOOKKEEPING_KEYS
 
 # A fixed colour per architecture, so every plot (and every report) agrees.
@@ -166,10 +165,7 @@ def _load_yaml(path: Path):
 def load_run(path: Path) -> Run:
     cfg = _load_yaml(path / ".hydra" / "config.yaml")
     ovr = _load_yaml(path / ".hydra" / "overrides.yaml")
-    try:
-        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        summary = None
+    summary = read_summary(path)  # damaged: status "unreadable", never mistaken for "failed"
     return Run(
         path=path,
         config=cfg if isinstance(cfg, dict) else {},

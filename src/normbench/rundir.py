@@ -9,8 +9,11 @@ other key only when ``trainer.resume_allow_changed`` names it.
 from __future__ import annotations
 
 import fcntl
+import json
+import logging
 import os
 import socket
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -36,6 +39,8 @@ FREE_KEYS = (
     "parallel",  # how, not what: checkpoints are full state dicts, resumable under any world size
     "compile",
     "peak_flops",
+    "trainer.stop_grace_s",
+    "trainer.skip_memory_check",
 )
 
 
@@ -86,6 +91,25 @@ def check_resume_config(old: dict, new: dict, allowed: list[str], path: Path) ->
     return diff
 
 
+def job_dir_name(override_dirname: str, limit: int = 200) -> str:
+    """A sweep job's directory name (after ``<job num>_``): Hydra's ``override_dirname``, flat.
+
+    A value holding a path (``data.paths=[data/a.txt,/abs/b.txt]``) would nest the job directory
+    several levels deep; each path keeps only its last part (``data.paths=[a.txt,b.txt]``; the job
+    number keeps the names unique). A name past ``limit`` characters (file names end at 255 bytes)
+    is cut, with a hash of the whole so that it stays unique and the same on every resume.
+    """
+    import hashlib
+    import re
+
+    last_part = lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1]  # noqa: E731
+    name = re.sub(r"[^,=\[\]{}()]*/[^,=\[\]{}()]*", last_part, override_dirname)
+    if len(name.encode()) > limit:
+        digest = hashlib.sha1(override_dirname.encode()).hexdigest()[:8]
+        name = name.encode()[: limit - 9].decode(errors="ignore") + "~" + digest
+    return name
+
+
 class RunDirInUse(ConfigError):
     """Another live process trains into this run directory."""
 
@@ -94,11 +118,17 @@ class RunLock:
     """``run_dir/.lock``: an exclusive ``flock`` held while the run lives, its owner ``host:pid`` inside.
 
     The kernel drops a flock when its process dies, kill -9 included, so a dead run's
-    lock never blocks: a ``.lock`` file that no process holds is simply taken over
-    (also after a requeue onto another node of a cluster). On a filesystem without
-    flock the owner's pid decides: dead on this host -> taken over; alive, or on
+    lock never blocks: a ``.lock`` file that no process holds is taken over with a one-line
+    notice naming the dead owner (a clean exit removes the file, so a leftover one always
+    means a run that died without a word: kill -9, out of memory, a lost node). An owner on
+    another host is taken over the same way (a requeue onto another node), unless that run
+    wrote to the directory in the last ``FRESH_S`` seconds: flock is not coherent across
+    hosts on every network filesystem, so a run that looks alive is refused. On a filesystem
+    without flock the owner's pid decides: dead on this host -> taken over; alive, or on
     another host -> refused (remove the file if that run is gone).
     """
+
+    FRESH_S = 120.0
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / ".lock"
@@ -125,11 +155,51 @@ class RunLock:
             if not same_file:  # the owner removed the file as we opened it: lock the new one
                 os.close(fd)
                 continue
+            previous = os.read(fd, 256).decode(errors="replace").strip()
+            if previous and previous != me:
+                try:
+                    self._take_over(previous)
+                except RunDirInUse:
+                    os.close(fd)
+                    raise
             os.ftruncate(fd, 0)
-            os.write(fd, me.encode())
+            os.pwrite(fd, me.encode(), 0)
             self.fd, self.held = fd, True
             return
         raise self._in_use()
+
+    def _take_over(self, owner: str) -> None:
+        """The lock file of a process that died holding it: say so (or refuse a foreign host's fresh run)."""
+        host, _, pid = owner.partition(":")
+        age = self._last_write_age()
+        where = "" if age is None else f", last wrote {_age(age)} ago"
+        if host != socket.gethostname():
+            if age is not None and age < self.FRESH_S:
+                raise RunDirInUse(
+                    f"run directory {self.path.parent} is locked by {owner} on another host, which wrote to it "
+                    f"{_age(age)} ago; if that run is gone, delete {self.path} (or choose another hydra.run.dir)"
+                )
+            gone = f"on another host, no longer holding it{where}"
+        else:
+            gone = f"process {pid} is gone{where}"
+        status = self._summary_note()
+        logging.getLogger("normbench").warning(
+            "note: stale lock in %s from %s (%s%s): taken over", self.path.parent, owner, gone, status
+        )
+
+    def _last_write_age(self) -> float | None:
+        run = self.path.parent
+        times = [p.stat().st_mtime for p in (run / "metrics.jsonl", run / "summary.json") if p.exists()]
+        return max(0.0, time.time() - max(times)) if times else None
+
+    def _summary_note(self) -> str:
+        try:
+            summary = json.loads((self.path.parent / "summary.json").read_text())
+        except (OSError, ValueError):
+            return ""
+        if isinstance(summary, dict) and summary.get("status") == "running":
+            return f"; it died at step {summary.get('step')} without a word (killed, or out of memory?)"
+        return ""
 
     def check_free(self) -> None:
         """Raise RunDirInUse if a live process holds the lock (without taking it)."""
@@ -163,6 +233,8 @@ class RunLock:
     def _acquire_by_pid(self, me: str) -> None:
         if self._owner_alive():
             raise self._in_use()
+        if (owner := self._owner()) and owner != me:
+            self._take_over(owner)
         self.path.write_text(me)  # stale (its process is dead) or ours
         self.held = True
 
@@ -178,6 +250,10 @@ class RunLock:
             if self.fd is not None:
                 os.close(self.fd)
             self.fd, self.held = None, False
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _pid_alive(pid: int) -> bool:

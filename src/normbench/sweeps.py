@@ -8,6 +8,9 @@ the directory with an atomic ``mkdir`` before any job starts; if another sweep h
 it already, this sweep takes ``<dir>-1`` (``-2``, ...) instead. It does not depend on
 the resolver: the claim is the filesystem's. An explicit ``hydra.sweep.dir=...``
 (reusing a sweep dir on purpose, e.g. to resume its jobs) is left alone.
+
+It also prints the sweep directory when the sweep starts and when it ends (with the
+command that reports on it), so a newcomer never has to guess where the results went.
 """
 
 from __future__ import annotations
@@ -40,12 +43,18 @@ class UniqueSweepDir(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = config.hydra.sweep
         if "${now:" not in str(OmegaConf.to_container(sweep, resolve=False).get("dir")):
+            print(f"sweep directory: {Path(str(sweep.dir)).resolve()}", flush=True)
             return  # chosen by the user
         wanted = Path(str(sweep.dir))
         got = claim(wanted)
+        print(f"sweep directory: {got.resolve()}", flush=True)
         if got == wanted:
             return
         # the launcher re-composes each job from hydra.overrides.hydra: the new dir goes there too
         with read_write(config.hydra), open_dict(config.hydra):
             sweep.dir = str(got)
             config.hydra.overrides.hydra.append(f"hydra.sweep.dir={_quote(str(got))}")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        where = Path(str(config.hydra.sweep.dir)).resolve()
+        print(f"sweep directory: {where}  (report: python -m normbench report {where})", flush=True)

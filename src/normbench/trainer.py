@@ -13,7 +13,6 @@ in ``last.pt``; the schedule is a pure function of the step).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -30,6 +29,7 @@ from omegaconf import OmegaConf
 
 from normbench import checkpoint as ckpt
 from normbench import distributed as dist_utils
+from normbench import memory, metrics
 from normbench.config import run_steps, validate
 from normbench.data import load_data
 from normbench.diagnostics import Diagnostics, SpikeDetector
@@ -39,6 +39,7 @@ from normbench.metrics import JsonlWriter, write_json_atomic
 from normbench.model import build_model, check_combination, padded_vocab
 from normbench.optim import build_optimizer, lr_factor, set_lr
 from normbench.rundir import RunLock, check_resume_config, flat_config
+from normbench.signals import STOP, preemption_signals, write_json_now
 from normbench.wandb_logger import WandbLogger
 
 log = logging.getLogger("normbench")
@@ -156,6 +157,7 @@ class Trainer:
                 "lower model.seq_len or raise data.val_fraction"
             )
         self.vocab = padded_vocab(cfg, self.data.vocab_size)
+        memory.check(cfg, self.vocab, self.device, log=log.info, world=self.world)  # refuse what cannot fit
         self.raw_model = build_model(cfg, self.vocab).to(self.device)
         self.n_params = self.raw_model.num_params()
         log.info(
@@ -196,6 +198,7 @@ class Trainer:
         # state that a checkpoint carries
         self.step, self.tokens, self.best_val, self.last_val = 0, 0, math.inf, None
         self.initial_loss: float | None = None
+        self.eval_missing = False  # a signal cut this step's evaluation short: the resume does it
         self.skipped = 0  # non-finite steps skipped by trainer.skip_nonfinite (count toward max_skipped)
         self.amp_skipped = 0  # fp16: steps GradScaler skipped on overflow, lowering the scale (routine)
         self.spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)  # checkpoint: spikes, recent_losses
@@ -204,6 +207,8 @@ class Trainer:
         self.clock = {"wall_s": 0.0, "train_time": 0.0, "train_tokens": 0}  # continued across a resume
         # test hook: comma-separated steps whose gradients are made NaN (read once, not per step)
         self.nan_grad_steps = {int(v) for v in os.environ.get("NORMBENCH_TEST_NAN_GRAD", "").split(",") if v.strip()}
+        self.slow_eval = float(os.environ.get("NORMBENCH_TEST_SLOW_EVAL") or 0)  # test hook: s per final val batch
+        self.hang_step = int(os.environ.get("NORMBENCH_TEST_HANG_AT_STEP") or 0)  # test hook: a step that never ends
         self.start_wall = time.perf_counter()
         resumed = self._maybe_resume()
         if self.is_main:
@@ -251,6 +256,7 @@ class Trainer:
         self.initial_loss = state.get("initial_loss")
         self.skipped = state.get("skipped", 0)
         self.amp_skipped = state.get("amp_skipped", 0)
+        self.eval_missing = bool(state.get("eval_missing", False))
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])  # the loss scale and its growth counter go on
         self.spike.load_state_dict(state)
@@ -360,6 +366,7 @@ class Trainer:
             "spike_steps_unlogged": list(self.spike.steps),  # found since the last record (interrupt mid-interval)
             "skipped": self.skipped,
             "amp_skipped": self.amp_skipped,
+            "eval_missing": self.eval_missing,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "wandb_id": self.wandb_id,
             "summary": dict(self.summary),
@@ -393,6 +400,8 @@ class Trainer:
                 loss_for_grad = self.scaler.scale(loss_for_grad)
             loss_for_grad.backward()
             loss_sum += loss.detach()
+        if self.step + 1 == self.hang_step:
+            time.sleep(3600)
         if self.step + 1 in self.nan_grad_steps:  # test hook (NORMBENCH_TEST_NAN_GRAD): steps 1..
             next(p for p in self.raw_model.parameters() if p.grad is not None).grad.fill_(float("nan"))
         if self.world > 1:  # one collective: the global loss, and how many ranks caught a stop signal
@@ -441,10 +450,17 @@ class Trainer:
         return torch.amp.GradScaler(self.device.type) if self.cfg.precision == "fp16" else None
 
     @torch.no_grad()
-    def evaluate(self) -> float:
+    def evaluate(self) -> float | None:
+        """Mean validation loss; None when a stop signal cut it short (one process: under torchrun
+        every rank must run the same batches, so there only the grace deadline stops it)."""
         self.model.eval()
         total = torch.zeros((), device=self.device)
         for batch in self.val_batches:
+            if self.stop_signal is not None and self.world == 1:
+                self.model.train()
+                return None
+            if self.slow_eval and self.step == self.max_steps:
+                time.sleep(self.slow_eval)
             batch = batch.to(self.device)
             with self.autocast():
                 _, loss = self.model(batch[:, :-1], batch[:, 1:])
@@ -462,6 +478,8 @@ class Trainer:
         pending: list[torch.Tensor] = []  # per-step losses on device, synced at log steps
         prev_votes = None  # torchrun, CUDA: the previous step's stop votes
         first_step = self.step
+        if self.eval_missing:  # interrupted during this step's evaluation: do it now, into its record
+            self._finish_eval()
         log.info(
             "training %d steps (%s tokens/step, %d already done) on %s, precision %s",
             self.max_steps,
@@ -529,9 +547,13 @@ class Trainer:
                     self.clock["train_time"] += t_diag if step - first_step >= 5 else 0.0
                     window_time += t_diag
                 if eval_now and status is None:
-                    record["val_loss"] = self.last_val = self.evaluate()
-                    self.best_val = min(self.best_val, self.last_val)
+                    val = self.evaluate()
+                    self.eval_missing = val is None
+                    if val is not None:
+                        record["val_loss"] = self.last_val = val
+                        self.best_val = min(self.best_val, self.last_val)
                 self._emit(record, tps)
+                self.loss_step = self.step
                 self._update_summary(losses[-1], self.clock["train_tokens"], self.clock["train_time"], start_wall)
                 if status is not None:
                     return self._finish("diverged", status)
@@ -545,20 +567,40 @@ class Trainer:
                 stop_now = votes is not None and votes.item() > 0
                 if stop_now:  # which signal: the largest number any rank caught
                     self.stop_signal = dist_utils.any_rank_max(self.stop_signal or 0, self.device) or signal.SIGTERM
-            if (stop_now and self.step < self.max_steps) or ckpt_now:
+            if stop_now:
+                STOP.safe_point()  # checkpoint and summary from here: the watchdog's deadline is off
+            if stop_now or ckpt_now:
                 # the losses since the last log step get a log step's bookkeeping before the checkpoint
                 # takes the spike/divergence state, so a resume continues it exactly
-                status = self._check_losses(torch.stack(pending).tolist(), grad_norm) if pending else None
+                losses = torch.stack(pending).tolist() if pending else []
+                status = self._check_losses(losses, grad_norm) if pending else None
                 pending.clear()
                 if status is not None:
                     return self._finish("diverged", status)
+                if losses:  # "final loss" is this step's, not the last logged one's
+                    self.summary.update(final_loss=losses[-1], step=self.step, tokens=self.tokens)
+                    self.loss_step = self.step
                 self.save_checkpoint()
-            if stop_now and self.step < self.max_steps:
+            if stop_now:  # also during the last step or its evaluation: the resume finishes the run
                 name = signal.Signals(self.stop_signal).name
-                self._finish("interrupted", f"{name} at step {self.step}; resume with trainer.resume=true")
+                where = " (its evaluation was cut short)" if self.eval_missing else ""
+                self._finish("interrupted", f"{name} at step {self.step}{where}; resume with trainer.resume=true")
                 raise Interrupted(name)
         self.save_checkpoint()
         return self._finish("completed", None)
+
+    def _finish_eval(self) -> None:
+        """The evaluation a signal cut short at the checkpoint's step, done on resume: its val loss
+        goes into that step's record, as in an uninterrupted run (evaluation draws no random numbers)."""
+        val = self.evaluate()
+        if val is None:
+            return
+        self.last_val, self.best_val, self.eval_missing = val, min(self.best_val, val), False
+        if self.is_main:
+            self.metrics.amend(self.step, {"val_loss": val})
+            self.wandb.log({"step": self.step, "val_loss": val})
+        self.summary.update(final_val_loss=val, best_val_loss=self.best_val)
+        self.write_summary()
 
     def _check_losses(self, losses: list[float], grad_norm: torch.Tensor) -> str | None:
         """Divergence and spike bookkeeping over the losses since the last log step."""
@@ -580,7 +622,9 @@ class Trainer:
             return
         self.metrics.write(record)
         self.wandb.log(record)
-        remaining = (self.max_steps - self.step) * self.tokens_per_step / max(tps, 1e-9)
+        if not hasattr(self, "eta"):
+            self.eta = Eta()
+        remaining = self.eta.remaining(self.step, self.max_steps, self.tokens_per_step / max(tps, 1e-9))
         val = f" | val {record['val_loss']:.4f}" if "val_loss" in record else ""
         log.info(
             "step %d/%d | loss %.4f%s | lr %.2e | grad %.3f | %s tok/s | ETA %s",
@@ -618,10 +662,11 @@ class Trainer:
             log.warning("run diverged: %s", reason)
         else:
             log.info(
-                "run %s at step %d: final loss %s, best val loss %s, %s tok/s",
+                "run %s at step %d: final loss %s (step %s), best val loss %s, %s tok/s",
                 status,
                 self.step,
                 _fmt(self.summary["final_loss"]),
+                getattr(self, "loss_step", self.step),
                 _fmt(self.summary["best_val_loss"]),
                 _fmt(self.summary["tokens_per_s"], ".0f"),
             )
@@ -632,6 +677,23 @@ class Trainer:
             self.metrics.close()
         if self.is_main and hasattr(self, "wandb"):  # setup may have failed in between: keep its error
             self.wandb.finish(exit_code)
+
+
+class Eta:
+    """Time left: an exponential moving average of the wall time per step between log lines (evals,
+    checkpoints and diagnostics included, as the rest of the run will have them), so the ETA does not
+    jump with each window's mix of steps."""
+
+    def __init__(self, weight: float = 0.3):
+        self.weight, self.per_step, self.last = weight, None, None
+
+    def remaining(self, step: int, max_steps: int, step_time_now: float) -> float:
+        now = time.perf_counter()
+        if self.last is not None and step > self.last[0]:
+            rate = (now - self.last[1]) / (step - self.last[0])
+            self.per_step = rate if self.per_step is None else (1 - self.weight) * self.per_step + self.weight * rate
+        self.last = (step, now)
+        return (max_steps - step) * (self.per_step if self.per_step is not None else step_time_now)
 
 
 def _fmt(x, spec: str = ".4f") -> str:
@@ -652,24 +714,21 @@ def run(cfg, run_dir: Path) -> dict:
     dist_utils.export_submitit_env()  # a multi-task submitit (SLURM) job: DDP across its tasks
     rank = dist_utils.rank()
     setup_logging(run_dir, rank)
+    if rank == 0:
+        log.info("run directory: %s", run_dir.resolve())
     lock = RunLock(run_dir)
     if rank == 0:
         lock.acquire()
     trainer = Trainer(cfg, run_dir)
-    handlers = {}
-
-    def on_signal(signum, frame):
-        if trainer.stop_signal is not None:  # second signal: stop now
-            raise KeyboardInterrupt("a second signal: stopped at once; resume from the last checkpoint")
-        trainer.stop_signal = signum
-        log.warning("received %s: checkpointing at the end of this step", signal.Signals(signum).name)
-
-    preempt = _preemption_signals()
-    for sig in (signal.SIGTERM, signal.SIGINT, *preempt):
-        with contextlib.suppress(ValueError):  # not the main thread (e.g. joblib)
-            if sig in preempt and not callable(signal.getsignal(sig)):
-                continue  # only chained in front of a Python handler that wants it (submitit's requeue)
-            handlers[sig] = signal.signal(sig, on_signal)
+    # stop signals (normbench.signals): the step in progress ends, then checkpoint and `interrupted`.
+    # The preemption signal is only chained in front of a Python handler that wants it (submitit's requeue)
+    preempt = preemption_signals()
+    installed = STOP.install([signal.SIGTERM, signal.SIGINT, *(s for s in preempt if callable(signal.getsignal(s)))])
+    STOP.grace_s = cfg.trainer.stop_grace_s
+    trainer.stop_signal = STOP.signum  # a signal before this job (a sweep stops at the next safe point)
+    on_stop = lambda signum: setattr(trainer, "stop_signal", signum)  # noqa: E731
+    STOP.on_stop.append(on_stop)
+    STOP.last_words = lambda signum, why: _last_words(trainer, lock, signum, why)
     exit_code = 1
     try:
         trainer.setup()
@@ -680,7 +739,7 @@ def run(cfg, run_dir: Path) -> dict:
         raise
     except Interrupted:
         exit_code = 128 + (trainer.stop_signal or signal.SIGTERM)
-        previous = handlers.get(trainer.stop_signal)
+        previous = STOP.previous(trainer.stop_signal)
         if trainer.stop_signal in preempt and callable(previous):
             log.info("checkpoint written; %s goes on to the launcher", signal.Signals(trainer.stop_signal).name)
             try:
@@ -701,26 +760,29 @@ def run(cfg, run_dir: Path) -> dict:
         raise
     finally:
         trainer.close(exit_code)
-        for sig, h in handlers.items():
-            signal.signal(sig, h)
-        lock.release()
+        STOP.last_words = None
+        lock.release()  # before the run stops listening: a signal from then on leaves at once (signals.py)
+        STOP.on_stop.remove(on_stop)
+        STOP.uninstall(installed)
+        if rank == 0:
+            log.info("run directory: %s", run_dir.resolve())
         dist_utils.shutdown(wait=exit_code == 0)  # torchrun: destroy the process group (no-op in one process)
 
 
-def _preemption_signals() -> tuple[signal.Signals, ...]:
-    """The signal submitit sends before a preemption or time-out (``SUBMITIT_PREEMPT_SIGNAL``, default USR2)."""
-    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()
-    sig = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
-    return (sig,) if isinstance(sig, signal.Signals) and sig not in (signal.SIGTERM, signal.SIGINT) else ()
+def _last_words(trainer: Trainer, lock: RunLock, signum: int, why: str) -> None:
+    """The watchdog ends the process at once (normbench.signals): the summary says so first."""
+    name = signal.Signals(signum).name
+    log.warning("%s: %s: stopping at once at step %d; the last checkpoint is kept", name, why, trainer.step)
+    if trainer.summary and trainer.is_main:
+        reason = f"{name} at step {trainer.step} ({why}): stopped at once; resume with trainer.resume=true"
+        summary = {**trainer.summary, "status": "interrupted", "reason": reason}
+        write_json_now(summary, trainer.run_dir / "summary.json")
+    lock.release()
 
 
 def read_summary(run_dir: Path) -> dict:
-    """A run's summary.json, or {} (no file, unreadable, not an object)."""
-    try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
+    """A run's summary.json, {} when there is none (status ``unreadable`` when damaged: metrics.read_summary)."""
+    return metrics.read_summary(run_dir) or {}
 
 
 def read_status(run_dir: Path) -> str | None:

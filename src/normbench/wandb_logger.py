@@ -18,10 +18,17 @@ sweep gets its own run and a crashed job shows as failed; the run id is kept in 
 checkpoint so a resumed run continues it. Without credentials, or if W&B cannot be
 reached, an online run falls back to offline with a warning: logging never stops
 training. ``WANDB_MODE=disabled`` (or ``logger.wandb.mode=disabled``) makes it a no-op.
+
+W&B's own console lines (its banner, the run history and summary tables at the end, about
+34 lines per run) go to the run's ``train.log``, not the console: ``wandb.init`` and
+``finish`` run with stdout/stderr redirected there, so a sweep's console shows normbench's
+lines only. W&B writes them through ``sys.stderr``, looked up at each call.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import math
@@ -125,6 +132,41 @@ def _hydra_info() -> dict:
     }
 
 
+class _ToRunLog(io.TextIOBase):
+    """A text stream whose lines go to the normbench logger's file handlers (train.log) only."""
+
+    def __init__(self):
+        self.handlers = [h for h in log.handlers if isinstance(h, logging.FileHandler)]
+        self.buffer = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.buffer += text
+        *lines, self.buffer = self.buffer.split("\n")
+        for line in lines:
+            if line.strip():
+                record = log.makeRecord(log.name, logging.INFO, __file__, 0, "%s", (line.rstrip(),), None)
+                for h in self.handlers:
+                    h.handle(record)
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def _into_run_log():
+    """W&B's console output goes to train.log for the duration."""
+    stream = _ToRunLog()
+    try:
+        with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+            yield
+    finally:
+        stream.write("\n")
+
+
 def _finite_or_none(v):
     return v if isinstance(v, (int, float)) and math.isfinite(v) else None
 
@@ -177,12 +219,14 @@ class WandbLogger:
             reinit="finish_previous",
         )
         try:
-            self.run = wandb.init(mode=mode, **kwargs)
+            with _into_run_log():
+                self.run = wandb.init(mode=mode, **kwargs)
         except Exception as exc:  # W&B unreachable, bad entity...: keep training, log offline
             if mode != "online":
                 raise
             log.warning("logger=wandb: %s; logging offline to %s/wandb instead", str(exc).splitlines()[0], run_dir)
-            self.run = wandb.init(mode="offline", **kwargs)
+            with _into_run_log():
+                self.run = wandb.init(mode="offline", **kwargs)
         self.run_id = self.run.id
         if resume_id:
             # W&B drops steps below the run's last step: skip them instead of warning on each
@@ -249,7 +293,8 @@ class WandbLogger:
         except Exception as exc:  # extras only: never let them fail the job or hide its own error
             log.warning("logger=wandb: could not log the final charts/summary: %s", exc)
         finally:
-            self.run.finish(exit_code=exit_code)
+            with _into_run_log():
+                self.run.finish(exit_code=exit_code)
             self.run = None
 
     def _summarize(self) -> None:
