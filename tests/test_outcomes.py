@@ -139,9 +139,7 @@ def test_injected_spikes_make_a_learned_run_unstable(tmp_path, monkeypatch):
         return (loss * 2 if self.step in inject else loss), grad_norm
 
     monkeypatch.setattr(Trainer, "train_step", spiky)
-    _, _, on_disk = _train(
-        tmp_path, "optim.lr=1e-2", "trainer.max_steps=200", "trainer.eval_every=50", "diag.every=50"
-    )
+    _, _, on_disk = _train(tmp_path, "optim.lr=1e-2", "trainer.max_steps=200", "trainer.eval_every=50", "diag.every=50")
     assert on_disk["status"] == "completed"
     assert on_disk["best_val_loss"] < on_disk["baseline_loss"] - outcomes.STUCK_MARGIN
     assert on_disk["n_spikes"] == 2 and on_disk["spike_steps"] == [151, 171]
