@@ -417,7 +417,10 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
         mine = [s for s in summaries.values() if s["arch"] == arch]
         assert {s["status"] for s in mine} == {"completed"} and sorted(s["seed"] for s in mine) == [0, 1]
         row = rows[f"arch={arch}"]
-        assert row["runs"] == "2" and row["status"] == "2 completed" and row["diverged"] == "0"
+        assert row["runs"] == "2" and row["status"] == "2 completed"
+        # 20 steps of the tiny model stay at the unigram plateau (~3.0 nats on these bytes): stuck
+        assert {s["outcome"] for s in mine} == {"stuck"} and row["outcomes"] == "2 stuck"
+        assert all(s["best_val_loss"] > s["baseline_loss"] - s["stuck_margin"] for s in mine)
         assert row["best val loss"] == mean_std([s["best_val_loss"] for s in mine])
         assert row["final val loss"] == mean_std([s["final_val_loss"] for s in mine])
         assert row["tokens/s"] == f"{statistics.fmean(s['tokens_per_s'] for s in mine):,.0f}"
@@ -426,9 +429,13 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
     for name, s in summaries.items():
         assert runs[name]["seed"] == str(s["seed"]) and runs[name]["step"] == "20" == str(s["step"])
         assert runs[name]["group"] == f"arch={s['arch']}" and runs[name]["status"] == "completed"
-    for name in ("loss_curves.png", "var_resid_depth.png", "grad_norm_layer_depth.png", "maxabs_resid_depth.png"):
+        assert runs[name]["outcome"] == "stuck" and runs[name]["steps to target"] == "—"  # no run learned: no target
+    assert "no run learned; give --target" in md
+    pngs = ["loss_curves.png", "var_resid_depth.png", "grad_norm_layer_depth.png", "maxabs_resid_depth.png",
+            "grad_norm_layer_heatmap.png", "var_resid_heatmap.png", "layer_stats.png"]  # fmt: skip
+    for name in pngs:
         check_png(sweep / name)
-    assert len(re.findall(r'src="data:image/png;base64,', (sweep / "report.html").read_text())) == 4
+    assert len(re.findall(r'src="data:image/png;base64,', (sweep / "report.html").read_text())) == len(pngs)
 
 
 def test_report_on_a_partly_failed_real_sweep(tmp_path):
@@ -452,15 +459,19 @@ def test_report_on_a_partly_failed_real_sweep(tmp_path):
     md = (sweep / "report.md").read_text()
     rows = table(md, "group")
     assert rows["optim.lr=0.001 model.seq_len=32"]["status"] == "1 completed"
+    assert rows["optim.lr=0.001 model.seq_len=32"]["outcomes"] == "1 stuck"  # 10 steps: still at the unigram plateau
     diverged = rows["optim.lr=50 model.seq_len=32"]
-    assert diverged["status"] == "1 diverged" and diverged["diverged"] == "1" and diverged["best val loss"] == "—"
+    assert diverged["status"] == "1 diverged" and diverged["outcomes"] == "1 diverged"
+    assert diverged["best val loss"] == "—"
     for rate in ("0.001", "50"):
         failed = rows[f"optim.lr={rate} model.seq_len=300000"]
         assert failed["status"] == "1 failed" and "longer than the validation split" in failed["notes"]
-    lr_rows = table(md.split("Largest stable learning rate")[1], "group")
-    assert lr_rows["model.seq_len=32"]["largest stable lr"] == "0.001"
-    assert lr_rows["model.seq_len=32"]["diverged at"] == "50"
-    assert lr_rows["model.seq_len=300000"]["largest stable lr"] == "—"
+    lr_rows = table(md.split("Largest learning rate at which every seed learned")[1], "group")
+    # completed at 1e-3 but stuck: not counted as a learning rate that works (the old "stable" did)
+    assert lr_rows["model.seq_len=32"]["largest lr where every seed learned"] == "—"
+    assert lr_rows["model.seq_len=32"]["outcomes by learning rate"] == "0.001: 1 stuck; 50: 1 diverged"
+    assert lr_rows["model.seq_len=300000"]["largest lr where every seed learned"] == "—"
+    assert lr_rows["model.seq_len=300000"]["outcomes by learning rate"] == "0.001: 1 failed; 50: 1 failed"
     for name in ("loss_curves.png", "var_resid_depth.png", "lr_sweep.png"):
         check_png(sweep / name)
 

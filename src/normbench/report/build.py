@@ -11,7 +11,7 @@ from pathlib import Path
 
 from normbench.errors import ConfigError
 from normbench.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
-from normbench.report import figures, tables
+from normbench.report import figures, layer_figures, tables
 from normbench.report.loading import filter_runs, group_runs, load_runs, load_yaml, parse_assignment
 from normbench.report.stats import default_targets
 
@@ -165,9 +165,9 @@ def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path) -> None
         chosen = steps if steps else figures.default_depth_steps(groups, key)
         made = figures.plot_depth(groups, styles, key, chosen, out_dir / name)
         add(name, made, title.lower(), key)
-    for key, (name, label, _) in figures.HEATMAPS.items():
-        add(name, figures.plot_heatmap(groups, key, out_dir / name), f"{label} by layer and step", key)
-    made = figures.plot_layer_stats(groups, styles, out_dir / "layer_stats.png")
+    for key, (name, label, _) in layer_figures.HEATMAPS.items():
+        add(name, layer_figures.plot_heatmap(groups, key, out_dir / name), f"{label} by layer and step", key)
+    made = layer_figures.plot_layer_stats(groups, styles, out_dir / "layer_stats.png")
     add("layer_stats.png", made, "per-layer statistics vs step", "var_resid")
     if sweep:
         figures.plot_lr(sweep, groups, styles, out_dir / "lr_sweep.png")
