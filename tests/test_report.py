@@ -574,6 +574,7 @@ def test_report_merges_two_sweep_dirs_filters_and_groups(tmp_path):
         (["--group-by", "nope"], ["--group-by", "'nope'"]),
         (["--baseline", "arch=deepnorm"], ["no group has arch=deepnorm", "post_ln, pre_ln"]),
         (["--baseline", "norm=layernorm"], ["'norm' is not a grouping key", "arch"]),
+        (["--color-by", "colour"], ["--color-by", "'colour'"]),
     ]:
         proc = run_cli(["report", str(a), str(b), "--out", str(out), "--no-figures", *argv], cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, (argv, proc.stderr)

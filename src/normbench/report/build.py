@@ -12,7 +12,7 @@ from pathlib import Path
 from normbench.errors import ConfigError
 from normbench.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 from normbench.report import figures, layer_figures, tables
-from normbench.report.loading import filter_runs, group_runs, load_runs, load_yaml, parse_assignment
+from normbench.report.loading import check_key, filter_runs, group_runs, load_runs, load_yaml, parse_assignment
 from normbench.report.stats import default_targets
 
 DASH = "—"
@@ -78,6 +78,9 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
         )
     runs = filter_runs(runs, filters)
     groups = group_runs(runs, group_by)
+    for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
+        if key:
+            check_key(runs, key, flag)
     base = parse_assignment(baseline, "--baseline") if baseline else None
     if base and base[0] not in groups[0].settings:
         keys = ", ".join(groups[0].settings) or "nothing"

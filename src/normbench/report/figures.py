@@ -140,7 +140,7 @@ def _finish(fig, axes, styles: Styles, extras, title: str, path: Path, values=No
         pos = [v for v in values if finite(v) and v > 0]
         if pos and max(pos) / min(pos) > 100:  # spans more than 100x
             for ax in axes:
-                ax.set_yscale("log")
+                ax.set_yscale("log", nonpositive="mask")
     fig.legend(handles=styles.handles(tuple(extras)), loc="outside right center", fontsize="small", frameon=False)
     width = int(fig.get_figwidth() * 9)  # characters that fit above the axes, roughly
     fig.suptitle(textwrap.fill(title, width), fontsize="medium")
@@ -165,7 +165,8 @@ def _single(ax, xs, ys, style: dict, kind: str, along: bool = False, top: float 
     an end above ``top`` (the axes' upper limit) is marked on the top edge."""
     ax.plot(xs, ys, color=style["color"], linestyle=style["linestyle"], lw=0.9, alpha=0.6)
     pts = (xs, ys) if along else (xs[-1:], [min(ys[-1], top) if top is not None else ys[-1]])
-    ax.plot(*pts, linestyle="none", color=style["color"], clip_on=False, **END[kind])
+    (end,) = ax.plot(*pts, linestyle="none", color=style["color"], clip_on=top is not None, **END[kind])
+    end.set_in_layout(False)  # a marker on the top edge must not push the axes around
 
 
 def _mean_band(ax, xs, mean, lo, hi, style: dict, n: int, marker=None) -> None:
@@ -190,7 +191,7 @@ def plot_losses(groups: list[Group], styles: Styles, path: Path) -> bool:
     extras, values = {"band"}, []
     # the y range of the mean curves (and stuck runs): a diverged run's blow-up would flatten them
     kept = [v for g in groups for r in g.runs if r.status != "diverged" for k, _ in panels
-            for _, v in finite_series(r.records, k)]  # fmt: skip
+            for _, v in finite_series(r.records, k)] + _baselines(runs)  # fmt: skip
     top = max(kept) + 0.05 * (max(kept) - min(kept)) if kept else None
     bottom = min(kept) - 0.05 * (max(kept) - min(kept)) if kept else None
     for ax, (key, title) in zip(axes, panels):
@@ -218,8 +219,8 @@ def plot_losses(groups: list[Group], styles: Styles, path: Path) -> bool:
     axes[0].set_ylabel(LOSS_LABEL)
     order = [e for e in ("band", "val", "stuck", "diverged", "failed", "baseline") if e in extras]
     n_seeds = max((len(g.runs) for g in groups), default=1)
-    _finish(fig, axes, styles, order, f"Loss vs training step by {styles.describe()} (up to {n_seeds} seeds per line)",
-            path, values)  # fmt: skip
+    seeds = f"mean of up to {n_seeds} seeds per line" if n_seeds > 1 else "one run per line"
+    _finish(fig, axes, styles, order, f"Loss vs training step by {styles.describe()} ({seeds})", path, values)
     return True
 
 

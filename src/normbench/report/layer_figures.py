@@ -115,7 +115,7 @@ def plot_layer_stats(groups: list[Group], styles: Styles, path: Path) -> bool:
             extras.add("threshold")
         pos = [v for v in values if finite(v) and v > 0]
         if pos and max(pos) / min(pos) > 100:
-            ax.set_yscale("log")
+            ax.set_yscale("log", nonpositive="mask")
         ax.set(xlabel=STEP_LABEL, ylabel=label)
         ax.set_title(title, fontsize="medium")
     for ax in axes[len(keys) :]:

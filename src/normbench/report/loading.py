@@ -282,7 +282,7 @@ def varying_keys(runs: list[Run]) -> list[str]:
     return [k for k in keys if len({setting(r, k) for r in runs}) > 1]
 
 
-def _check_key(runs: list[Run], key: str, flag: str) -> None:
+def check_key(runs: list[Run], key: str, flag: str) -> None:
     if any(setting(r, key) is not None for r in runs):
         return
     known = sorted({o.partition("=")[0].lstrip("+~") for r in runs for o in r.overrides} | set(SUMMARY_FIRST))
@@ -301,7 +301,7 @@ def filter_runs(runs: list[Run], filters: list[str] | None) -> list[Run]:
     """Keep the runs whose setting matches every ``KEY=VALUE[,VALUE]`` (values of one key: any of them)."""
     for text in filters or []:
         key, values = parse_assignment(text, "--filter")
-        _check_key(runs, key, "--filter")
+        check_key(runs, key, "--filter")
         kept = [r for r in runs if setting(r, key) in values]
         if not kept:
             seen = sorted({v for r in runs if (v := setting(r, key)) is not None})
@@ -331,7 +331,7 @@ def group_runs(runs: list[Run], group_by: list[str] | None = None) -> list[Group
     values differ between runs (:func:`varying_keys`); seeds are always averaged over."""
     if group_by:
         for key in group_by:
-            _check_key(runs, key, "--group-by")
+            check_key(runs, key, "--group-by")
     keys = list(group_by) if group_by else varying_keys(runs)
     groups: dict[str, Group] = {}
     for run in runs:
