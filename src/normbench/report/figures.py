@@ -191,9 +191,11 @@ def plot_losses(groups: list[Group], styles: Styles, path: Path) -> bool:
     extras, values = {"band"}, []
     # the y range of the mean curves (and stuck runs): a diverged run's blow-up would flatten them
     kept = [v for g in groups for r in g.runs if r.status != "diverged" for k, _ in panels
-            for _, v in finite_series(r.records, k)] + _baselines(runs)  # fmt: skip
-    top = max(kept) + 0.05 * (max(kept) - min(kept)) if kept else None
-    bottom = min(kept) - 0.05 * (max(kept) - min(kept)) if kept else None
+            for _, v in finite_series(r.records, k)]  # fmt: skip
+    kept += _baselines(runs) if kept else []
+    top = bottom = None
+    if kept and max(kept) > min(kept):  # else (e.g. every run diverged): matplotlib's own range
+        top, bottom = max(kept) + 0.05 * (max(kept) - min(kept)), min(kept) - 0.05 * (max(kept) - min(kept))
     for ax, (key, title) in zip(axes, panels):
         for g in groups:
             st = styles.of[g.label]
