@@ -604,7 +604,7 @@ def test_baseline_difference_with_welch_interval(tmp_path):
     row = rows["arch=post_ln"]
     assert row["Δ best val loss [95% CI]"] == f"{diff:+.4f} [{diff - half:+.4f}, {diff + half:+.4f}]"
     assert row["baseline"] == "arch=pre_ln" and row["outcomes"] == "3 learned"
-    assert rows["arch=pre_ln"]["Δ best val loss [95% CI]"].startswith("+0.0000 [-")  # the baseline itself
+    assert rows["arch=pre_ln"]["Δ best val loss [95% CI]"] == "(baseline)"
     assert rows["arch=peri_ln"]["Δ best val loss [95% CI]"] == f"{0.9 - 1.2:+.4f} (n=1 vs 3: no interval)"
     d = report.welch_interval([1.0, 1.0], [2.0, 2.0])  # no spread: a point interval
     assert (d.diff, d.low, d.high) == (-1.0, -1.0, -1.0)

@@ -39,7 +39,7 @@ USAGE = """usage: python -m normbench {train,report,list} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
-  report DIR                  tables and plots for every run below DIR
+  report DIR [DIR ...]        tables and figures for every run below the DIRs (--help: flags)
   list [GROUP]                the options of each config group, with their papers
 """
 

@@ -156,8 +156,8 @@ def baseline_table(groups: list[Group], key: str, value: str, target=None, defau
         if g.label not in diffs["best val loss"]:
             continue
         base = {**g.settings, key: value}
-        rows.append([g.label, outcome_counts(g.runs), " ".join(f"{k}={v}" for k, v in base.items()),
-                     *(_diff(diffs[m][g.label], fmt) for m, fmt in metrics)])  # fmt: skip
+        cells = [_diff(diffs[m][g.label], fmt) for m, fmt in metrics] if base != g.settings else ["(baseline)"] * 3
+        rows.append([g.label, outcome_counts(g.runs), " ".join(f"{k}={v}" for k, v in base.items()), *cells])
     return header, rows
 
 
