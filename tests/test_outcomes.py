@@ -107,7 +107,7 @@ def _train(tmp_path, *overrides):
 
 
 def test_lr_zero_run_is_stuck_and_records_the_baseline(tmp_path):
-    cfg, summary, on_disk = _train(tmp_path, "optim.lr=0", "trainer.max_steps=10")
+    cfg, summary, on_disk = _train(tmp_path, "optim.lr=0", "trainer.max_steps=12")  # diag.every=10
     assert on_disk["status"] == "completed" and on_disk["outcome"] == "stuck"
     data = load_data(cfg.data, log=lambda _: None)
     assert on_disk["baseline_loss"] == pytest.approx(outcomes.unigram_entropy(data.val))
@@ -115,9 +115,9 @@ def test_lr_zero_run_is_stuck_and_records_the_baseline(tmp_path):
     # lr 0 never moves the weights: the val loss stays at the initial ~ln(256), far above the baseline
     assert on_disk["best_val_loss"] > on_disk["baseline_loss"] + 1.0
     assert on_disk["n_spikes"] == 0 and on_disk["spike_steps"] == []
-    # the last step has a diagnostic record, and the statistics come from it
+    # the last step (12, not a multiple of diag.every) has a diagnostic record, and the statistics come from it
     diag = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "var_resid" in r]
-    assert diag[-1]["step"] == 10 and on_disk["layer_series"]["var_growth"][-1][0] == 10
+    assert [r["step"] for r in diag] == [1, 10, 12] and on_disk["layer_series"]["var_growth"][-1][0] == 12
     assert on_disk["var_growth"] == pytest.approx(diag[-1]["var_resid"][-1] / diag[-1]["var_resid"][1])
 
 
