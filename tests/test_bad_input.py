@@ -69,8 +69,7 @@ CASES = [
     (["optim.lr=abc"], ["optim.lr", "Float"]),
     (["trainer.max_steps=1.5"], ["trainer.max_steps", "Integer"]),
     (["trainer.resume=maybe"], ["trainer.resume", "bool"]),
-    (["optim.lr=-1"], ["optim.lr=-1.0 must be > 0"]),
-    (["optim.lr=0"], ["optim.lr=0.0 must be > 0"]),
+    (["optim.lr=-1"], ["optim.lr=-1.0 must be >= 0"]),  # lr 0 is allowed: a no-training control
     (["optim.lr=nan"], ["optim.lr=nan is not a number"]),
     (["trainer.batch_size=0"], ["trainer.batch_size=0 must be > 0"]),
     (["trainer.batch_size=-4"], ["trainer.batch_size=-4 must be > 0"]),

@@ -224,7 +224,7 @@ def test_multirun_makes_one_dir_per_job(tmp_path):
         ("arch=nonsense", "arch=nonsense is not an option; choose one of: deepnorm"),
         ("trainer.max_steps=abc", "trainer.max_steps"),
         ("model.n_head=5", "model.n_head=5 must divide model.d_model=64"),
-        ("optim.lr=-1", "optim.lr=-1.0 must be > 0"),
+        ("optim.lr=-1", "optim.lr=-1.0 must be >= 0"),
         ("trainer.max_step=3", "did you mean 'trainer.max_steps'"),
         ("optim.eps=-1", "optim.eps=-1.0 must be >= 0"),
         ("optim=sgd optim.momentum=-1", "optim.momentum=-1.0 must be in [0, 1)"),

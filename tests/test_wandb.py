@@ -91,7 +91,7 @@ def test_offline_sweep_logs_one_run_per_job(tmp_path):
         runs.append(run)
         settings = run["run"]
         assert settings.project == "normbench" and settings.job_type == "train"
-        assert list(settings.tags) == [arch, "rmsnorm", "adamw"]
+        assert list(settings.tags) == [arch, "rmsnorm", "adamw", "stuck"]  # the outcome, added at finish()
         assert settings.display_name.split() == [
             o for o in (job / ".hydra" / "overrides.yaml").read_text().replace("- ", "").split() if o != "logger=wandb"
         ]
@@ -122,6 +122,12 @@ def test_offline_sweep_logs_one_run_per_job(tmp_path):
         summary = json.loads((job / "summary.json").read_text())
         assert run["summary"]["status"] == summary["status"] == "completed"
         assert run["summary"]["best_val_loss"] == pytest.approx(summary["best_val_loss"])
+        assert run["summary"]["outcome"] == summary["outcome"] == "stuck"  # 6 steps never beat the unigram entropy
+        assert run["summary"]["baseline_loss"] == pytest.approx(summary["baseline_loss"])
+        assert run["summary"]["var_growth"] == pytest.approx(summary["var_growth"])
+        # per-layer statistics as scalars at every diag step (outcomes.step_stats)
+        for m in diag:
+            assert rows[m["step"]]["layer_stats/var_growth"] == pytest.approx(m["var_resid"][-1] / m["var_resid"][1])
         assert run["exit_code"] == 0
 
     # two jobs: two runs, one group (the sweep)

@@ -49,7 +49,7 @@ USAGE = """usage: python -m normbench {train,report,list,export,sample} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
-  report DIR                  tables and plots for every run below DIR
+  report DIR [DIR ...]        tables and figures for every run below the DIRs (--help: flags)
   list [GROUP]                the options of each config group, with their papers
   export RUN_DIR OUT_DIR      the run's model as a directory Hugging Face transformers loads
   sample RUN_DIR --prompt T   text from the run's checkpoint (--hf: through transformers)

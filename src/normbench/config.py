@@ -253,7 +253,7 @@ def validate(cfg: Any) -> None:
     _positive("arch.alpha", a.alpha)
     _positive("arch.beta", a.beta)
     _positive("norm.eps", n.eps)
-    _positive("optim.lr", o.lr)
+    _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
     _positive("optim.eps", o.eps, zero_ok=True)
     _positive("optim.ns_steps", o.ns_steps)
     if not 0.0 <= o.momentum < 1.0:

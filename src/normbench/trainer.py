@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from normbench import checkpoint as ckpt
 from normbench import distributed as dist_utils
-from normbench import memory, metrics
+from normbench import memory, metrics, outcomes
 from normbench.config import run_steps, validate
 from normbench.data import load_data
 from normbench.diagnostics import Diagnostics, SpikeDetector
@@ -495,8 +495,11 @@ class Trainer:
                 torch.cuda.synchronize()  # the untimed first steps' queued GPU work must not leak into the timing
             t0 = time.perf_counter()
             lr = set_lr(self.optimizer, lr_factor(step, self.max_steps, self.sched))
-            # the first step, then every diag.every steps done (records at step 1, every, 2*every, ...)
-            diag_now = self.diag.enabled and (step == 0 or (step + 1) % self.diag_every == 0)
+            # the first step, every diag.every steps done (records at step 1, every, 2*every, ...) and the
+            # last step (depth plots and per-layer statistics show the end of training)
+            diag_now = self.diag.enabled and (
+                step == 0 or (step + 1) % self.diag_every == 0 or step + 1 == self.max_steps
+            )
             loss, grad_norm = self.train_step(diag_now)
             if diag_now:
                 self.diag.before_step()
@@ -657,6 +660,11 @@ class Trainer:
 
     def _finish(self, status: str, reason: str | None) -> dict:
         self.summary.update(status=status, reason=reason, step=self.step, tokens=self.tokens)
+        if self.is_main:  # outcome (learned/unstable/stuck/diverged) and per-layer statistics
+            baseline = outcomes.baseline_loss(self.data)
+            self.summary.update(
+                outcomes.run_results(self.summary, self.run_dir / "metrics.jsonl", baseline, self.spike.steps)
+            )
         self.write_summary()
         if status == "diverged":
             log.warning("run diverged: %s", reason)

@@ -5,7 +5,9 @@ sweep (the last two parts of Hydra's sweep dir, e.g. ``2026-05-01/12-00-00-12345
 see :func:`sweep_group`; a single run has none), tags = arch/norm/optim (plus the
 status of a run that did not complete), name = the job's overrides, and the full
 resolved config plus where the job sits in its sweep (``hydra.*``). At ``finish()``
-the run summary gets summary.json's status, reason and losses.
+the run summary gets summary.json's status, outcome (learned/unstable/stuck/diverged),
+reason, losses and per-layer statistics; every diag record also logs those statistics
+as ``layer_stats/<name>`` scalars (:func:`normbench.outcomes.step_stats`).
 
 Per-layer lists become flat keys in sections (``grad_norm_layer`` ->
 ``grad_norm_layer/layer_03``), so W&B draws one panel group per metric. For the
@@ -38,6 +40,7 @@ from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
+from normbench.outcomes import step_stats
 from normbench.rundir import BOOKKEEPING_KEYS
 
 log = logging.getLogger("normbench")
@@ -47,7 +50,8 @@ DEPTH_KEYS = ("var_resid", "grad_norm_layer", "maxabs_resid")
 DEPTH_LINES = 6  # diag steps per chart: first, last and evenly spaced between
 # summary.json fields copied into the W&B run summary at finish()
 SUMMARY_KEYS = ("status", "reason", "best_val_loss", "final_val_loss", "final_loss", "tokens_per_s", "spikes",
-                "n_params", "wall_s")  # fmt: skip
+                "n_params", "wall_s", "outcome", "baseline_loss", "n_spikes", "var_growth", "grad_spread",
+                "grad_cv", "massive_ratio_peak", "massive_ratio_step", "logit_maxabs")  # fmt: skip
 
 
 def flatten_record(record: dict) -> dict:
@@ -256,6 +260,8 @@ class WandbLogger:
         if self.run is None or record["step"] < self._min_step:
             return
         data = flatten_record(record)
+        # per-layer statistics (outcomes.step_stats) as scalars, so dashboards chart them over steps
+        data.update({f"layer_stats/{k}": v for k, v in step_stats(record).items()})
         if self._collect_profiles(record):
             self._n_diag += 1
             if self._n_diag & (self._n_diag - 1) == 0:  # diag records 1, 2, 4, 8, ...: O(log n) tables
@@ -307,3 +313,5 @@ class WandbLogger:
         status = summary.get("status")
         if status in ("diverged", "failed", "interrupted"):
             self.run.tags = tuple(dict.fromkeys([*self.run.tags, status]))
+        if summary.get("outcome") in ("stuck", "unstable"):  # learned: no tag; diverged: tagged above
+            self.run.tags = tuple(dict.fromkeys([*self.run.tags, summary["outcome"]]))

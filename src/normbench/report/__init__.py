@@ -1,0 +1,63 @@
+"""Tables and figures for runs and sweeps: ``python -m normbench report DIR [DIR ...]``.
+
+:func:`make_report` finds every run below the given directories (merged into one report),
+keeps those matching ``--filter``, groups them (``--group-by``, by default the Hydra overrides
+that differ between runs; seeds are averaged over) and writes ``report.md``, ``report.html``
+(the same content with the figures embedded, one file to send) and PNG figures. Diverged,
+stuck, failed and still-running runs are always shown, never dropped.
+
+The pieces, for code that builds on them (e.g. a ``reproduce`` command):
+
+- :mod:`.loading`: :func:`load_runs` / :func:`find_runs` -> :class:`Run` (``status``,
+  ``outcome``, ``val_losses``), :func:`filter_runs`, :func:`group_runs` -> :class:`Group`,
+  :func:`setting` (a run's value for a key), :func:`read_metrics`;
+- :mod:`.stats`: :func:`time_to_target`, :func:`default_targets`, :func:`group_metric`,
+  :func:`welch_interval` and :func:`compare` (difference from a baseline group, 95% CI);
+- :mod:`.tables` and :mod:`.figures` format them; :mod:`.build` writes the report.
+
+Outcomes and per-layer statistics are defined in :mod:`normbench.outcomes`.
+"""
+
+from normbench.report.build import build_report, main, make_report
+from normbench.report.loading import (
+    Group,
+    Run,
+    filter_runs,
+    find_runs,
+    group_runs,
+    load_run,
+    load_runs,
+    read_metrics,
+    setting,
+)
+from normbench.report.stats import (
+    Difference,
+    Reached,
+    compare,
+    default_targets,
+    group_metric,
+    time_to_target,
+    welch_interval,
+)
+
+__all__ = [
+    "Difference",
+    "Group",
+    "Reached",
+    "Run",
+    "build_report",
+    "compare",
+    "default_targets",
+    "filter_runs",
+    "find_runs",
+    "group_metric",
+    "group_runs",
+    "load_run",
+    "load_runs",
+    "main",
+    "make_report",
+    "read_metrics",
+    "setting",
+    "time_to_target",
+    "welch_interval",
+]

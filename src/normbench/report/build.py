@@ -1,0 +1,233 @@
+"""``python -m normbench report DIR [DIR ...]``: collect, write report.md/report.html and figures."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import re
+import sys
+from pathlib import Path
+
+from normbench.errors import ConfigError
+from normbench.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
+from normbench.report import figures, layer_figures, tables
+from normbench.report.loading import check_key, filter_runs, group_runs, load_runs, load_yaml, parse_assignment
+from normbench.report.stats import default_targets
+
+DASH = "—"
+
+
+def _md(blocks: list[tuple]) -> str:
+    out = []
+    for kind, *rest in blocks:
+        if kind == "h":
+            out.append(f"{'#' * rest[0]} {rest[1]}")
+        elif kind == "p":
+            out.append(rest[0])
+        elif kind == "table":
+            header, rows = rest
+            cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+            out += ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
+            out += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+        elif kind == "img":
+            out.append(f"![{rest[1]}]({rest[0]})")
+        out.append("")
+    return "\n".join(out)
+
+
+def _html(blocks: list[tuple], out_dir: Path) -> str:
+    code = lambda t: re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(str(t)))  # noqa: E731
+    body = []
+    for kind, *rest in blocks:
+        if kind == "h":
+            body.append(f"<h{rest[0]}>{code(rest[1])}</h{rest[0]}>")
+        elif kind == "p":
+            body.append(f"<p>{code(rest[0])}</p>")
+        elif kind == "table":
+            header, rows = rest
+            body.append("<table>\n<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+            body += ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows]
+            body.append("</table>")
+        elif kind == "img":
+            data = base64.b64encode((out_dir / rest[0]).read_bytes()).decode("ascii")
+            body.append(f'<p><img alt="{html.escape(rest[1])}" src="data:image/png;base64,{data}"></p>')
+    style = ("body{font-family:sans-serif;max-width:90em;margin:auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}")  # fmt: skip
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>normbench report</title>'
+            f"<style>{style}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
+
+
+def _target_text(target, defaults) -> str:
+    if target is not None:
+        return f"{target:g} (given)"
+    if not defaults:
+        return f"{DASH} (no run learned; give --target)"
+    per = ", ".join(f"{v:g} on {c}" if len(defaults) > 1 else f"{v:g}" for c, v in defaults.items())
+    return f"{per} (the largest best val loss among the runs that learned, rounded up: every learned run reached it)"
+
+
+def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters=None, baseline=None,
+                 color_by=None, style_by=None, figures_too=True) -> tuple[Path, Path, list[Path], int]:  # fmt: skip
+    """Write the report; return (report.md, report.html, figure paths, number of runs)."""
+    dirs = [Path(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
+    runs = load_runs(dirs)
+    if not runs:
+        raise ConfigError(
+            f"no runs below {', '.join(map(str, dirs))} (looked for summary.json, metrics.jsonl, .hydra/)"
+        )
+    runs = filter_runs(runs, filters)
+    groups = group_runs(runs, group_by)
+    for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
+        if key:
+            check_key(runs, key, flag)
+    base = parse_assignment(baseline, "--baseline") if baseline else None
+    if base and base[0] not in groups[0].settings:
+        keys = ", ".join(groups[0].settings) or "nothing"
+        raise ConfigError(f"--baseline {baseline}: {base[0]!r} is not a grouping key (grouped by: {keys}; add it "
+                          "with --group-by)")  # fmt: skip
+    if base and not any(g.settings.get(base[0]) == base[1][0] for g in groups):
+        seen = sorted({g.settings.get(base[0]) for g in groups})
+        raise ConfigError(f"--baseline {baseline}: no group has {base[0]}={base[1][0]} (values: {', '.join(seen)})")
+    out_dir = Path(out) if out is not None else dirs[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    defaults = {} if target is not None else default_targets(runs)
+    where = ", ".join(f"`{d}`" for d in dirs)
+    blocks: list[tuple] = [
+        ("h", 1, "normbench report"),
+        ("p", (f"{len(runs)} runs in {len(groups)} groups below {where}"
+               + (f", filtered by {', '.join(f'`{f}`' for f in filters)}" if filters else "")
+               + f". Grouped by {', '.join(f'`{k}`' for k in groups[0].settings) or 'nothing (one group)'}; "
+               "seeds averaged. Losses: mean ± sample std over the completed runs ('partial': none completed yet, "
+               "so the runs so far). **Outcomes**: `learned` beat the no-context baseline (unigram entropy of the "
+               f"validation split) by more than {STUCK_MARGIN:g} nats, `unstable` learned with loss spikes, `stuck` "
+               "did not beat it, `diverged` was stopped by the trainer; running/failed runs have none yet. "
+               f"Target val loss: {_target_text(target, defaults)}.")),
+        ("table", *tables.main_table(groups, target, defaults)),
+        ("h", 2, "Time to target"),
+        ("p", "Steps, tokens and wall-clock seconds (since the run started, evaluation included) at which the val "
+              "loss first reached the target, linearly interpolated between evaluations; mean ± std over the runs "
+              "that reached it."),
+        ("table", *tables.target_table(groups, target, defaults)),
+    ]  # fmt: skip
+    if layer := tables.layer_table(groups):
+        blocks += [("h", 2, "Per-layer statistics at the end of training"),
+                   ("p", "From the last diagnostic record of each completed run: variance growth = Var(h_L) / "
+                         "Var(h_1) (after the last block over after the first); grad spread = first block's "
+                         "gradient norm / last block's; CV = std / mean of the per-block gradient norms; massive "
+                         f"ratio = max|h| / median|h| of the worst layer, its peak over the run and the first step "
+                         f"it exceeded {MASSIVE_THRESHOLD:g}; max |logit| of the output."),
+                   ("table", *layer)]  # fmt: skip
+    if base:
+        blocks += [("h", 2, f"Difference from {baseline}"),
+                   ("p", "Each group minus the group with the same settings but "
+                         f"`{baseline}`: difference of the means over seeds with Welch's 95% t-interval "
+                         "(needs two runs on each side). Negative loss or steps: better than the baseline."),
+                   ("table", *tables.baseline_table(groups, base[0], base[1][0], target, defaults))]  # fmt: skip
+    sweep = tables.lr_sweep(groups)
+    if sweep:
+        blocks += [("h", 2, "Largest learning rate at which every seed learned"),
+                   ("p", "A learning rate counts when every run there with an outcome `learned` (not unstable, "
+                         "stuck or diverged); runs without an outcome (running, failed) are named in brackets."),
+                   ("table", *tables.lr_table(sweep))]  # fmt: skip
+    # hydra/sweeper=optuna writes optimization_results.yaml into its sweep dir at the end (DIR may be a parent)
+    for d in dirs:
+        for found in sorted(d.rglob("optimization_results.yaml")):
+            optuna = load_yaml(found)
+            if not (isinstance(optuna, dict) and "best_params" in optuna):
+                continue
+            best = ", ".join(f"`{k}={v}`" for k, v in (optuna.get("best_params") or {}).items())
+            rel = "" if found.parent == d else f" ({found.parent.relative_to(d)})"
+            blocks += [("h", 2, f"Optuna search{rel}"),
+                       ("p", f"Best parameters: {best or DASH}; best value (best val loss): "
+                             f"{optuna.get('best_value')}. Diverged trials count as 1e6, failed as inf.")]  # fmt: skip
+    blocks += [("h", 2, "All runs"), ("table", *tables.runs_table(groups, target, defaults))]
+
+    styles = figures.Styles(groups, color_by, style_by)
+    plots: list[Path] = []
+    if figures_too:
+        blocks.append(("h", 2, "Figures"))
+        _figures(blocks, plots, groups, styles, sweep, steps, out_dir)
+    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    md_path.write_text(_md(blocks), encoding="utf-8")
+    html_path.write_text(_html(blocks, out_dir), encoding="utf-8")
+    return md_path, html_path, plots, len(runs)
+
+
+def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path) -> None:
+    def add(name: str, made: bool, what: str, key: str) -> None:
+        if made:
+            plots.append(out_dir / name)
+            blocks.extend([("h", 3, what), ("img", name, what)])
+        else:  # say why instead of leaving a hole
+            at = " at the chosen steps" if steps and key != "loss" else ""
+            blocks.append(("p", f"`{name}` skipped: no run logged `{key}`{at}."))
+
+    add("loss_curves.png", figures.plot_losses(groups, styles, out_dir / "loss_curves.png"), "loss curves", "loss")
+    for key, (name, _, title, _) in figures.DEPTH.items():
+        chosen = steps if steps else figures.default_depth_steps(groups, key)
+        made = figures.plot_depth(groups, styles, key, chosen, out_dir / name)
+        add(name, made, title.lower(), key)
+    for key, (name, label, _) in layer_figures.HEATMAPS.items():
+        add(name, layer_figures.plot_heatmap(groups, key, out_dir / name), f"{label} by layer and step", key)
+    made = layer_figures.plot_layer_stats(groups, styles, out_dir / "layer_stats.png")
+    add("layer_stats.png", made, "per-layer statistics vs step", "var_resid")
+    if sweep:
+        figures.plot_lr(sweep, groups, styles, out_dir / "lr_sweep.png")
+        add("lr_sweep.png", True, "best val loss vs learning rate", "val_loss")
+
+
+def make_report(root, target_loss: float | None = None, steps: list[int] | None = None, out=None, **kw) -> Path:
+    """Write report.md, report.html and the figures into ``out`` (default: the first directory);
+    return the path of report.md. ``root``: a directory or a list of them. Raises ConfigError on bad input."""
+    return build_report(root, target_loss, steps, out, **kw)[0]
+
+
+def _step_list(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected steps like 0,100,500, got {text!r}") from None
+
+
+def _key_list(text: str) -> list[str]:
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    if not keys:
+        raise argparse.ArgumentTypeError(f"expected keys like arch,norm, got {text!r}")
+    return keys
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="normbench report", description="Tables and figures for runs and sweeps.")
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="run or sweep directories (merged)")
+    parser.add_argument("--target", "--target-loss", dest="target", type=float, metavar="LOSS",
+                        help="val loss for the time-to-target columns (default: per corpus, the best loss every "
+                             "learned run reached)")  # fmt: skip
+    parser.add_argument("--group-by", type=_key_list, metavar="KEY[,KEY]", help="keys to group by (default: the "
+                        "overrides that differ between runs); e.g. arch,norm or model.n_layer")  # fmt: skip
+    parser.add_argument("--filter", action="append", metavar="KEY=VALUE[,VALUE]", dest="filters",
+                        help="keep only runs with this setting (repeatable; all must hold)")  # fmt: skip
+    parser.add_argument("--baseline", metavar="KEY=VALUE", help="show every group's difference from the group "
+                        "with KEY=VALUE (and its other settings), with a 95%% interval over seeds")  # fmt: skip
+    parser.add_argument(
+        "--steps", type=_step_list, help="steps for the depth plots, e.g. 0,100 (the end is always drawn)"
+    )
+    parser.add_argument("--color-by", metavar="KEY", help="factor drawn as colour (default: arch if grouped by it)")
+    parser.add_argument("--style-by", metavar="KEY", help="factor drawn as line style (default: norm if grouped by it)")
+    parser.add_argument("--out", type=Path, help="where to write (default: the first DIR)")
+    parser.add_argument("--no-figures", action="store_true", help="tables only (fast)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help or a usage error: argparse has printed it
+        return int(e.code or 0)
+    try:
+        md, page, plots, n = build_report(args.dirs, args.target, args.steps, args.out, args.group_by, args.filters,
+                                          args.baseline, args.color_by, args.style_by, not args.no_figures)  # fmt: skip
+    except ConfigError as e:
+        print(f"normbench: error: {e}", file=sys.stderr)
+        return 2
+    print(f"normbench: report on {n} runs: {md}")
+    print(f"normbench: html (figures embedded): {page}")
+    for p in plots:
+        print(f"normbench: figure: {p}")
+    return 0

@@ -1,0 +1,339 @@
+"""Finding runs, reading what they wrote, and choosing which to compare and how to group them.
+
+A run directory (README "run directory") holds ``.hydra/{config,overrides}.yaml``,
+``metrics.jsonl``, ``summary.json`` and, while a trainer holds it, ``.lock``. Anything may be
+missing or half-written (a sweep still running, a job killed mid-write): nothing here raises
+on a damaged run; it shows up as ``failed``/``running`` with a reason.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from normbench.errors import ConfigError
+from normbench.metrics import read_jsonl, read_summary
+from normbench.outcomes import classify, finite
+from normbench.rundir import BOOKKEEPING_KEYS
+
+SUMMARY_FIRST = ("arch", "norm", "optim", "seed")  # the run itself wrote these into summary.json
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """Records of a ``metrics.jsonl`` in file order; ``[]`` if the file is missing.
+
+    A run that is still writing, or was killed mid-write, can leave a truncated last
+    line: :func:`normbench.metrics.read_jsonl` skips it, and records without an
+    integer ``step`` are left out here.
+    """
+    try:
+        records = read_jsonl(Path(path))
+    except OSError:
+        return []
+    return [r for r in records if type(r.get("step")) is int]
+
+
+def series(records: list[dict], key: str) -> list[tuple[int, object]]:
+    """(step, value) for records that have ``key``, sorted by step; a later record wins
+    (a resumed run logs again the steps after its last checkpoint)."""
+    by_step = {r["step"]: r[key] for r in records if r.get(key) is not None}
+    return sorted(by_step.items())
+
+
+def finite_series(records: list[dict], key: str) -> list[tuple[int, float]]:
+    return [(s, v) for s, v in series(records, key) if finite(v)]
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict
+    overrides: list[str]
+    summary: dict | None
+    records: list[dict]
+    live: bool = False  # a live process holds the run's .lock
+    root: Path | None = None  # the directory it was found under (for display)
+
+    @property
+    def status(self) -> str:
+        status = str((self.summary or {}).get("status") or "")
+        if status and status != "running":
+            return status
+        if self.live:
+            return "running"
+        # no process trains it and it never finished: killed (or died at start)
+        return "failed"
+
+    @property
+    def outcome(self) -> str | None:
+        """learned / unstable / stuck / diverged (normbench.outcomes), or None: no outcome yet
+        (running, failed, interrupted) or not known (a summary from before outcomes, without a baseline)."""
+        s = self.summary or {}
+        if self.status == "diverged":
+            return "diverged"
+        if self.status != "completed":
+            return None
+        if s.get("outcome") is not None:
+            return str(s["outcome"])
+        spikes = s.get("n_spikes", s.get("spikes"))
+        return classify("completed", self.val_losses[1], s.get("baseline_loss"), spikes if finite(spikes) else 0)
+
+    @property
+    def outcome_label(self) -> str:
+        """The outcome, or for a run without one its status ("running", "failed", ...; "unknown")."""
+        return self.outcome or (self.status if self.status != "completed" else "unknown")
+
+    @property
+    def val_losses(self) -> tuple[float | None, float | None]:
+        """(final, best) val loss: from summary.json, else from the metrics logged so far."""
+        s = self.summary or {}
+        vals = [v for _, v in finite_series(self.records, "val_loss")]
+        final = s.get("final_val_loss") if finite(s.get("final_val_loss")) else (vals[-1] if vals else None)
+        best = s.get("best_val_loss") if finite(s.get("best_val_loss")) else (min(vals) if vals else None)
+        return final, best
+
+    @property
+    def name(self) -> str:
+        """The run's path relative to the directory it was found under."""
+        if self.root is None or self.root == self.path:
+            return self.path.name
+        return str(self.path.relative_to(self.root))
+
+    @property
+    def last_step(self):
+        return max((r["step"] for r in self.records), default=(self.summary or {}).get("step"))
+
+    @property
+    def reason(self) -> str:
+        if self.summary and self.summary.get("status") != "running":
+            return str(self.summary.get("reason") or "")
+        step = self.last_step
+        if self.live:
+            where = _remote_holder(self.path)
+            return (f"no summary yet, at step {step}" if step is not None else "starting") + where
+        if self.records or self.summary:
+            return f"stopped at step {step} without finishing (killed?)"
+        return "no data"
+
+
+def _lock_owner(lock: Path) -> tuple[str, str]:
+    """(host, pid) from a run's ``.lock`` (``host:pid``); ("", "") when there is none."""
+    try:
+        host, _, pid = lock.read_text(errors="replace").strip().partition(":")
+    except OSError:
+        return "", ""
+    return host, pid
+
+
+def _remote_holder(run_dir: Path) -> str:
+    """For a run held from another host (liveness unknown here): which host, and how long ago
+    the run last wrote, so a job killed on a cluster node is recognisable."""
+    host, _ = _lock_owner(run_dir / ".lock")
+    if not host or host == socket.gethostname():
+        return ""
+    mtimes = [p.stat().st_mtime for p in (run_dir / "metrics.jsonl", run_dir / "summary.json") if p.exists()]
+    if not mtimes:
+        return f" (on {host})"
+    minutes = max(0.0, time.time() - max(mtimes)) / 60
+    return f" (on {host}, last write {minutes:.0f} min ago)"
+
+
+def _alive(lock: Path) -> bool:
+    """Whether the process named in a run's ``.lock`` (``host:pid``, written by the trainer,
+    removed when it ends) still lives. Read-only: the report never takes the lock. A lock
+    from another host counts as alive (a job on a cluster node)."""
+    host, pid = _lock_owner(lock)
+    if not host:
+        return False
+    if host != socket.gethostname():
+        return True
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def load_yaml(path: Path):
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def load_run(path: Path, root: Path | None = None) -> Run:
+    cfg = load_yaml(path / ".hydra" / "config.yaml")
+    ovr = load_yaml(path / ".hydra" / "overrides.yaml")
+    summary = read_summary(path)  # damaged: status "unreadable", never mistaken for "failed"
+    return Run(
+        path=path,
+        config=cfg if isinstance(cfg, dict) else {},
+        overrides=[str(o) for o in ovr] if isinstance(ovr, list) else [],
+        summary=summary if isinstance(summary, dict) else None,
+        records=read_metrics(path / "metrics.jsonl"),
+        live=_alive(path / ".lock"),
+        root=root,
+    )
+
+
+def _natural(p: Path) -> list:
+    """Natural order, so Hydra's job dirs 0, 1, ..., 10 keep the sweep's order."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
+
+
+def find_runs(root: Path) -> list[Run]:
+    """Every run at or below ``root``: a directory with summary.json, metrics.jsonl or
+    .hydra/config.yaml (so running and crashed jobs are found too)."""
+    root = Path(root)
+    dirs = {p.parent for name in ("summary.json", "metrics.jsonl") for p in root.rglob(name)}
+    dirs |= {p.parent.parent for p in root.rglob("config.yaml") if p.parent.name == ".hydra"}
+    return [load_run(d, root) for d in sorted(dirs, key=_natural)]
+
+
+def load_runs(dirs: list[Path]) -> list[Run]:
+    """The runs below any number of run or sweep directories, each once (a directory and its
+    parent may both be given). Names are relative to the common parent of ``dirs``."""
+    dirs = [Path(d) for d in dirs]
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError(f"no such directory: {d}")
+    common = Path(os.path.commonpath([d.resolve() for d in dirs]))
+    if len(dirs) == 1:
+        common = dirs[0].resolve()
+    seen: dict[Path, Run] = {}
+    for d in dirs:
+        for run in find_runs(d):
+            key = run.path.resolve()
+            if key not in seen:
+                run.root = common if len(dirs) > 1 else d
+                if len(dirs) > 1:
+                    run.path = key
+                seen[key] = run
+    return list(seen.values())
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def norm_value(value: str) -> str:
+    """``1e-3`` and ``0.001`` (or ``12`` and ``12.0``) must group together."""
+    try:
+        f = float(value)
+    except ValueError:
+        return value
+    if not math.isfinite(f):
+        return value
+    return str(int(f)) if f.is_integer() and abs(f) < 1e15 else repr(f)
+
+
+def setting(run: Run, key: str) -> str | None:
+    """A run's value for a key (``arch``, ``optim.lr``, ``model.n_layer``, ...): its override,
+    else its config, else its summary.
+
+    arch/norm/optim/seed come from the summary first: the run itself wrote them (a resume
+    refused for a changed arch leaves no trace there)."""
+    if key in SUMMARY_FIRST and (run.summary or {}).get(key) is not None:
+        return norm_value(str(run.summary[key]))
+    for o in run.overrides:
+        k, sep, v = o.partition("=")
+        if sep and k.lstrip("+~") == key:
+            return norm_value(v)
+    node = run.config
+    for part in key.replace("/", ".").split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):  # a config group: arch -> arch.name
+        node = node.get("name")
+    if node is None and key in SUMMARY_FIRST:
+        node = (run.summary or {}).get(key)
+    if isinstance(node, bool):
+        return str(node).lower()
+    return None if node is None else norm_value(str(node))
+
+
+def is_lr_key(key: str) -> bool:
+    return key == "lr" or key.endswith(".lr")
+
+
+def varying_keys(runs: list[Run]) -> list[str]:
+    """Override keys whose values differ between runs, in the order Hydra wrote them, without
+    ``seed`` (averaged over) and bookkeeping (resume flags, logger)."""
+    keys = {}  # ordered set
+    for run in runs:
+        for o in run.overrides:
+            k, sep, _ = o.partition("=")
+            k = k.lstrip("+~")
+            if sep and k != "seed" and not k.startswith("hydra") and k not in BOOKKEEPING_KEYS:
+                keys[k] = None
+    return [k for k in keys if len({setting(r, k) for r in runs}) > 1]
+
+
+def check_key(runs: list[Run], key: str, flag: str) -> None:
+    if any(setting(r, key) is not None for r in runs):
+        return
+    known = sorted({o.partition("=")[0].lstrip("+~") for r in runs for o in r.overrides} | set(SUMMARY_FIRST))
+    raise ConfigError(f"{flag}: no run has a value for {key!r} (keys the runs override: {', '.join(known)})")
+
+
+def parse_assignment(text: str, flag: str) -> tuple[str, list[str]]:
+    """``KEY=VALUE[,VALUE...]`` -> (key, normalized values)."""
+    key, sep, values = text.partition("=")
+    if not sep or not key.strip() or not values.strip():
+        raise ConfigError(f"{flag} expects KEY=VALUE (e.g. {flag} arch=pre_ln), got {text!r}")
+    return key.strip(), [norm_value(v.strip()) for v in values.split(",")]
+
+
+def filter_runs(runs: list[Run], filters: list[str] | None) -> list[Run]:
+    """Keep the runs whose setting matches every ``KEY=VALUE[,VALUE]`` (values of one key: any of them)."""
+    for text in filters or []:
+        key, values = parse_assignment(text, "--filter")
+        check_key(runs, key, "--filter")
+        kept = [r for r in runs if setting(r, key) in values]
+        if not kept:
+            seen = sorted({v for r in runs if (v := setting(r, key)) is not None})
+            raise ConfigError(f"--filter {text}: no run matches (values of {key}: {', '.join(seen)})")
+        runs = kept
+    return runs
+
+
+@dataclass
+class Group:
+    label: str
+    series: str  # the label without the learning rate: one line in the lr sweep
+    settings: dict[str, str]  # the grouping keys and this group's values
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def arch(self) -> str:
+        return setting(self.runs[0], "arch") or "?"
+
+    @property
+    def norm(self) -> str:
+        return setting(self.runs[0], "norm") or "?"
+
+
+def group_runs(runs: list[Run], group_by: list[str] | None = None) -> list[Group]:
+    """Group by ``group_by`` (keys as in :func:`setting`), by default by the overrides whose
+    values differ between runs (:func:`varying_keys`); seeds are always averaged over."""
+    if group_by:
+        for key in group_by:
+            check_key(runs, key, "--group-by")
+    keys = list(group_by) if group_by else varying_keys(runs)
+    groups: dict[str, Group] = {}
+    for run in runs:
+        values = {k: setting(run, k) or "?" for k in keys}
+        default = f"arch={setting(run, 'arch') or '?'} norm={setting(run, 'norm') or '?'}"
+        label = " ".join(f"{k}={v}" for k, v in values.items()) or default
+        series = " ".join(f"{k}={v}" for k, v in values.items() if not is_lr_key(k)) or default
+        groups.setdefault(label, Group(label, series, values)).runs.append(run)
+    return list(groups.values())

@@ -1,0 +1,243 @@
+"""Numbers over runs and groups: which runs to average, time to a target loss, per-layer
+statistics, and differences from a baseline group with a 95% interval over seeds.
+
+These are the functions a caller builds on (``load_runs -> filter_runs -> group_runs ->``
+:func:`group_metric` / :func:`time_to_target` / :func:`compare`); the tables and figures
+only format them.
+
+The interval is Welch's t-interval for a difference of two means (unequal variances,
+Welch-Satterthwaite degrees of freedom; Welch 1947), over seeds: it needs at least two
+runs on each side, and says nothing about effects that seeds do not vary (data order is
+seeded too, so it does).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from normbench.outcomes import OUTCOMES, finite, layer_series, layer_stats
+from normbench.report.loading import Group, Run, finite_series, series, setting
+
+STATUS_ORDER = ("completed", "diverged", "failed", "interrupted", "running")
+OUTCOME_ORDER = (*OUTCOMES, "unknown", "interrupted", "running", "failed")
+LEARNED = ("learned", "unstable")  # the run beat the no-context baseline
+LAYER_KEYS = ("var_growth", "grad_spread", "grad_cv", "massive_ratio_peak", "massive_ratio_step", "logit_maxabs")
+
+
+def counts(labels: list[str], order: tuple[str, ...]) -> str:
+    """ "2 learned, 1 stuck": how many of each, in a fixed order."""
+    c = Counter(labels)
+    keys = [k for k in order if k in c] + sorted(set(c) - set(order))
+    return ", ".join(f"{c[k]} {k}" for k in keys)
+
+
+def outcome_counts(runs: list[Run]) -> str:
+    return counts([r.outcome_label for r in runs], OUTCOME_ORDER)
+
+
+def status_counts(runs: list[Run]) -> str:
+    return counts([r.status for r in runs], STATUS_ORDER)
+
+
+def loss_pool(group: Group) -> tuple[list[Run], bool]:
+    """Runs whose losses are averaged: completed ones (learned, unstable and stuck: all are
+    measured losses); if none yet, running/interrupted ones (marked partial). Diverged losses
+    are meaningless and never averaged."""
+    done = [r for r in group.runs if r.status == "completed"]
+    return done or [r for r in group.runs if r.status in ("running", "interrupted")], not done
+
+
+def healthy(runs: list[Run]) -> list[Run]:
+    """Runs drawn as a group's mean line: completed and not stuck (stuck and diverged runs are
+    drawn one by one); if none, the running/interrupted ones."""
+    done = [r for r in runs if r.status == "completed" and r.outcome != "stuck"]
+    return done or [r for r in runs if r.status in ("running", "interrupted")]
+
+
+def mean_std(xs: list[float], fmt: str = ".4f", suffix: str = "") -> str:
+    if not xs:
+        return "—"
+    m = statistics.fmean(xs)
+    return (format(m, fmt) if len(xs) == 1 else f"{format(m, fmt)} ± {format(statistics.stdev(xs), fmt)}") + suffix
+
+
+# ----------------------------------------------------------------------------- time to target
+
+
+@dataclass
+class Reached:
+    steps: float
+    tokens: float
+    seconds: float
+
+
+def crossing(points: list[tuple[float, float]], target: float) -> tuple[int, float] | None:
+    """Where a piecewise-linear curve through ``points`` ((x, loss), sorted by x) first reaches
+    ``loss <= target``: (index i of the first point at or below it, fraction f in [0, 1] of the
+    way from point i-1 to point i); None if it never does."""
+    for i, (_, v) in enumerate(points):
+        if v <= target:
+            if i == 0:
+                return 0, 1.0
+            v0 = points[i - 1][1]
+            return i, (v0 - target) / (v0 - v)
+    return None
+
+
+def time_to_target(run: Run, target: float | None) -> Reached | None:
+    """Steps, tokens and wall-clock seconds (``time_s``: since the run started, evaluation
+    included) at which the run's val loss first reached ``target``, linearly interpolated between
+    the two evaluations around the crossing; None if it never did (or has no evaluations)."""
+    if target is None:
+        return None
+    evals = {s: r for r in run.records if finite(r.get("val_loss")) for s in [r["step"]]}  # a later record wins
+    pts = [evals[s] for s in sorted(evals)]
+    hit = crossing([(r["step"], r["val_loss"]) for r in pts], target)
+    if hit is None:
+        return None
+    i, f = hit
+    at = lambda key: (  # noqa: E731
+        float(pts[i].get(key) or 0)
+        if i == 0
+        else (1 - f) * float(pts[i - 1].get(key) or 0) + f * float(pts[i].get(key) or 0)
+    )
+    return Reached(at("step"), at("tokens"), at("time_s"))
+
+
+def corpus(run: Run) -> str:
+    """The (corpus, tokenizer) a run trained on: losses are only comparable within one."""
+    return f"{setting(run, 'data') or '?'}/{setting(run, 'data.tokenizer') or '?'}"
+
+
+def default_targets(runs: list[Run]) -> dict[str, float]:
+    """Per corpus: the largest best val loss among the runs that learned, rounded up to 2
+    decimals, i.e. the best loss every learned run reached. No target for a corpus where no
+    run learned (give ``--target``)."""
+    worst: dict[str, float] = {}
+    for r in runs:
+        if r.outcome in LEARNED and (best := r.val_losses[1]) is not None:
+            worst[corpus(r)] = max(worst.get(corpus(r), -math.inf), best)
+    return {c: math.ceil(round(v * 100, 6)) / 100 for c, v in worst.items()}
+
+
+def target_for(run: Run, target: float | None, defaults: dict[str, float]) -> float | None:
+    return target if target is not None else defaults.get(corpus(run))
+
+
+# ----------------------------------------------------------------------------- per-layer statistics
+
+
+def run_layer_stats(run: Run) -> dict:
+    """The end-of-run per-layer statistics: from summary.json when the trainer wrote them, else
+    computed from the run's records (a running or older run)."""
+    s = run.summary or {}
+    if "layer_series" in s:
+        return {k: s.get(k) for k in LAYER_KEYS}
+    return {k: v for k, v in layer_stats(layer_series(run.records)).items() if k in LAYER_KEYS}
+
+
+def run_layer_series(run: Run) -> dict[str, list[list[float]]]:
+    s = (run.summary or {}).get("layer_series")
+    return s if isinstance(s, dict) and s and run.status != "running" else layer_series(run.records)
+
+
+# ----------------------------------------------------------------------------- metrics and comparisons
+
+METRICS = {
+    "best val loss": lambda r, t: r.val_losses[1],
+    "final val loss": lambda r, t: r.val_losses[0],
+    "steps to target": lambda r, t: x.steps if (x := time_to_target(r, t)) else None,
+    "seconds to target": lambda r, t: x.seconds if (x := time_to_target(r, t)) else None,
+}
+
+
+def group_metric(group: Group, metric: str, target: float | None = None, defaults=None) -> list[float]:
+    """The metric's values over the group's completed runs (or partial runs, as :func:`loss_pool`);
+    runs without a value (e.g. never reached the target) are left out."""
+    pool, _ = loss_pool(group)
+    fn = METRICS[metric]
+    return [v for r in pool if finite(v := fn(r, target_for(r, target, defaults or {})))]
+
+
+@dataclass
+class Difference:
+    diff: float | None  # mean(group) - mean(baseline)
+    low: float | None  # 95% interval; None with fewer than 2 runs on a side
+    high: float | None
+    n: int
+    n_base: int
+
+
+def welch_interval(xs: list[float], base: list[float], level: float = 0.95) -> Difference:
+    """mean(xs) - mean(base) with Welch's t-interval at ``level``."""
+    n, m = len(xs), len(base)
+    if not n or not m:
+        return Difference(None, None, None, n, m)
+    d = statistics.fmean(xs) - statistics.fmean(base)
+    if n < 2 or m < 2:
+        return Difference(d, None, None, n, m)
+    a, b = statistics.variance(xs) / n, statistics.variance(base) / m
+    se = math.sqrt(a + b)
+    if se == 0:
+        return Difference(d, d, d, n, m)
+    from scipy.stats import t
+
+    df = (a + b) ** 2 / (a * a / (n - 1) + b * b / (m - 1))
+    half = float(t.ppf(0.5 + level / 2, df)) * se
+    return Difference(d, d - half, d + half, n, m)
+
+
+def baseline_of(groups: list[Group], key: str, value: str) -> dict[str, Group | None]:
+    """For every group, the group that differs from it only in ``key`` having ``value``."""
+    by_settings = {tuple(sorted(g.settings.items())): g for g in groups}
+    out = {}
+    for g in groups:
+        want = tuple(sorted({**g.settings, key: value}.items()))
+        out[g.label] = by_settings.get(want)
+    return out
+
+
+def compare(groups: list[Group], key: str, value: str, metric: str, target=None, defaults=None) -> dict:
+    """label -> :class:`Difference` of ``metric`` from the group's baseline (``key=value``); groups
+    without a baseline group are left out, the baseline groups themselves included (difference 0)."""
+    base = baseline_of(groups, key, value)
+    out = {}
+    for g in groups:
+        if (b := base[g.label]) is not None:
+            out[g.label] = welch_interval(
+                group_metric(g, metric, target, defaults), group_metric(b, metric, target, defaults)
+            )
+    return out
+
+
+def learned_everywhere(runs: list[Run]) -> bool:
+    """Every run with an outcome learned (no spikes, not stuck, not diverged), and there is one.
+    Runs without an outcome (running, failed: a crash says nothing about the lr) are not counted."""
+    judged = [r for r in runs if r.outcome is not None]
+    return bool(judged) and all(r.outcome == "learned" for r in judged)
+
+
+def lr_of(run: Run) -> float | None:
+    value = setting(run, "optim.lr")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def curve(runs: list[Run], key: str) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(steps, mean, min, max) over runs at each step any of them logged ``key``."""
+    by_step: dict[int, list[float]] = {}
+    for r in runs:
+        for s, v in finite_series(r.records, key):
+            by_step.setdefault(s, []).append(v)
+    steps = sorted(by_step)
+    return (steps, [statistics.fmean(by_step[s]) for s in steps], [min(by_step[s]) for s in steps],
+            [max(by_step[s]) for s in steps])  # fmt: skip
+
+
+def diag_steps(run: Run, key: str) -> list[int]:
+    return [s for s, v in series(run.records, key) if isinstance(v, list)]

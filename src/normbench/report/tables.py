@@ -1,0 +1,181 @@
+"""The report's tables, as (header, rows) of strings. Every per-group table has an
+``outcomes`` column (how many runs learned / were unstable / stuck / diverged, and how many
+have no outcome yet), so no number is read without knowing what it averages."""
+
+from __future__ import annotations
+
+import statistics
+
+from normbench.outcomes import MASSIVE_THRESHOLD, finite
+from normbench.report.loading import Group, Run, setting
+from normbench.report.stats import (
+    Difference,
+    compare,
+    learned_everywhere,
+    loss_pool,
+    lr_of,
+    mean_std,
+    outcome_counts,
+    run_layer_stats,
+    status_counts,
+    target_for,
+    time_to_target,
+)
+
+DASH = "—"
+
+
+def _sort_key(g: Group):
+    pool, _ = loss_pool(g)
+    bests = [b for r in pool if (b := r.val_losses[1]) is not None]
+    return (not bests, statistics.fmean(bests) if bests else 0.0, g.label)
+
+
+def sort_groups(groups: list[Group]) -> list[Group]:
+    """By mean best val loss; groups without one last."""
+    return sorted(groups, key=_sort_key)
+
+
+def _reached(runs: list[Run], target, defaults) -> tuple[list, int]:
+    hits = [x for r in runs if (x := time_to_target(r, target_for(r, target, defaults))) is not None]
+    return hits, len(runs)
+
+
+def _of_n(text: str, k: int, n: int) -> str:
+    return text if k == n or text == DASH else f"{text} ({k}/{n})"
+
+
+def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
+    defaults = defaults or {}
+    single = target if target is not None else (next(iter(defaults.values())) if len(defaults) == 1 else None)
+    col = f"steps to val loss ≤ {single:g}" if single is not None else "steps to target"
+    header = ["group", "runs", "outcomes", "status", "final val loss", "best val loss", col, "tokens/s", "spikes",
+              "notes"]  # fmt: skip
+    rows = []
+    for g in sort_groups(groups):
+        pool, partial = loss_pool(g)
+        mark = " (partial)" if partial else ""
+        finals = [f for r in pool if (f := r.val_losses[0]) is not None]
+        bests = [b for r in pool if (b := r.val_losses[1]) is not None]
+        hits, n = _reached(g.runs, target, defaults)
+        steps = _of_n(mean_std([h.steps for h in hits], ".0f"), len(hits), n)
+        # steady-state tokens/s of the runs whose losses are averaged (summary.json)
+        tps = [t for r in pool if finite(t := (r.summary or {}).get("tokens_per_s"))]
+        spikes = [int(c) for r in g.runs if finite(c := (r.summary or {}).get("spikes"))]
+        notes = dict.fromkeys(f"{r.status}: {r.reason}" for r in g.runs if r.status != "completed")
+        rows.append([g.label, str(len(g.runs)), outcome_counts(g.runs), status_counts(g.runs),
+                     mean_std(finals, suffix=mark), mean_std(bests, suffix=mark), steps,
+                     f"{statistics.fmean(tps):,.0f}" if tps else DASH, str(sum(spikes)) if spikes else DASH,
+                     "; ".join(notes)])  # fmt: skip
+    return header, rows
+
+
+def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
+    """Steps, tokens and seconds to the target val loss: mean ± std over the runs that reached it."""
+    defaults = defaults or {}
+    header = ["group", "outcomes", "target", "reached", "steps", "tokens", "seconds"]
+    rows = []
+    for g in sort_groups(groups):
+        hits, n = _reached(g.runs, target, defaults)
+        targets = sorted({t for r in g.runs if (t := target_for(r, target, defaults)) is not None})
+        rows.append([g.label, outcome_counts(g.runs), ", ".join(f"{t:g}" for t in targets) or DASH,
+                     f"{len(hits)}/{n}", mean_std([h.steps for h in hits], ".0f"),
+                     mean_std([h.tokens for h in hits], ".3g"),
+                     mean_std([h.seconds for h in hits], ".1f")])  # fmt: skip
+    return header, rows
+
+
+def layer_table(groups: list[Group]) -> tuple[list[str], list[list[str]]] | None:
+    """End-of-run per-layer statistics (normbench.outcomes.layer_stats), mean ± std over the
+    completed runs; None when no run has diagnostics."""
+    header = ["group", "outcomes", "variance growth (last/first block)", "grad spread (first/last block)",
+              "grad CV across blocks", "peak massive ratio", f"first step massive ratio > {MASSIVE_THRESHOLD:g}",
+              "final max |logit|"]  # fmt: skip
+    rows, any_data = [], False
+    for g in sort_groups(groups):
+        pool, partial = loss_pool(g)
+        stats = [run_layer_stats(r) for r in pool]
+        vals = lambda k, stats=stats: [s[k] for s in stats if finite(s.get(k))]  # noqa: E731
+        mark = " (partial)" if partial else ""
+        any_data |= any(vals(k) for k in ("var_growth", "grad_cv", "logit_maxabs"))
+        crossed = vals("massive_ratio_step")
+        rows.append([g.label, outcome_counts(g.runs), mean_std(vals("var_growth"), ".3g", mark),
+                     mean_std(vals("grad_spread"), ".3g", mark), mean_std(vals("grad_cv"), ".3g", mark),
+                     mean_std(vals("massive_ratio_peak"), ".3g", mark),
+                     _of_n(mean_std(crossed, ".0f"), len(crossed), len(stats)) if crossed else "never",
+                     mean_std(vals("logit_maxabs"), ".3g", mark)])  # fmt: skip
+    return (header, rows) if any_data else None
+
+
+def lr_sweep(groups: list[Group]) -> dict[str, dict[float, list[Run]]] | None:
+    """series -> lr -> runs, or None when no series tries two learning rates (an optimizer
+    sweep has one default lr per optimizer: that is not an lr sweep)."""
+    sweep: dict[str, dict[float, list[Run]]] = {}
+    for g in groups:
+        for r in g.runs:
+            if (lr := lr_of(r)) is not None:
+                sweep.setdefault(g.series, {}).setdefault(lr, []).append(r)
+    return sweep if any(len(by_lr) > 1 for by_lr in sweep.values()) else None
+
+
+def lr_table(sweep: dict[str, dict[float, list[Run]]]) -> tuple[list[str], list[list[str]]]:
+    """Per series: the outcomes at each lr, and the largest lr at which every seed learned."""
+    header = ["group", "outcomes by learning rate", "largest lr where every seed learned", "best val loss there"]
+    rows = []
+    for series_label, by_lr in sweep.items():
+        good = [lr for lr, runs in by_lr.items() if learned_everywhere(runs)]
+        best = DASH
+        if good:
+            done = [r for r in by_lr[max(good)] if r.outcome == "learned"]
+            best = mean_std([b for r in done if (b := r.val_losses[1]) is not None])
+        tried = "; ".join(f"{lr:g}: {outcome_counts(by_lr[lr])}" for lr in sorted(by_lr))
+        largest = DASH
+        if good:
+            other = [r for r in by_lr[max(good)] if r.outcome is None]
+            largest = f"{max(good):g}" + (f" ({outcome_counts(other)})" if other else "")
+        rows.append([series_label, tried, largest, best])
+    return header, rows
+
+
+def _diff(d: Difference, fmt: str) -> str:
+    if d.diff is None:
+        return DASH
+    text = f"{d.diff:+{fmt}}"
+    if d.low is None:
+        return f"{text} (n={d.n} vs {d.n_base}: no interval)"
+    return f"{text} [{d.low:+{fmt}}, {d.high:+{fmt}}]"
+
+
+def baseline_table(groups: list[Group], key: str, value: str, target=None, defaults=None):
+    """Each group's difference from its baseline group (same settings but ``key=value``)."""
+    metrics = (("best val loss", ".4f"), ("final val loss", ".4f"), ("steps to target", ".0f"))
+    diffs = {m: compare(groups, key, value, m, target, defaults) for m, _ in metrics}
+    header = ["group", "outcomes", "baseline", *(f"Δ {m} [95% CI]" for m, _ in metrics)]
+    rows = []
+    for g in sort_groups(groups):
+        if g.label not in diffs["best val loss"]:
+            continue
+        base = {**g.settings, key: value}
+        cells = [_diff(diffs[m][g.label], fmt) for m, fmt in metrics] if base != g.settings else ["(baseline)"] * 3
+        rows.append([g.label, outcome_counts(g.runs), " ".join(f"{k}={v}" for k, v in base.items()), *cells])
+    return header, rows
+
+
+def runs_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
+    header = ["run", "group", "seed", "status", "outcome", "step", "best val loss", "steps to target",
+              "tokens to target", "seconds to target", "spikes", "reason"]  # fmt: skip
+    rows = []
+    for g in groups:
+        for r in g.runs:
+            t = target_for(r, target, defaults or {})
+            hit = time_to_target(r, t)
+            not_reached = DASH if t is None else "not reached"
+            best = r.val_losses[1]
+            spikes = (r.summary or {}).get("spikes")
+            rows.append([r.name, g.label, setting(r, "seed") or DASH, r.status, r.outcome or DASH,
+                         str(r.last_step if r.last_step is not None else DASH),
+                         f"{best:.4f}" if best is not None else DASH,
+                         f"{hit.steps:.0f}" if hit else not_reached, f"{hit.tokens:.3g}" if hit else not_reached,
+                         f"{hit.seconds:.1f}" if hit else not_reached,
+                         str(int(spikes)) if finite(spikes) else DASH, r.reason])  # fmt: skip
+    return header, rows
