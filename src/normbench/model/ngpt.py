@@ -15,7 +15,8 @@ effective value starts at ``init`` while Adam sees a parameter of size ``scale``
 
 Deviations from the reference, on purpose:
 - Standard rotate-half RoPE (the reference's rotary is not a true rotation, NVIDIA/ngpt#10).
-- L2 normalizations use ``F.normalize`` in fp32 with an eps (the reference has no eps, NVIDIA/ngpt#7).
+- L2 normalizations use ``F.normalize`` in at least fp32 (fp64 for fp64 weights) with an eps (the
+  reference has no eps, NVIDIA/ngpt#7).
 - Weights are fp32 masters (the reference stores Linear weights in bf16).
 - As the reference code (not the paper, which rescales only v): both SwiGLU halves u and v are
   multiplied by ``s_uv * sqrt(d)``; the factor on u is removed by the normalization after the MLP.
@@ -37,6 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from normbench.model.gpt import CausalLM, apply_rope, record_attention_stats
+from normbench.model.norms import upcast
 
 
 class ScaledVector(nn.Module):
@@ -68,7 +70,7 @@ class NGPTBlock(nn.Module):
         self.stats = None  # attention statistics for diagnostics
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(x.float(), dim=-1, eps=self.eps).type_as(x)
+        return F.normalize(upcast(x), dim=-1, eps=self.eps).type_as(x)
 
     def forward(self, h: torch.Tensor, rope) -> torch.Tensor:
         B, T, C = h.shape
@@ -129,13 +131,13 @@ class NGPT(CausalLM, nn.Module):
     @torch.no_grad()
     def normalize_matrices(self) -> None:
         for w, dim in self.matrices():
-            w.copy_(F.normalize(w.float(), dim=dim, eps=self.eps).to(w.dtype))
+            w.copy_(F.normalize(upcast(w), dim=dim, eps=self.eps).to(w.dtype))
 
     def after_step(self) -> None:
         self.normalize_matrices()
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, hidden: list | None = None):
-        rope = self.rope(idx.device)
+        rope = self.rope(idx.device, self.wte.weight.dtype)
         h = self.wte(idx)  # rows are unit norm already
         if hidden is not None:
             hidden.append(h)
@@ -146,5 +148,5 @@ class NGPT(CausalLM, nn.Module):
         logits = self.sz() * self.lm_head(h)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+            loss = F.cross_entropy(upcast(logits).view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss

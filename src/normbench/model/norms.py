@@ -19,8 +19,9 @@ q/k/v norms. ``ffn``: the same for the MLP sublayer (HybridNorm's ``z = N(x + at
 only define the Pre-LN sites (ln_1 -> attn, ln_2 -> ffn, ln_f -> final); the rest is our choice.
 
 Deviations: the statistics-free layers (DyT/Derf) compute in the input dtype; the statistic
-layers (LayerNorm/RMSNorm) always reduce in fp32, also under bf16 autocast, and return the
-input dtype before the gain is applied (so an fp32 gain gives an fp32 output under autocast).
+layers (LayerNorm/RMSNorm) reduce in at least fp32 (:func:`upcast`: fp32 under bf16 autocast,
+fp64 for fp64 inputs) and return the input dtype before the gain is applied (so an fp32 gain
+gives an fp32 output under autocast).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ from normbench.errors import ConfigError
 SITES = ("attn", "ffn", "final", "embed")
 
 
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in at least fp32: bf16/fp16 statistics run in fp32, fp64 stays fp64 (exact in fp64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class LayerNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-5, affine: bool = True, bias: bool = True):
         super().__init__()
@@ -47,7 +53,7 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # one fused kernel; same math as below
             return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-        y = F.layer_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
+        y = F.layer_norm(upcast(x), x.shape[-1:], eps=self.eps).type_as(x)
         if self.weight is not None:
             y = y * self.weight
         if self.bias is not None:
@@ -64,7 +70,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # one fused kernel; same math as below
             return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
-        y = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
+        y = F.rms_norm(upcast(x), x.shape[-1:], eps=self.eps).type_as(x)
         return y * self.weight if self.weight is not None else y
 
 
