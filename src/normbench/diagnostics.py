@@ -1,9 +1,10 @@
 """Training diagnostics: per-layer gradient norms, residual-stream growth, massive activations.
 
-What the papers argue with (shared/ARCHITECTURES.md §5): Peri-LN (hidden-state
-variance and magnitude per layer, Output-LN gains), Mix-LN/NormFormer (per-layer
-gradient norms), massive activations (Sun et al. 2024, locuslab/massive-activations:
-max |x| and max/median per layer), QK-norm work (attention logit max, entropy),
+What the papers argue with: Peri-LN (Kim et al. 2025, arXiv:2502.02732: hidden-state
+variance and magnitude per layer, Output-LN gains), Mix-LN (Li et al. 2024,
+arXiv:2412.13795) and NormFormer (per-layer gradient norms), massive activations
+(Sun et al. 2024, arXiv:2402.17762, locuslab/massive-activations: max |x| and max/median
+per layer), QK-norm work (attention logit max, entropy),
 Mix-LN / layer pruning (angular distance ``1 - cos`` between consecutive blocks).
 
 When (``diag=``): ``off`` does nothing at all; ``default`` and ``full`` take a

@@ -1,7 +1,7 @@
 """Tables and plots for one run or a whole sweep: ``python -m normbench report DIR``.
 
-The contract is DESIGN.md §3 (what a run directory holds) and §4 (what the report
-shows). :func:`make_report` finds every run below DIR, groups runs by the Hydra
+The contract is docs/contract.md §3-5 (what a run directory holds) and §7 (what the
+report shows). :func:`make_report` finds every run below DIR, groups runs by the Hydra
 overrides that differ between them (seeds are averaged over) and writes
 ``report.md``, ``report.html`` (the same content with the plots embedded, one file
 to send) and PNG plots. Diverged, failed and still-running runs are always shown,
@@ -337,7 +337,7 @@ def main_table(groups: list[Group], target: float | None) -> tuple[list[str], li
         steps = DASH if not reached else f"{statistics.fmean(reached):.0f}"
         if reached and len(reached) < n:
             steps += f" ({len(reached)}/{n})"
-        # steady-state tokens/s of the runs whose losses are averaged (summary.json, DESIGN §3)
+        # steady-state tokens/s of the runs whose losses are averaged (summary.json, docs/contract.md §5)
         tps = [t for r in pool if _finite(t := (r.summary or {}).get("tokens_per_s"))]
         spikes = [c for r in g.runs if (c := _count((r.summary or {}).get("spikes"))) is not None]
         notes = dict.fromkeys(f"{r.status}: {r.reason}" for r in g.runs if r.status != "completed")

@@ -1,4 +1,4 @@
-"""The training loop: causal-LM pretraining with the run directory of DESIGN.md §3.
+"""The training loop: causal-LM pretraining with the run directory of docs/contract.md §3.
 
 Reads like the algorithm (torchtitan / nanoGPT train.py): sample a global batch,
 forward/backward over micro-batches, clip, step, re-normalize (nGPT), log,
@@ -405,7 +405,7 @@ class Trainer:
             for opt in self.optimizer.optimizers:
                 self.scaler.unscale_(opt)
         if diag_now:
-            self.diag.grad_norms()  # before clipping, as DESIGN.md §3 defines them
+            self.diag.grad_norms()  # before clipping, as docs/contract.md §4 defines them
         clip = self.t.grad_clip if self.t.grad_clip > 0 else math.inf
         grad_norm = dist_utils.clip_grad_norm_(self.raw_model.parameters(), clip)  # total over FSDP shards too
         return loss_mean, grad_norm

@@ -6,7 +6,7 @@ With ``arch=pre_ln norm=layernorm model.pos=learned model.mlp=gelu
 model.bias=true model.tie_embeddings=true`` it computes exactly nanoGPT's GPT
 (tests/test_model.py checks logits against nanoGPT's equations).
 
-Init (shared/ARCHITECTURES.md §3):
+Init (docs/architectures.md §5):
 - all Linear/Embedding N(0, model.init_std); biases 0.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").

@@ -1,6 +1,6 @@
 """nGPT, the normalized Transformer (Loshchilov et al. 2024, arXiv:2410.01131).
 
-Reference code: NVIDIA/ngpt model.py and train.py @ ed19eb2 (shared/ARCHITECTURES.md §2.7).
+Reference code: NVIDIA/ngpt model.py and train.py @ ed19eb2 (docs/architectures.md §4).
 Every vector lives on the unit hypersphere: embeddings, hidden states, and the
 rows/columns of every matrix along the embedding dimension d. Each block moves
 the hidden state toward the normalized sublayer output with per-dimension

@@ -1,6 +1,6 @@
 """Normalization layers: LayerNorm, RMSNorm, DyT, Derf, none.
 
-References (see shared/ARCHITECTURES.md §1):
+References (equations and citations in docs/architectures.md §2):
 - LayerNorm: karpathy/nanoGPT model.py (eps 1e-5, optional bias).
 - RMSNorm: statistics in fp32, cast back before the gain (NVIDIA/ngpt model.py, OLMo).
 - DyT: Zhu et al. 2025, arXiv:2503.10622, jiachenzhu/DyT dynamic_tanh.py:

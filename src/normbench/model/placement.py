@@ -8,7 +8,7 @@ whose two sublayers (attention, MLP) compute, for a sublayer function f::
     y  = N_out(f(h))        if out_norm           else f(h)
     x' = N_post(alpha*x + y) if post_norm         else alpha*x + y
 
-References (equations in shared/ARCHITECTURES.md §2):
+References (equations and citations in docs/architectures.md §3):
 - pre_ln: nanoGPT model.py L103-105.            ``x + f(N(x))``
 - post_ln: Vaswani et al. 2017; torchscale decoder (no final norm by default).  ``N(x + f(x))``
 - peri_ln: Kim et al. 2025, arXiv:2502.02732; OLMo-core PeriNormTransformerBlock.  ``x + N(f(N(x)))``
