@@ -53,6 +53,7 @@ needs no scheduler state beyond the step counter.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import defaultdict
 
@@ -176,15 +177,29 @@ class Lion(torch.optim.Optimizer):
         return loss
 
 
+# torch.optim.Muon's per-step hook that Muon below extends. It is private, so pyproject.toml pins
+# torch below 2.14 (tested on 2.13: tests/test_optim.py checks the update rule) and Muon refuses,
+# in one line, a torch whose hook has another signature.
+_MUON_INIT_GROUP = ("self", "group", "params_with_grad", "grads", "muon_momentum_bufs")
+
+
 class Muon(torch.optim.Muon):
     """``torch.optim.Muon`` that orthogonalizes a fused matrix block by block.
 
     A param group with ``split=k`` has each of its matrices cut into k equal row blocks
     (views), and torch's Muon update (momentum, Newton-Schulz, lr adjustment, weight decay)
     runs on every block as on a separate matrix. ``split=1`` is plain ``torch.optim.Muon``.
+    The momentum buffers stay whole-matrix state of the real parameters (so state dicts and
+    checkpoints are torch's); only the lists handed to torch's update are split.
     """
 
     def __init__(self, params, **kw):
+        found = tuple(inspect.signature(torch.optim.Muon._init_group).parameters)
+        if found != _MUON_INIT_GROUP:
+            raise RuntimeError(
+                f"optim=muon needs torch.optim.Muon._init_group{_MUON_INIT_GROUP[1:]} (torch 2.9-2.13); "
+                f"torch {torch.__version__} has {found[1:]}: install torch<2.14 or use another optimizer"
+            )
         super().__init__(params, **kw)
         for group in self.param_groups:
             k = group.setdefault("split", 1)

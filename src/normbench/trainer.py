@@ -236,8 +236,8 @@ class Trainer:
             )
         self._warn_schedule_change(state, old_cfg)
         try:
-            dist_utils.load_model_state(self.raw_model, state["model"])  # full state dict; re-sharded under FSDP
-            dist_utils.load_optimizer_state(self.optimizer, state["optimizer"])
+            # full state dicts; re-sharded under FSDP
+            dist_utils.load_full_state_dicts(self.raw_model, self.optimizer, state["model"], state["optimizer"])
         except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
             why = next((ln for ln in lines if "mismatch" in ln or "key(s)" in ln), lines[0])  # state_dict details
@@ -343,8 +343,7 @@ class Trainer:
     def save_checkpoint(self) -> None:
         # one format for every world size and parallel mode: the full (unsharded) state dict.
         # Under FSDP the gather is collective, so every rank gets here; rank 0 writes.
-        model_state = dist_utils.full_state(self.raw_model.state_dict(), keep=self.is_main)
-        optim_state = dist_utils.full_state(self.optimizer.state_dict(), keep=self.is_main)
+        model_state, optim_state = dist_utils.full_state_dicts(self.raw_model, self.optimizer)
         rank_rng = dist_utils.gather_to_main(self._rng_state())  # dropout streams differ per rank
         if not self.is_main:
             return
