@@ -18,6 +18,7 @@ from normbench import optim, trainer
 from normbench.config import ARCHS, OPTIMS, validate
 from normbench.metrics import read_jsonl
 from normbench.model import build_model
+from normbench.model.kinds import is_norm
 
 from conftest import compose
 
@@ -294,7 +295,7 @@ def test_affine_false_removes_every_gain_and_keeps_scalar_alpha(norm, tmp_path):
     overrides = [f"norm={norm}", "norm.affine=false", "norm.bias=true", "arch=peri_ln", "arch.qk_norm=true"]
     model = build_model(compose(["model=tiny", *overrides]), 256)
     kinds = optim.param_kinds(model)
-    norm_modules = [m for m in model.modules() if isinstance(m, optim.NORM_TYPES)]
+    norm_modules = [m for m in model.modules() if is_norm(m)]
     assert len(norm_modules) == 2 * 4 + 2 * 2 + 1  # 4 per block, q/k norms per block, ln_f
     assert not {k for k in kinds.values()} & {"norm_in", "norm_out"}
     assert all(m.weight is None and getattr(m, "bias", None) is None for m in norm_modules)

@@ -28,7 +28,8 @@ Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``
   step on a tensor is ``min(lr, 1/sqrt(t)) * max(1e-3, RMS(p))`` times a normalized update;
   no first moment.
 
-Parameter kinds (:func:`param_kinds`) drive the weight-decay policy (``optim.decay_*``):
+Parameter kinds drive the weight-decay policy (``optim.decay_*``); each module declares its
+parameters' kinds and :func:`normbench.model.kinds.param_kinds` reads them:
 ``matrix`` (2-D hidden weights; always decayed when ``optim.weight_decay > 0``), ``head``
 (untied LM head; always decayed), ``embed`` (token/position embeddings; a tied wte/lm_head
 tensor is one ``embed`` tensor, so by default it is NOT decayed — nanoGPT decays it, set
@@ -61,53 +62,9 @@ import torch
 import torch.nn as nn
 
 from normbench.distributed import is_dtensor
-from normbench.model.gpt import MLP, Attention, Sublayer
+from normbench.model.gpt import MLP, Attention
+from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
 from normbench.model.ngpt import NGPTBlock
-from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm
-
-NORM_TYPES = (LayerNorm, RMSNorm, DyT, Derf)
-KINDS = ("matrix", "head", "embed", "norm_in", "norm_out", "bias", "scalar")
-
-
-def _residual_norms(model: nn.Module) -> set[int]:
-    """ids of the norm modules whose output is a sublayer output or the residual stream."""
-    out: set[int] = set()
-    for mod in model.modules():
-        if isinstance(mod, Sublayer):
-            for norm in (mod.norm_out, mod.norm_post):
-                if norm is not None:
-                    out.add(id(norm))
-            if mod.norm_in is not None and mod.spec.residual_after_norm:
-                out.add(id(mod.norm_in))
-    return out
-
-
-def param_kinds(model: nn.Module) -> dict[str, str]:
-    """Map each (deduplicated) parameter name to its kind (see the module docstring)."""
-    residual = _residual_norms(model)
-    kinds: dict[str, str] = {}
-    seen: set[int] = set()
-    for mod_name, mod in model.named_modules():
-        for p_name, p in mod.named_parameters(recurse=False):
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            name = f"{mod_name}.{p_name}" if mod_name else p_name
-            leaf = mod_name.rsplit(".", 1)[-1]
-            if isinstance(mod, NORM_TYPES):
-                if p_name in ("alpha", "shift"):
-                    kinds[name] = "scalar"
-                elif p_name == "bias":
-                    kinds[name] = "bias"
-                else:
-                    kinds[name] = "norm_out" if id(mod) in residual else "norm_in"
-            elif isinstance(mod, nn.Embedding):
-                kinds[name] = "embed"
-            elif isinstance(mod, nn.Linear):
-                kinds[name] = "bias" if p_name == "bias" else ("head" if leaf == "lm_head" else "matrix")
-            else:
-                kinds[name] = "scalar"
-    return kinds
 
 
 def fused_splits(model: nn.Module) -> dict[str, int]:

@@ -126,6 +126,11 @@ class Sublayer(nn.Module):
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.alpha = float(spec.alpha)  # a Python float: survives meta-device init / to_empty
 
+    def residual_side(self) -> list[nn.Module]:
+        """Norms whose output is this sublayer's output or the residual stream (their gains: ``norm_out``)."""
+        side = [self.norm_out, self.norm_post] + ([self.norm_in] if self.spec.residual_after_norm else [])
+        return [m for m in side if m is not None]
+
     def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
         h = self.norm_in(x) if self.norm_in is not None else x
         if self.spec.residual_after_norm:
@@ -137,6 +142,12 @@ class Sublayer(nn.Module):
             y = self.resid_dropout(y)
         x = x + y if self.alpha == 1.0 else x * self.alpha + y
         return self.norm_post(x) if self.norm_post is not None else x
+
+
+class LMHead(nn.Linear):
+    """The output projection: an ``nn.Linear`` whose weight is of kind ``head`` (model/kinds.py)."""
+
+    PARAM_KINDS = {"weight": "head", "bias": "bias"}
 
 
 class Block(nn.Module):
@@ -199,7 +210,7 @@ class GPT(CausalLM, nn.Module):
         self.drop = nn.Dropout(mcfg.dropout) if mcfg.dropout > 0 else nn.Identity()
         self.blocks = nn.ModuleList(Block(s, mcfg, norm_cfg, default_d_ff(mcfg)) for s in self.specs)
         self.ln_f = build_norm(norm_cfg, d, "final") if arch.final_norm else None
-        self.lm_head = nn.Linear(d, vocab_size, bias=False)
+        self.lm_head = LMHead(d, vocab_size, bias=False)
         if mcfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self.head_dim = d // mcfg.n_head

@@ -37,12 +37,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.gpt import CausalLM, apply_rope, record_attention_stats
+from normbench.model.gpt import CausalLM, LMHead, apply_rope, record_attention_stats
 from normbench.model.norms import upcast
 
 
 class ScaledVector(nn.Module):
     """A learnable vector stored at ``scale`` and used as ``param * init / scale``."""
+
+    PARAM_KINDS = {"param": "scalar"}  # model/kinds.py
 
     def __init__(self, dim: int, init: float, scale: float):
         super().__init__()
@@ -107,7 +109,7 @@ class NGPT(CausalLM, nn.Module):
         d_ff = mcfg.d_ff or 4 * d  # reference: c_fc maps d -> 2 * 4d
         self.wte = nn.Embedding(vocab_size, d)
         self.blocks = nn.ModuleList(NGPTBlock(d, mcfg.n_head, d_ff, arch) for _ in range(L))
-        self.lm_head = nn.Linear(d, vocab_size, bias=False)  # never tied
+        self.lm_head = LMHead(d, vocab_size, bias=False)  # never tied
         self.sz = ScaledVector(vocab_size, arch.s_z_init, 1.0 / math.sqrt(d))
         self.head_dim, self.rope_theta, self.seq_len = d // mcfg.n_head, mcfg.rope_theta, mcfg.seq_len
         self.use_rope = True  # the reference always uses RoPE; model.pos=learned is ignored (start-up note)

@@ -27,6 +27,7 @@ gives an fp32 output under autocast).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -44,6 +45,8 @@ def upcast(x: torch.Tensor) -> torch.Tensor:
 
 
 class LayerNorm(nn.Module):
+    PARAM_KINDS = {"weight": "norm", "bias": "bias"}  # model/kinds.py
+
     def __init__(self, dim: int, eps: float = 1e-5, affine: bool = True, bias: bool = True):
         super().__init__()
         self.eps = eps
@@ -62,6 +65,8 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
+    PARAM_KINDS = {"weight": "norm"}
+
     def __init__(self, dim: int, eps: float = 1e-6, affine: bool = True):
         super().__init__()
         self.eps = eps
@@ -78,6 +83,7 @@ class _PointwiseNorm(nn.Module):
     """``g * fn(alpha * x + shift) + b`` with scalar alpha (and shift)."""
 
     fn = staticmethod(torch.tanh)
+    PARAM_KINDS = {"weight": "norm", "bias": "bias", "alpha": "scalar", "shift": "scalar"}
 
     def __init__(self, dim: int, alpha_init: float, affine: bool, bias: bool, shift_init: float | None):
         super().__init__()
@@ -114,26 +120,42 @@ class Derf(_PointwiseNorm):
         super().__init__(dim, alpha_init, affine, bias, shift_init=shift_init)
 
 
+# ``norm=`` names -> builder(cfg, dim, alpha_init) (docs/architectures.md §2). A new norm registers
+# here (or from anywhere with register_norm) and declares its parameters' kinds (model/kinds.py).
+NORMS: dict[str, Callable[..., nn.Module]] = {}
+
+
+def register_norm(name: str):
+    def register(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        NORMS[name] = builder
+        return builder
+
+    return register
+
+
+register_norm("layernorm")(lambda cfg, dim, alpha: LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias))
+register_norm("rmsnorm")(lambda cfg, dim, alpha: RMSNorm(dim, eps=cfg.eps, affine=cfg.affine))
+register_norm("dyt")(lambda cfg, dim, alpha: DyT(dim, alpha_init=alpha, affine=cfg.affine, bias=cfg.bias))
+register_norm("derf")(
+    lambda cfg, dim, alpha: Derf(dim, alpha_init=alpha, shift_init=cfg.shift_init, affine=cfg.affine, bias=cfg.bias)
+)
+register_norm("none")(lambda cfg, dim, alpha: nn.Identity())
+
+
 def build_norm(cfg, dim: int, site: str = "attn") -> nn.Module:
     """The configured norm layer for one site (``attn``, ``ffn``, ``final`` or ``embed``)."""
     if site not in SITES:
         raise ValueError(f"unknown norm site {site!r}")
     alpha = {"attn": cfg.alpha_init_attn, "ffn": cfg.alpha_init_ffn}.get(site, cfg.alpha_init_final)
-    if cfg.name == "layernorm":
-        return LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias)
-    if cfg.name == "rmsnorm":
-        return RMSNorm(dim, eps=cfg.eps, affine=cfg.affine)
-    if cfg.name == "dyt":
-        return DyT(dim, alpha_init=alpha, affine=cfg.affine, bias=cfg.bias)
-    if cfg.name == "derf":
-        return Derf(dim, alpha_init=alpha, shift_init=cfg.shift_init, affine=cfg.affine, bias=cfg.bias)
-    if cfg.name == "none":
-        return nn.Identity()
-    raise ConfigError(f"norm.name={cfg.name!r} is not allowed; choose one of: layernorm, rmsnorm, dyt, derf, none")
+    if cfg.name not in NORMS:
+        raise ConfigError(f"norm.name={cfg.name!r} is not allowed; choose one of: {', '.join(NORMS)}")
+    return NORMS[cfg.name](cfg, dim, alpha)
 
 
 class EmbedScale(nn.Module):
     """The DyT/Derf LLM recipe's learnable scalar on the embedding output, init sqrt(d)."""
+
+    PARAM_KINDS = {"scale": "scalar"}
 
     def __init__(self, dim: int):
         super().__init__()
