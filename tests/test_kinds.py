@@ -125,3 +125,12 @@ def test_norm_registry_config_and_conf_files_name_the_same_norms():
 
     files = {p.stem for p in (config_dir() / "norm").glob("*.yaml")}
     assert set(NORMS) == set(VALID) == files
+
+
+def test_placement_registry_config_and_conf_files_name_the_same_archs():
+    from normbench.cli import config_dir
+    from normbench.config import ARCHS
+    from normbench.model.placement import PLACEMENTS
+
+    files = {p.stem for p in (config_dir() / "arch").glob("*.yaml")}
+    assert set(PLACEMENTS) | {"ngpt"} == set(ARCHS) == files and "ngpt" not in PLACEMENTS
