@@ -35,12 +35,14 @@ FLAGS_WITH_VALUE = (
 )
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
-USAGE = """usage: python -m normbench {train,report,list} ...
+USAGE = """usage: python -m normbench {train,report,list,export,sample} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
   report DIR                  tables and plots for every run below DIR
   list [GROUP]                the options of each config group, with their papers
+  export RUN_DIR OUT_DIR      the run's model as a directory Hugging Face transformers loads
+  sample RUN_DIR --prompt T   text from the run's checkpoint (--hf: through transformers)
 """
 
 
@@ -435,7 +437,11 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(rest)
     if cmd == "list":
         return list_cli(rest)
-    return error(f"unknown command {cmd!r}; choose one of: train, report, list")
+    if cmd in ("export", "sample"):
+        from normbench.export.cli import export_main, sample_main
+
+        return export_main(rest) if cmd == "export" else sample_main(rest)
+    return error(f"unknown command {cmd!r}; choose one of: train, report, list, export, sample")
 
 
 def entry() -> None:

@@ -64,8 +64,9 @@ class Attention(nn.Module):
         self.v_norm = build_norm(norm_cfg, self.head_dim, "attn") if v_norm else None
         self.stats = None  # set by diagnostics: dict to receive attention statistics
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, kv=None) -> torch.Tensor:
         B, T, C = x.shape
+        pos = 0 if kv is None else kv.length  # sampling with a KV cache: x holds positions pos..pos+T-1
         q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
@@ -74,12 +75,53 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, hd)
         if rope is not None:
             cos, sin = rope
-            q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
+            cos, sin = cos[pos : pos + T], sin[pos : pos + T]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if kv is not None:
+            return self.c_proj(cached_attention(q, *kv.update(k, v)).transpose(1, 2).reshape(B, T, C))
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         if self.stats is not None:
             record_attention_stats(self.stats, q, k, 1.0 / math.sqrt(self.head_dim))
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class LayerKV:
+    """One block's cached keys and values (B, H, T, d_h): what sampling has seen so far."""
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.k is not None:
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        return k, v
+
+
+class KVCache:
+    """A KV cache for ``model(idx, cache=...)``; training never builds one, so its path is unchanged."""
+
+    def __init__(self, n_layer: int):
+        self.layers = [LayerKV() for _ in range(n_layer)]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+
+def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Causal attention of the last ``q.shape[2]`` positions over all ``k.shape[2]`` cached ones."""
+    tq, tk = q.shape[2], k.shape[2]
+    if tq == tk:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    mask = None if tq == 1 else torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
 def record_attention_stats(stats: dict, q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
@@ -159,8 +201,8 @@ class Block(nn.Module):
         mlp = MLP(d, d_ff, mcfg.mlp, mcfg.bias)  # dropout on both sublayer outputs, after any output norm
         self.mlp = Sublayer(spec.mlp, mlp, norm_cfg, d, "ffn", mcfg.dropout)
 
-    def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
-        return self.mlp(self.attn(x, rope))
+    def forward(self, x: torch.Tensor, rope, kv=None) -> torch.Tensor:
+        return self.mlp(self.attn(x, rope) if kv is None else self.attn(x, rope, kv))
 
 
 def default_d_ff(mcfg) -> int:
@@ -262,28 +304,29 @@ class GPT(CausalLM, nn.Module):
 
     # ----- forward -----
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         x = self.wte(idx)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+            x = x + self.wpe(torch.arange(start, start + idx.shape[1], device=idx.device))
         if self.emb_scale is not None:
             x = self.emb_scale(x)
         if self.emb_norm is not None:
             x = self.emb_norm(x)
         return self.drop(x)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, hidden: list | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, hidden: list | None = None, cache=None):
         """Logits (B, T, V) and the mean cross-entropy if ``targets`` is given.
 
         ``hidden``: a list that receives the residual stream after the embedding and
         after each block (diagnostics); None in training, so no extra work is done.
+        ``cache``: a :class:`KVCache` (sampling): ``idx`` continues the tokens it holds.
         """
         rope = self.rope(idx.device, self.wte.weight.dtype)
-        x = self.embed(idx)
+        x = self.embed(idx) if cache is None else self.embed(idx, cache.length)
         if hidden is not None:
             hidden.append(x)
-        for block in self.blocks:
-            x = block(x, rope)
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope) if cache is None else block(x, rope, cache.layers[i])
             if hidden is not None:
                 hidden.append(x)
         if self.ln_f is not None:

@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.gpt import CausalLM, LMHead, apply_rope, record_attention_stats
+from normbench.model.gpt import CausalLM, LMHead, apply_rope, cached_attention, record_attention_stats
 from normbench.model.norms import upcast
 
 
@@ -74,17 +74,23 @@ class NGPTBlock(nn.Module):
     def norm(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(upcast(x), dim=-1, eps=self.eps).type_as(x)
 
-    def forward(self, h: torch.Tensor, rope) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, rope, kv=None) -> torch.Tensor:
         B, T, C = h.shape
+        pos = 0 if kv is None else kv.length  # sampling with a KV cache (see gpt.KVCache)
         q, k, v = self.c_attn(h).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, hd)
         if rope is not None:  # RoPE before the q/k normalization (reference order)
             cos, sin = rope
-            q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
+            cos, sin = cos[pos : pos + T], sin[pos : pos + T]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         sqk = self.sqk().view(1, self.n_head, 1, self.head_dim)
         q, k = sqk * self.norm(q), sqk * self.norm(k)
         scale = math.sqrt(self.head_dim)  # unit q, k: softmax scale +sqrt(d_h), not 1/sqrt(d_h)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        if kv is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        else:
+            k, v = kv.update(k, v)
+            y = cached_attention(q, k, v, scale=scale)
         if self.stats is not None:
             record_attention_stats(self.stats, q, k, scale)
         h_att = self.att_c_proj(y.transpose(1, 2).reshape(B, T, C))
@@ -138,13 +144,13 @@ class NGPT(CausalLM, nn.Module):
     def after_step(self) -> None:
         self.normalize_matrices()
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, hidden: list | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, hidden: list | None = None, cache=None):
         rope = self.rope(idx.device, self.wte.weight.dtype)
         h = self.wte(idx)  # rows are unit norm already
         if hidden is not None:
             hidden.append(h)
-        for block in self.blocks:
-            h = block(h, rope)
+        for i, block in enumerate(self.blocks):
+            h = block(h, rope) if cache is None else block(h, rope, cache.layers[i])
             if hidden is not None:
                 hidden.append(h)
         logits = self.sz() * self.lm_head(h)

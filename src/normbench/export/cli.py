@@ -1,0 +1,52 @@
+"""The ``export`` and ``sample`` subcommands (cli.py dispatches here)."""
+
+from __future__ import annotations
+
+import argparse
+
+from normbench.errors import ConfigError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are normbench's one line (``normbench: error: ...``, status 2)."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{self.prog.split()[-1]}: {message} (see {self.prog} --help)")
+
+
+def export_main(argv: list[str]) -> int:
+    from normbench.cli import error
+    from normbench.export import export_run
+
+    p = Parser(
+        prog="python -m normbench export",
+        description="Write a run's model as a directory Hugging Face transformers loads offline.",
+    )
+    p.add_argument("run_dir", help="a run directory (with checkpoints/last.pt)")
+    p.add_argument("out_dir", help="a new (or empty) directory to write")
+    p.add_argument("--custom", action="store_true", help="the custom class even where a stock one fits")
+    _quiet_transformers()
+    try:
+        args = p.parse_args(argv)
+        export_run(args.run_dir, args.out_dir, custom=args.custom)
+    except ConfigError as exc:
+        return error(str(exc))
+    return 0
+
+
+def sample_main(argv: list[str]) -> int:
+    from normbench.sample import main
+
+    _quiet_transformers()
+    return main(argv)
+
+
+def _quiet_transformers() -> None:
+    """No progress bars or load reports on the console (errors still surface)."""
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()

@@ -1,0 +1,385 @@
+"""A normbench decoder as a transformers ``PreTrainedModel`` (load with ``trust_remote_code=True``).
+
+Written into the export directory by ``python -m normbench export``; self-contained (torch and
+transformers only). It recomputes normbench's model (github: normbench, src/normbench/model/)
+with the same parameter names, so the exported weights are normbench's state dict unchanged:
+
+- Every softmax-attention placement is one block whose two sublayers compute, for a sublayer f,
+  ``h = N_in(x) or x; x = h if residual_after_norm; y = N_out(f(h)) or f(h);
+  x' = N_post(alpha*x + y) or alpha*x + y`` (Pre-LN, Post-LN, Peri-LN, Mix-LN, HybridNorm(*),
+  DeepNorm differ only in these flags, listed per block in the config).
+- Norms: LayerNorm, RMSNorm (statistics in fp32), DyT ``g*tanh(a x)+b`` (Zhu et al. 2025,
+  arXiv:2503.10622), Derf ``g*erf(a x + s)+b`` (arXiv:2512.10938), or none.
+- nGPT (Loshchilov et al. 2024, arXiv:2410.01131; NVIDIA/ngpt): unit-norm hidden states, eigen
+  learning rates; scale vectors are used as ``param * multiplier`` (the multipliers are in the config).
+- RoPE is rotate-half (GPT-NeoX/LLaMA), applied after any q/k norm (nGPT: before its q/k L2 norm).
+The KV cache is transformers' own ``Cache`` (``generate`` works); attention is
+``F.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import transformers
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_normbench import NormbenchConfig
+
+_V5 = int(transformers.__version__.split(".")[0]) >= 5
+# transformers 5 names the cache `cache` (4.x: `past_key_values`), in outputs and in forward
+_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+# ----------------------------------------------------------------------------- norms
+class LayerNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, affine: bool, bias: bool):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+        y = F.layer_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, affine: bool):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+        y = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
+        return y * self.weight if self.weight is not None else y
+
+
+class PointwiseNorm(nn.Module):
+    """DyT (fn=tanh, no shift) and Derf (fn=erf, scalar shift): ``g * fn(alpha*x + shift) + b``."""
+
+    def __init__(self, dim: int, fn, shift: bool, affine: bool, bias: bool):
+        super().__init__()
+        self.fn = fn
+        self.alpha = nn.Parameter(torch.ones(1))
+        self.shift = nn.Parameter(torch.zeros(1)) if shift else None
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.alpha * x
+        if self.shift is not None:
+            z = z + self.shift
+        y = self.fn(z)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+
+def build_norm(spec: dict, dim: int) -> nn.Module:
+    kind, affine, bias = spec["kind"], spec.get("affine", True), spec.get("bias", False)
+    if kind == "layernorm":
+        return LayerNorm(dim, spec["eps"], affine, bias)
+    if kind == "rmsnorm":
+        return RMSNorm(dim, spec["eps"], affine)
+    if kind == "dyt":
+        return PointwiseNorm(dim, torch.tanh, False, affine, bias)
+    if kind == "derf":
+        return PointwiseNorm(dim, torch.erf, True, affine, bias)
+    if kind == "none":
+        return nn.Identity()
+    raise ValueError(f"norm kind {kind!r} is not one of: layernorm, rmsnorm, dyt, derf, none")
+
+
+class EmbedScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+# ----------------------------------------------------------------------------- attention
+def rope(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (B, 1, T, head_dim) for integer positions (B, T)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[..., None] * inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return (x * cos + torch.cat([-x2, x1], dim=-1) * sin).type_as(x)
+
+
+def attend(q, k, v, mask, scale=None, dropout: float = 0.0) -> torch.Tensor:
+    """``mask``: None for plain causal attention over the whole (uncached) sequence, else a bool mask."""
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale)
+    if mask is True:  # one new token attends to every cached one
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
+
+
+def causal_mask(attention_mask, past: int, T: int, device):
+    """None (plain causal), True (no mask needed) or a (B|1, 1, T, past+T) bool mask."""
+    padded = attention_mask is not None and not bool(attention_mask[:, : past + T].all())
+    if not padded:
+        if past == 0:
+            return None
+        if T == 1:
+            return True
+    mask = torch.ones(T, past + T, dtype=torch.bool, device=device).tril(past)[None, None]
+    if padded:
+        keys = attention_mask[:, None, None, : past + T].bool()
+        own = torch.zeros_like(mask)
+        own[..., torch.arange(T), past + torch.arange(T)] = True  # a padded query row still sees itself
+        mask = (mask & keys) | own
+    return mask
+
+
+class Attention(nn.Module):
+    def __init__(self, config: NormbenchConfig, spec: dict):
+        super().__init__()
+        d, self.n_head = config.hidden_size, config.num_attention_heads
+        self.head_dim, self.dropout = d // self.n_head, config.dropout
+        self.c_attn = nn.Linear(d, 3 * d, bias=config.bias)
+        self.c_proj = nn.Linear(d, d, bias=config.bias)
+        qk = spec.get("qk_norm", False)
+        self.q_norm = build_norm(config.norm, self.head_dim) if qk else None
+        self.k_norm = build_norm(config.norm, self.head_dim) if qk else None
+        self.v_norm = build_norm(config.norm, self.head_dim) if spec.get("v_norm", False) else None
+
+    def forward(self, x, ctx: dict) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.v_norm is not None:
+            v = self.v_norm(v)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if ctx["rope"] is not None:
+            cos, sin = ctx["rope"]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if ctx["cache"] is not None:
+            k, v = ctx["cache"].update(k, v, ctx["layer"])
+        y = attend(q, k, v, ctx["mask"], dropout=self.dropout if self.training else 0.0)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: NormbenchConfig):
+        super().__init__()
+        d, d_ff, self.kind = config.hidden_size, config.intermediate_size, config.mlp
+        self.c_fc = nn.Linear(d, 2 * d_ff if self.kind == "swiglu" else d_ff, bias=config.bias)
+        self.c_proj = nn.Linear(d_ff, d, bias=config.bias)
+
+    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
+        h = self.c_fc(x)
+        if self.kind == "swiglu":
+            up, gate = h.chunk(2, dim=-1)
+            h = up * F.silu(gate)
+        elif self.kind == "gelu":
+            h = F.gelu(h)
+        else:
+            h = F.relu(h)
+        return self.c_proj(h)
+
+
+class Sublayer(nn.Module):
+    """One residual sublayer with its norms placed as the block spec says (see the module docstring)."""
+
+    def __init__(self, config: NormbenchConfig, spec: dict, core: nn.Module):
+        super().__init__()
+        d = config.hidden_size
+        self.core = core
+        self.norm_in = build_norm(config.norm, d) if spec.get("in_norm") else None
+        self.norm_out = build_norm(config.norm, d) if spec.get("out_norm") else None
+        self.norm_post = build_norm(config.norm, d) if spec.get("post_norm") else None
+        self.residual_after_norm = bool(spec.get("residual_after_norm", False))
+        self.alpha = float(spec.get("alpha", 1.0))
+        self.resid_dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
+
+    def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
+        h = self.norm_in(x) if self.norm_in is not None else x
+        if self.residual_after_norm:
+            x = h
+        y = self.core(h, ctx)
+        if self.norm_out is not None:
+            y = self.norm_out(y)
+        if self.resid_dropout is not None:
+            y = self.resid_dropout(y)
+        x = x + y if self.alpha == 1.0 else x * self.alpha + y
+        return self.norm_post(x) if self.norm_post is not None else x
+
+
+class Block(nn.Module):
+    def __init__(self, config: NormbenchConfig, spec: dict):
+        super().__init__()
+        self.attn = Sublayer(config, spec["attn"], Attention(config, spec))
+        self.mlp = Sublayer(config, spec["mlp"], MLP(config))
+
+    def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
+        return self.mlp(self.attn(x, ctx), ctx)
+
+
+# ----------------------------------------------------------------------------- nGPT
+class ScaledVector(nn.Module):
+    def __init__(self, dim: int, multiplier: float):
+        super().__init__()
+        self.multiplier = float(multiplier)
+        self.param = nn.Parameter(torch.ones(dim))
+
+    def forward(self) -> torch.Tensor:
+        return self.param * self.multiplier
+
+
+class NGPTBlock(nn.Module):
+    def __init__(self, config: NormbenchConfig, mult: dict):
+        super().__init__()
+        d, self.n_head = config.hidden_size, config.num_attention_heads
+        self.head_dim, self.d, d_ff = d // self.n_head, d, config.intermediate_size
+        self.eps = config.ngpt["eps"]
+        self.c_attn = nn.Linear(d, 3 * d, bias=False)
+        self.att_c_proj = nn.Linear(d, d, bias=False)
+        self.c_fc = nn.Linear(d, 2 * d_ff, bias=False)
+        self.mlp_c_proj = nn.Linear(d_ff, d, bias=False)
+        self.attn_alpha = ScaledVector(d, mult["attn_alpha"])
+        self.mlp_alpha = ScaledVector(d, mult["mlp_alpha"])
+        self.sqk = ScaledVector(d, mult["sqk"])
+        self.suv = ScaledVector(2 * d_ff, mult["suv"])
+
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x.float(), dim=-1, eps=self.eps).type_as(x)
+
+    def forward(self, h: torch.Tensor, ctx: dict) -> torch.Tensor:
+        B, T, C = h.shape
+        q, k, v = self.c_attn(h).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        cos, sin = ctx["rope"]  # RoPE before the q/k normalization (reference order)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        sqk = self.sqk().view(1, self.n_head, 1, self.head_dim)
+        q, k = sqk * self.norm(q), sqk * self.norm(k)
+        if ctx["cache"] is not None:
+            k, v = ctx["cache"].update(k, v, ctx["layer"])
+        y = attend(q, k, v, ctx["mask"], scale=math.sqrt(self.head_dim))
+        h = self._lerp(h, self.att_c_proj(y.transpose(1, 2).reshape(B, T, C)), self.attn_alpha())
+        u, v = (self.c_fc(h) * (self.suv() * math.sqrt(self.d))).chunk(2, dim=-1)
+        return self._lerp(h, self.mlp_c_proj(u * F.silu(v)), self.mlp_alpha())
+
+    def _lerp(self, h, out, alpha):
+        h_norm, out_norm = self.norm(h), self.norm(out)
+        return self.norm(h_norm + alpha.abs() * (out_norm - h_norm))
+
+
+# ----------------------------------------------------------------------------- the model
+class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
+    config_class = NormbenchConfig
+    base_model_prefix = "normbench"
+    supports_gradient_checkpointing = False
+    _supports_sdpa = True
+    _no_split_modules = ["Block", "NGPTBlock"]
+    _tied_weights_keys = {"lm_head.weight": "wte.weight"} if _V5 else ["lm_head.weight"]
+
+    def __init__(self, config: NormbenchConfig):
+        super().__init__(config)
+        d, V = config.hidden_size, config.vocab_size
+        self.is_ngpt = config.ngpt is not None
+        self.head_dim = d // config.num_attention_heads
+        self.wte = nn.Embedding(V, d)
+        if self.is_ngpt:
+            self.blocks = nn.ModuleList(NGPTBlock(config, m) for m in config.ngpt["blocks"])
+            self.sz = ScaledVector(V, config.ngpt["sz"])
+        else:
+            self.wpe = nn.Embedding(config.max_position_embeddings, d) if config.position == "learned" else None
+            self.emb_scale = EmbedScale() if config.embed_scale else None
+            self.emb_norm = build_norm(config.norm, d) if config.embed_norm else None
+            self.drop = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
+            self.blocks = nn.ModuleList(Block(config, spec) for spec in config.blocks)
+            self.ln_f = build_norm(config.norm, d) if config.final_norm else None
+        self.lm_head = nn.Linear(d, V, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:  # fresh models only; loading overwrites all
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.wte
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.wte = value
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.lm_head = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache=None,
+        past_key_values=None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ):
+        if input_ids is None:
+            raise ValueError("NormbenchForCausalLM needs input_ids (inputs_embeds are not supported)")
+        cache = cache if cache is not None else past_key_values
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None and not self.training:
+            cache = DynamicCache(config=self.config) if _V5 else DynamicCache()
+        B, T = input_ids.shape
+        past = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            position_ids = torch.arange(past, past + T, device=input_ids.device)[None].expand(B, T)
+        ctx = {"cache": cache, "mask": causal_mask(attention_mask, past, T, input_ids.device), "rope": None}
+        if self.is_ngpt or self.config.position == "rope":
+            ctx["rope"] = rope(position_ids, self.head_dim, self.config.rope_theta)
+        x = self.wte(input_ids)
+        if not self.is_ngpt:
+            if self.wpe is not None:
+                x = x + self.wpe(position_ids)
+            if self.emb_scale is not None:
+                x = self.emb_scale(x)
+            if self.emb_norm is not None:
+                x = self.emb_norm(x)
+            x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            ctx["layer"] = i
+            x = block(x, ctx)
+        if self.is_ngpt:
+            logits = self.sz() * self.lm_head(x)
+        else:
+            logits = self.lm_head(self.ln_f(x) if self.ln_f is not None else x)
+        loss = None
+        if labels is not None:  # transformers convention: labels are the inputs, shifted here
+            loss = F.cross_entropy(
+                logits[:, :-1].float().reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
+            )
+        out = CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache})
+        return out if return_dict is not False else out.to_tuple()

@@ -1,0 +1,89 @@
+"""A finished (or interrupted) run directory read back: its config, model, tokenizer and summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from normbench import checkpoint
+from normbench.errors import ConfigError
+
+
+@dataclass
+class Run:
+    path: Path
+    cfg: object  # the run's resolved config (DictConfig)
+    model: torch.nn.Module  # fp32, eval mode, on the CPU
+    vocab_size: int  # the model's (padded) vocabulary
+    step: int
+    tokens: int
+    summary: dict
+
+
+def _config(run_dir: Path, state: dict):
+    """``.hydra/config.yaml`` over the schema (keys added since fill in), else the checkpoint's copy."""
+    from normbench.config import Config
+
+    path = run_dir / ".hydra" / "config.yaml"
+    if path.is_file():
+        loaded = OmegaConf.load(path)
+    elif isinstance(state.get("config"), dict):
+        loaded = OmegaConf.from_dotlist([])
+        for key, value in state["config"].items():
+            OmegaConf.update(loaded, key, value, force_add=True)
+    else:
+        raise ConfigError(f"{run_dir} has no .hydra/config.yaml and its checkpoint holds no config")
+    try:
+        return OmegaConf.merge(OmegaConf.structured(Config), loaded)
+    except Exception:  # noqa: BLE001 - a key this version does not know: use the run's own config as is
+        return loaded
+
+
+def load_run(run_dir) -> Run:
+    """The run at ``run_dir`` with its last checkpoint's weights; ConfigError (one line) otherwise."""
+    from normbench.model import build_model
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"run directory {run_dir} does not exist")
+    path = run_dir / "checkpoints" / "last.pt"
+    if not path.is_file():
+        raise ConfigError(
+            f"{run_dir} has no checkpoint (expected {path}); "
+            "a run writes one every trainer.ckpt_every steps and at its end"
+        )
+    state = checkpoint.load(path)
+    cfg = _config(run_dir, state)
+    weights = state["model"]
+    if "wte.weight" not in weights:
+        raise ConfigError(f"checkpoint {path} has no wte.weight: not a normbench model")
+    vocab = int(weights["wte.weight"].shape[0])
+    torch.manual_seed(0)  # build_model draws an init that the checkpoint then overwrites
+    model = build_model(cfg, vocab)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
+        raise ConfigError(f"checkpoint {path} does not match the run's config ({first[:200]})") from None
+    summary = dict(state.get("summary") or {})
+    if (run_dir / "summary.json").is_file():
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except (OSError, ValueError):
+            pass
+    return Run(run_dir, cfg, model.float().eval(), vocab, int(state["step"]), int(state["tokens"]), summary)
+
+
+def run_tokenizer(cfg):
+    """The run's normbench tokenizer (``bpe``: the trained one from the token cache, rebuilt if gone)."""
+    from normbench.data import load_data
+    from normbench.tokenizer import build_tokenizer
+
+    name = cfg.data.tokenizer
+    if name in ("byte", "gpt2"):
+        return build_tokenizer(name, None, None, Path("."))
+    return load_data(cfg.data, log=lambda *_: None).tokenizer

@@ -1,0 +1,198 @@
+"""Stock transformers classes for the normbench models that are exactly one of them.
+
+- ``GPT2LMHeadModel`` (Radford et al. 2019; nanoGPT's shape): Pre-LN with LayerNorm (gain and
+  bias), learned positions, exact-erf GELU MLP (``activation_function="gelu"``, not GPT-2's
+  tanh ``gelu_new``), biases on every Linear, a final norm. Conv1D stores weights transposed.
+- ``LlamaForCausalLM`` (Touvron et al. 2023): Pre-LN with RMSNorm (gain), rotate-half RoPE,
+  SwiGLU, a final norm; ``model.bias`` maps to both ``attention_bias`` and ``mlp_bias``.
+- ``Qwen3ForCausalLM`` (Qwen3 technical report, 2025): the Llama shape plus per-head q/k RMSNorm
+  before RoPE (``arch.qk_norm=true``), no biases.
+Anything else (another placement, DyT/Derf, an embedding scalar or norm, a norm without gain,
+dropout on a Llama-shaped model, ...) goes to the custom class (custom.py). Everything is read
+off the trained modules: which norms exist, their eps, tying, biases, widths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from normbench.export.custom import norm_spec
+from normbench.model.gpt import GPT
+
+_PLAIN_PRE = {"in_norm": True, "out_norm": False, "post_norm": False, "residual_after_norm": False, "alpha": 1.0}
+
+
+def _is_plain_pre_ln(model: GPT) -> bool:
+    for b in model.blocks:
+        for sub in (b.attn, b.mlp):
+            spec = {
+                "in_norm": sub.norm_in is not None,
+                "out_norm": sub.norm_out is not None,
+                "post_norm": sub.norm_post is not None,
+                "residual_after_norm": bool(sub.spec.residual_after_norm),
+                "alpha": float(sub.alpha),
+            }
+            if spec != _PLAIN_PRE:
+                return False
+        if b.attn.core.v_norm is not None:
+            return False
+    return model.ln_f is not None and model.emb_norm is None and model.emb_scale is None
+
+
+def _norm_specs(model: GPT, with_qk: bool) -> list[dict]:
+    mods = [model.ln_f] + [m for b in model.blocks for m in (b.attn.norm_in, b.mlp.norm_in)]
+    if with_qk:
+        mods += [m for b in model.blocks for m in (b.attn.core.q_norm, b.attn.core.k_norm)]
+    return [norm_spec(m) for m in mods]
+
+
+def stock_kind(model, cfg) -> str | None:
+    """``gpt2``, ``llama``, ``qwen3``, or None when no stock class computes exactly this model."""
+    if not isinstance(model, GPT) or not _is_plain_pre_ln(model):
+        return None
+    b0 = model.blocks[0]
+    qk = b0.attn.core.q_norm is not None
+    if any((b.attn.core.q_norm is not None) != qk for b in model.blocks):
+        return None
+    biased = [lin.bias is not None for b in model.blocks for lin in _linears(b)]
+    bias = all(biased)
+    if any(biased) and not bias:
+        return None
+    specs = _norm_specs(model, qk)
+    eps = {s.get("eps") for s in specs}
+    if len(eps) != 1:
+        return None
+    kind = b0.mlp.core.kind
+    if all(s == {"kind": "layernorm", "eps": specs[0].get("eps"), "affine": True, "bias": True} for s in specs):
+        if not model.use_rope and kind == "gelu" and bias and not qk:
+            return "gpt2"
+        return None
+    if not all(s == {"kind": "rmsnorm", "eps": specs[0].get("eps"), "affine": True, "bias": False} for s in specs):
+        return None
+    if not model.use_rope or kind != "swiglu" or cfg.model.dropout:
+        return None  # Llama/Qwen3 have no residual or embedding dropout
+    if not qk:
+        return "llama"
+    return "qwen3" if not bias else None  # Qwen3's MLP has no biases
+
+
+def _linears(block) -> list[torch.nn.Linear]:
+    return [block.attn.core.c_attn, block.attn.core.c_proj, block.mlp.core.c_fc, block.mlp.core.c_proj]
+
+
+def _rope_kwargs(config_cls, theta: float) -> dict:
+    names = {f.name for f in dataclasses.fields(config_cls)} if dataclasses.is_dataclass(config_cls) else set()
+    if "rope_parameters" in names:  # transformers >= 5
+        return {"rope_parameters": {"rope_type": "default", "rope_theta": float(theta)}}
+    return {"rope_theta": float(theta)}
+
+
+def build_stock(kind: str, model: GPT, cfg, vocab_size: int):
+    """The transformers model of ``kind`` holding ``model``'s weights (fp32, eval mode)."""
+    d, L, H = model.d_model, model.n_layer, cfg.model.n_head
+    b0 = model.blocks[0]
+    d_ff = b0.mlp.core.c_proj.in_features
+    tied = model.lm_head.weight is model.wte.weight
+    eps = norm_spec(model.ln_f)["eps"]
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out = {}
+    if kind == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        p = float(cfg.model.dropout)
+        config = GPT2Config(
+            vocab_size=vocab_size,
+            n_positions=model.seq_len,
+            n_embd=d,
+            n_layer=L,
+            n_head=H,
+            n_inner=d_ff,
+            activation_function="gelu",
+            resid_pdrop=p,
+            embd_pdrop=p,
+            attn_pdrop=p,
+            layer_norm_epsilon=eps,
+            tie_word_embeddings=tied,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
+        hf_cls = GPT2LMHeadModel
+        out["transformer.wte.weight"] = sd["wte.weight"]
+        out["transformer.wpe.weight"] = sd["wpe.weight"]
+        for i in range(L):
+            src, dst = f"blocks.{i}.", f"transformer.h.{i}."
+            for a, b in (("attn.norm_in", "ln_1"), ("mlp.norm_in", "ln_2")):
+                out[f"{dst}{b}.weight"], out[f"{dst}{b}.bias"] = sd[f"{src}{a}.weight"], sd[f"{src}{a}.bias"]
+            for a, b in (
+                ("attn.core.c_attn", "attn.c_attn"),
+                ("attn.core.c_proj", "attn.c_proj"),
+                ("mlp.core.c_fc", "mlp.c_fc"),
+                ("mlp.core.c_proj", "mlp.c_proj"),
+            ):  # Conv1D: weight (in, out)
+                out[f"{dst}{b}.weight"] = sd[f"{src}{a}.weight"].t().contiguous()
+                out[f"{dst}{b}.bias"] = sd[f"{src}{a}.bias"]
+        out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = sd["ln_f.weight"], sd["ln_f.bias"]
+    else:
+        if kind == "llama":
+            from transformers import LlamaConfig as config_cls
+            from transformers import LlamaForCausalLM as hf_cls
+
+            extra = {
+                "attention_bias": b0.attn.core.c_attn.bias is not None,
+                "mlp_bias": b0.mlp.core.c_fc.bias is not None,
+            }
+        else:
+            from transformers import Qwen3Config as config_cls
+            from transformers import Qwen3ForCausalLM as hf_cls
+
+            extra = {"attention_bias": False, "use_sliding_window": False, "max_window_layers": L}
+        config = config_cls(
+            vocab_size=vocab_size,
+            hidden_size=d,
+            intermediate_size=d_ff,
+            num_hidden_layers=L,
+            num_attention_heads=H,
+            num_key_value_heads=H,
+            head_dim=d // H,
+            hidden_act="silu",
+            max_position_embeddings=model.seq_len,
+            rms_norm_eps=eps,
+            tie_word_embeddings=tied,
+            attention_dropout=0.0,
+            bos_token_id=None,
+            eos_token_id=None,
+            **_rope_kwargs(config_cls, model.rope_theta),
+            **extra,
+        )
+        out["model.embed_tokens.weight"] = sd["wte.weight"]
+        for i in range(L):
+            src, dst = f"blocks.{i}.", f"model.layers.{i}."
+            out[f"{dst}input_layernorm.weight"] = sd[f"{src}attn.norm_in.weight"]
+            out[f"{dst}post_attention_layernorm.weight"] = sd[f"{src}mlp.norm_in.weight"]
+            for suffix in ("weight", "bias"):
+                key = f"{src}attn.core.c_attn.{suffix}"
+                if key in sd:  # rows [q; k; v]
+                    for name, part in zip(("q_proj", "k_proj", "v_proj"), sd[key].chunk(3, dim=0)):
+                        out[f"{dst}self_attn.{name}.{suffix}"] = part.contiguous()
+                    out[f"{dst}self_attn.o_proj.{suffix}"] = sd[f"{src}attn.core.c_proj.{suffix}"]
+                key = f"{src}mlp.core.c_fc.{suffix}"
+                if key in sd:  # rows [up; gate]: h = up * silu(gate)
+                    up, gate = sd[key].chunk(2, dim=0)
+                    out[f"{dst}mlp.up_proj.{suffix}"], out[f"{dst}mlp.gate_proj.{suffix}"] = (
+                        up.contiguous(),
+                        gate.contiguous(),
+                    )
+                    out[f"{dst}mlp.down_proj.{suffix}"] = sd[f"{src}mlp.core.c_proj.{suffix}"]
+            if kind == "qwen3":
+                out[f"{dst}self_attn.q_norm.weight"] = sd[f"{src}attn.core.q_norm.weight"]
+                out[f"{dst}self_attn.k_norm.weight"] = sd[f"{src}attn.core.k_norm.weight"]
+        out["model.norm.weight"] = sd["ln_f.weight"]
+    out["lm_head.weight"] = sd["wte.weight"] if tied else sd["lm_head.weight"]
+    hf = hf_cls(config).float().eval()
+    missing, unexpected = hf.load_state_dict(out, strict=False)
+    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise RuntimeError(f"{hf_cls.__name__}: missing {missing[:4]}, unexpected {unexpected[:4]}")
+    return hf
