@@ -2,9 +2,12 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch: take the CPU wheel this machine keeps on disk when there is no GPU; a machine with
-# nvidia-smi gets PyPI's default (CUDA) build. Override with `make install TORCH_SPEC=...`.
-TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "torch>=2.9" || echo "torch==2.13.0")
+# torch (README, "The two commands"): with nvidia-smi, PyPI's default build (CUDA on Linux).
+# Without it, the CPU build: a torch wheel already on disk (pip's find-links, no network),
+# else PyTorch's CPU index, else PyPI's default. The range is pyproject.toml's; TORCH_SPEC=... picks one.
+TORCH_SPEC ?= torch>=2.9,<2.14
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
@@ -14,7 +17,13 @@ export TRANSFORMERS_OFFLINE ?= 1
 $(BIN)/normbench: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+ifeq ($(HAS_GPU),1)
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+else
+	$(BIN)/python -m pip install -q --no-index --no-deps "$(TORCH_SPEC)" 2>/dev/null \
+		|| $(BIN)/python -m pip install -q --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_SPEC)" \
+		|| $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+endif
 	$(BIN)/python -m pip install -q -e ".[dev,sweeps]"
 	@touch $@
 

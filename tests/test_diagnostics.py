@@ -1,4 +1,4 @@
-"""Training diagnostics (issue 4, DESIGN.md §3): known answers, real runs, no hooks, spikes, one transfer."""
+"""Training diagnostics (docs/contract.md §4): known answers, real runs, no hooks, spikes, one transfer."""
 
 from __future__ import annotations
 

@@ -56,7 +56,6 @@ def test_single_process_helpers_are_plain(tiny_cfg, monkeypatch):
     assert norm == pytest.approx(torch.cat([g.flatten() for g in grads]).norm().item())
     clipped = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
     assert clipped == pytest.approx(1e-3, rel=1e-3)
-    assert du.full_state({"a": [torch.ones(2)], "b": 3})["b"] == 3
 
 
 def test_fsdp_refuses_whole_matrix_optimizers(tiny_cfg, monkeypatch):
@@ -80,29 +79,53 @@ def test_grad_accum_not_divisible_by_world_size_names_a_value_that_is(tiny_cfg, 
         Trainer(tiny_cfg("trainer.grad_accum=6"), tmp_path).setup()
 
 
-def test_optimizer_state_round_trip(tiny_cfg):
-    """The full-state-dict loader gives the same result as load_state_dict in one process."""
+def test_checkpoint_state_round_trip(tiny_cfg):
+    """torch's full-state-dict API in one process: the same states back, name-keyed, from the old format too."""
     from normbench import distributed as du
     from normbench.model import build_model
     from normbench.optim import build_optimizer
 
-    cfg = tiny_cfg("optim=muon")  # an OptimizerList of two optimizers
-    model = build_model(cfg, 256)
-    opt = build_optimizer(model, cfg, log=lambda *_: None)
+    cfg = tiny_cfg("optim=muon")  # an OptimizerList of two optimizers (AdamW + Muon)
+
+    def fresh(seed: int):
+        torch.manual_seed(seed)
+        model = build_model(cfg, 256)
+        return model, build_optimizer(model, cfg, log=lambda *_: None)
+
+    model, opt = fresh(0)
+    # before any step: nothing to save but the groups (torch would fake a zero-lr step to make state)
+    _, empty = du.full_state_dicts(model, opt)
+    assert empty["state"] == {} and all(not o.state for o in opt.optimizers)
     idx = torch.randint(0, 256, (2, 8))
-    model(idx, idx)[1].backward()
-    opt.step()
-    saved = du.full_state(opt.state_dict())
-    fresh = build_optimizer(model, cfg, log=lambda *_: None)
-    du.load_optimizer_state(fresh, saved)
-    a, b = opt.state_dict(), fresh.state_dict()
-    for sa, sb in zip(a["optimizers"], b["optimizers"]):
-        assert sa["state"].keys() == sb["state"].keys()
-        for pid in sa["state"]:
-            for k, v in sa["state"][pid].items():
-                assert torch.equal(v, sb["state"][pid][k])
-    with pytest.raises(ValueError, match="optimizers"):
-        du.load_optimizer_state(fresh, {"optimizers": saved["optimizers"][:1]})
+    for _ in range(2):
+        model(idx, idx)[1].backward()
+        opt.step()
+        opt.zero_grad()
+    model_state, optim_state = du.full_state_dicts(model, opt)
+    assert model_state.keys() == model.state_dict().keys()  # tied lm_head.weight included, as before
+    names = dict(model.named_parameters())
+    assert set(optim_state["state"]) <= set(names) and "blocks.0.attn.core.c_attn.weight" in optim_state["state"]
+    assert len(optim_state["param_groups"]) == len(opt.param_groups)
+
+    def same(a, b) -> None:
+        sa, sb = a.state_dict(), b.state_dict()
+        for x, y in zip(sa["optimizers"], sb["optimizers"]):
+            assert x["state"].keys() == y["state"].keys() and x["state"]
+            for pid in x["state"]:
+                for k, v in x["state"][pid].items():
+                    assert torch.equal(v, y["state"][pid][k]), (pid, k)
+            assert [g["params"] for g in x["param_groups"]] == [g["params"] for g in y["param_groups"]]
+
+    for saved in (optim_state, {"optimizers": opt.state_dict()["optimizers"]}):  # new and old checkpoints
+        model2, opt2 = fresh(1)
+        du.load_full_state_dicts(model2, opt2, model_state, saved)
+        assert all(torch.equal(v, model2.state_dict()[k]) for k, v in model.state_dict().items())
+        same(opt, opt2)
+        assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups]
+    with pytest.raises(ValueError, match="optimizer"):
+        du.load_full_state_dicts(model2, opt2, model_state, {"optimizers": opt.state_dict()["optimizers"][:1]})
+    with pytest.raises(ValueError, match="param groups"):
+        du.load_full_state_dicts(model2, opt2, model_state, {**optim_state, "param_groups": []})
 
 
 # ------------------------------------------------------------------ torchrun, 2 processes
@@ -293,7 +316,7 @@ WORKER = textwrap.dedent(
     import torch.nn as nn
     import torch.nn.functional as F
     from hydra import compose, initialize_config_dir
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor, distribute_tensor
 
     from normbench import distributed as du, trainer as tr
     from normbench.cli import config_dir
@@ -322,7 +345,7 @@ WORKER = textwrap.dedent(
         with torch.no_grad():
             for w, dim in t.raw_model.matrices():
                 noise = torch.randn(w.shape, generator=gen)  # the same full noise on every rank
-                w.add_(du._shard_like(noise, w) * 0.05)
+                w.add_(distribute_tensor(noise, w.device_mesh, w.placements, src_data_rank=None) * 0.05)
                 befores.append((full(w), dim))
         t.raw_model.after_step()
         for (before, dim), (w, _) in zip(befores, t.raw_model.matrices()):

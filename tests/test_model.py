@@ -1,4 +1,4 @@
-"""Block architectures against their equations (shared/ARCHITECTURES.md §2), written out here.
+"""Block architectures against their equations (docs/architectures.md §3-4), written out here.
 
 Every reference computation in this file is plain tensor code that reads the
 model's weights by name and never calls the model's own sublayers: norms,
@@ -66,7 +66,7 @@ def lenient():
 
 
 def ref_norm(mod, x):
-    """The norm's equation from its parameters (shared/ARCHITECTURES.md §1); the spec puts a norm here."""
+    """The norm's equation from its parameters (docs/architectures.md §2); the spec puts a norm here."""
     if mod is None and _LENIENT:
         return x
     assert mod is not None, "the equation has a norm here, the model has none"

@@ -1,4 +1,4 @@
-"""Norm layers against their equations (shared/ARCHITECTURES.md §1), written out here.
+"""Norm layers against their equations (docs/architectures.md §2), written out here.
 
 LayerNorm/RMSNorm are compared with ``torch.nn.functional`` (also under bf16
 autocast on CPU, where the statistics must stay fp32); DyT/Derf with

@@ -18,6 +18,7 @@ from normbench import optim, trainer
 from normbench.config import ARCHS, OPTIMS, validate
 from normbench.metrics import read_jsonl
 from normbench.model import build_model
+from normbench.model.kinds import is_norm
 
 from conftest import compose
 
@@ -294,7 +295,7 @@ def test_affine_false_removes_every_gain_and_keeps_scalar_alpha(norm, tmp_path):
     overrides = [f"norm={norm}", "norm.affine=false", "norm.bias=true", "arch=peri_ln", "arch.qk_norm=true"]
     model = build_model(compose(["model=tiny", *overrides]), 256)
     kinds = optim.param_kinds(model)
-    norm_modules = [m for m in model.modules() if isinstance(m, optim.NORM_TYPES)]
+    norm_modules = [m for m in model.modules() if is_norm(m)]
     assert len(norm_modules) == 2 * 4 + 2 * 2 + 1  # 4 per block, q/k norms per block, ln_f
     assert not {k for k in kinds.values()} & {"norm_in", "norm_out"}
     assert all(m.weight is None and getattr(m, "bias", None) is None for m in norm_modules)
@@ -436,11 +437,11 @@ def test_resume_restores_the_optimizer_state_exactly(name, tmp_path, monkeypatch
     b = torch.load(tmp_path / "cut" / "checkpoints" / "last.pt", weights_only=True)
     for k, v in a["model"].items():
         assert torch.equal(v, b["model"][k]), k
-    for sa, sb in zip(a["optimizer"]["optimizers"], b["optimizer"]["optimizers"], strict=True):
-        assert sa["state"].keys() == sb["state"].keys() and sa["state"]
-        for pid, entries in sa["state"].items():
-            for k, v in entries.items():
-                assert torch.equal(torch.as_tensor(v), torch.as_tensor(sb["state"][pid][k])), (name, pid, k)
+    sa, sb = a["optimizer"], b["optimizer"]  # keyed by parameter name
+    assert sa["state"].keys() == sb["state"].keys() and sa["state"]
+    for pname, entries in sa["state"].items():
+        for k, v in entries.items():
+            assert torch.equal(torch.as_tensor(v), torch.as_tensor(sb["state"][pname][k])), (name, pname, k)
 
 
 def test_optim_experiment_crosses_every_placement_with_every_optimizer():
@@ -461,3 +462,16 @@ def test_optim_experiment_crosses_every_placement_with_every_optimizer():
         assert (cfg.model.name, cfg.trainer.max_steps, cfg.arch.name, cfg.optim.name) == ("tiny", 200, arch, name)
         validate(cfg)
         check_combination(cfg)
+
+
+def test_muon_refuses_a_torch_whose_private_hook_changed(monkeypatch):
+    """optim.Muon extends torch.optim.Muon._init_group (private): another signature is refused in one line."""
+    p = torch.nn.Parameter(torch.randn(6, 4))
+    optim.Muon([{"params": [p], "split": 2}], lr=0.02)  # this torch: accepted
+
+    def changed(self, group, params, grads, bufs, extra):  # what a future torch might have
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(torch.optim.Muon, "_init_group", changed)
+    with pytest.raises(RuntimeError, match=r"torch<2\.14"):
+        optim.Muon([{"params": [p], "split": 2}], lr=0.02)

@@ -1,4 +1,4 @@
-"""Tests for ``normbench report`` (DESIGN.md §3-4) on fake run directories with real files."""
+"""Tests for ``normbench report`` (docs/contract.md §3-5, §7) on fake run directories with real files."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Corpora, train/val split and the memory-mapped token cache; everything works offline.
 
-Contract: DESIGN.md section 6 ("Data that works offline"). ``load_data(cfg.data)``
+Contract: docs/contract.md §6 ("Data that works offline"). ``load_data(cfg.data)``
 returns a :class:`TokenData` with read-only ``np.memmap`` arrays of token ids.
 
 Corpora (``data.name``):

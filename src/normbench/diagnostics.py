@@ -1,9 +1,10 @@
 """Training diagnostics: per-layer gradient norms, residual-stream growth, massive activations.
 
-What the papers argue with (shared/ARCHITECTURES.md §5): Peri-LN (hidden-state
-variance and magnitude per layer, Output-LN gains), Mix-LN/NormFormer (per-layer
-gradient norms), massive activations (Sun et al. 2024, locuslab/massive-activations:
-max |x| and max/median per layer), QK-norm work (attention logit max, entropy),
+What the papers argue with: Peri-LN (Kim et al. 2025, arXiv:2502.02732: hidden-state
+variance and magnitude per layer, Output-LN gains), Mix-LN (Li et al. 2024,
+arXiv:2412.13795) and NormFormer (per-layer gradient norms), massive activations
+(Sun et al. 2024, arXiv:2402.17762, locuslab/massive-activations: max |x| and max/median
+per layer), QK-norm work (attention logit max, entropy),
 Mix-LN / layer pruning (angular distance ``1 - cos`` between consecutive blocks).
 
 When (``diag=``): ``off`` does nothing at all; ``default`` and ``full`` take a
@@ -93,10 +94,15 @@ from collections import deque
 import torch
 import torch.nn as nn
 
-from normbench.model.norms import Derf, DyT
+from normbench.model.kinds import is_norm, own_kinds
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 _NGPT_ATTN = ("c_attn", "att_c_proj", "attn_alpha", "sqk")
+
+
+def _learned_alpha(module) -> bool:
+    """A norm with a learned scalar ``alpha`` (DyT, Derf), by its declared parameter kinds (model/kinds.py)."""
+    return module is not None and is_norm(module) and own_kinds(module).get("alpha") == "scalar"
 
 
 def sublayer_of(name: str) -> str:
@@ -306,7 +312,6 @@ class Diagnostics:
                 g.add(key, torch.stack([v.abs().mean() if "alpha" in key else v.mean() for v in vals]))
             g.add("ngpt_sz", self.model.sz().mean())
             return
-        pointwise = (DyT, Derf)
         for site in ("attn", "mlp"):
             alphas, shifts, gains = [], [], []
             by_position: dict[str, list[torch.Tensor]] = {}
@@ -317,13 +322,13 @@ class Diagnostics:
                     positions["qk"] = [getattr(sub.core, k, None) for k in ("q_norm", "k_norm", "v_norm")]
                 mods = []
                 for pos, found in positions.items():
-                    found = [m for m in found if isinstance(m, pointwise)]
+                    found = [m for m in found if _learned_alpha(m)]
                     if found:
                         by_position.setdefault(pos, []).append(torch.stack([m.alpha.squeeze() for m in found]).mean())
                     mods += found
                 if mods:
                     alphas.append(torch.stack([m.alpha.squeeze() for m in mods]).mean())
-                    if mods[0].shift is not None:
+                    if getattr(mods[0], "shift", None) is not None:
                         shifts.append(torch.stack([m.shift.squeeze() for m in mods]).mean())
                 if sub.norm_out is not None and getattr(sub.norm_out, "weight", None) is not None:
                     gains.append(sub.norm_out.weight.mean())
@@ -340,7 +345,7 @@ class Diagnostics:
             ("final", getattr(self.model, "ln_f", None)),
             ("embed", getattr(self.model, "emb_norm", None)),
         ):
-            if isinstance(mod, pointwise):
+            if _learned_alpha(mod):
                 g.add(f"norm_alpha_{key}", mod.alpha.squeeze())
         scale = getattr(self.model, "emb_scale", None)
         if scale is not None:

@@ -11,11 +11,12 @@ Only what the trainer needs, with torch's own pieces (torchtitan / nanoGPT):
   FSDP2 ``set_requires_gradient_sync``). Both average gradients over ranks.
 - :func:`clip_grad_norm_`: the total norm over all shards (an FSDP2 gradient is a
   ``DTensor``; its norm is reduced across ranks), returned as a plain tensor.
-- Checkpoints are one format everywhere: a *full* (unsharded) state dict, exactly what a
-  single process saves. :func:`full_state` gathers DTensors (collective: every rank calls
-  it, one tensor at a time, moved to CPU at once); rank 0 writes. Loading re-shards each
-  full tensor locally (:func:`load_model_state`, :func:`load_optimizer_state`, no
-  communication), so a checkpoint resumes under any world size and any ``parallel``.
+- Checkpoints are one format everywhere: *full* (unsharded) state dicts, the optimizer's keyed
+  by parameter name. :func:`full_state_dicts` and :func:`load_full_state_dicts` are
+  ``torch.distributed.checkpoint.state_dict``'s ``get_*_state_dict`` / ``set_*_state_dict``
+  with ``full_state_dict=True`` (as torchtitan): the gather is collective and lands on rank
+  0's CPU, which writes; loading re-shards locally, so a checkpoint resumes under any world
+  size and any ``parallel``.
 
 - :func:`export_submitit_env`: a multi-task submitit (SLURM) job sets torch's env:// variables
   from its task ids (a sweep outside, DDP inside each job); :func:`check_config` refuses
@@ -210,66 +211,84 @@ def clip_grad_norm_(params: Iterable[torch.Tensor], max_norm: float) -> torch.Te
 
 
 # ------------------------------------------------------------------ checkpoints
-def full_state(obj, keep: bool = True):
-    """A copy of a (nested) state dict with every DTensor gathered to a full CPU tensor.
+# torch.distributed.checkpoint.state_dict (torchtitan's route) gathers an FSDP2-sharded model
+# and optimizer into full state dicts and shards them back; it works on plain modules too.
+FULL_STATE = dict(full_state_dict=True, cpu_offload=True)  # gathered to CPU, kept on rank 0 only
 
-    Collective when DTensors are present: every rank must call it on the same structure,
-    one tensor at a time. ``keep=False`` (ranks that do not write) drops each gathered
-    tensor at once, so only the writer ever holds the whole state in host memory.
-    Plain tensors are returned as they are (``torch.save`` copies them anyway).
+
+def _optimizers(optimizer) -> tuple[torch.optim.Optimizer, ...]:
+    return tuple(getattr(optimizer, "optimizers", None) or (optimizer,))
+
+
+def full_state_dicts(model: nn.Module, optimizer) -> tuple[dict, dict]:
+    """(model, optimizer) full state dicts on CPU, the same for any world size and ``parallel``.
+
+    Collective under FSDP2 (every rank calls it); ranks other than 0 get empty dicts. The
+    optimizer's dict is keyed by parameter name (``{"state": {name: ...}, "param_groups":
+    [{"params": [name, ...], ...}]}``), one dict for all the optimizers of an OptimizerList.
     """
-    if is_dtensor(obj):
-        full = obj.full_tensor()
-        return full.cpu() if keep else None
-    if isinstance(obj, dict):
-        return {k: full_state(v, keep) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [full_state(v, keep) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(full_state(v, keep) for v in obj)
-    return obj
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(**FULL_STATE)
+    model_state = get_model_state_dict(model, options=options)
+    optims = _optimizers(optimizer)
+    if not any(opt.state for opt in optims):
+        # no step taken yet: torch would initialise the state with a zero-lr step (a step count
+        # of 1 that the run never took); the param groups are all there is to save
+        return model_state, _by_name(model, optims, [opt.state_dict() for opt in optims])
+    return model_state, get_optimizer_state_dict(model, optims, options=options)
 
 
-def _shard_like(value, like):
-    """``value`` (a full tensor) laid out like ``like`` (a DTensor), from the local copy only."""
-    if not (is_dtensor(like) and isinstance(value, torch.Tensor)) or is_dtensor(value):
-        return value
-    if tuple(value.shape) != tuple(like.shape):
-        return value
-    from torch.distributed.tensor import distribute_tensor
+def load_full_state_dicts(model: nn.Module, optimizer, model_state: dict, optim_state: dict) -> None:
+    """Load full state dicts into ``model`` and ``optimizer``, re-sharding them under FSDP2.
 
-    local = value.to(device=like.to_local().device)
-    return distribute_tensor(local, like.device_mesh, like.placements, src_data_rank=None)
+    Every rank passes the whole dicts (read from the checkpoint); no communication. Checkpoints
+    written before the optimizer state was keyed by name (``{"optimizers": [torch's
+    id-keyed dicts]}``) are converted first, matching parameters by their position in the param
+    groups as ``torch.optim.Optimizer.load_state_dict`` does.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_state, options=options)
+    optims = _optimizers(optimizer)
+    if "optimizers" in optim_state:
+        optim_state = _by_name(model, optims, optim_state["optimizers"])
+    groups = optim_state.get("param_groups", [])
+    if len(groups) != sum(len(opt.param_groups) for opt in optims):
+        raise ValueError(
+            f"checkpoint has {len(groups)} optimizer param groups, this run "
+            f"{sum(len(opt.param_groups) for opt in optims)} ({', '.join(type(o).__name__ for o in optims)})"
+        )
+    set_optimizer_state_dict(model, optims, optim_state, options=options)
 
 
-def load_model_state(model: nn.Module, state: dict) -> None:
-    """``model.load_state_dict(state)`` for a full state dict, the model sharded or not."""
-    current = model.state_dict()
-    model.load_state_dict({k: _shard_like(v, current.get(k)) for k, v in state.items()})
-
-
-def load_optimizer_state(optimizer, state: dict) -> None:
-    """``optimizer.load_state_dict(state)`` for a full state dict (one optimizer or an OptimizerList)."""
-    if "optimizers" in state and hasattr(optimizer, "optimizers"):
-        subs = list(optimizer.optimizers)
-        if len(subs) != len(state["optimizers"]):
-            raise ValueError(f"checkpoint has {len(state['optimizers'])} optimizers, this run {len(subs)}")
-        for opt, sub in zip(subs, state["optimizers"]):
-            load_optimizer_state(opt, sub)
-        return
-    groups = state.get("param_groups", [])
-    if len(groups) != len(optimizer.param_groups):
-        raise ValueError(f"checkpoint has {len(groups)} param groups, this optimizer {len(optimizer.param_groups)}")
-    by_id = {}
-    for saved, live in zip(groups, optimizer.param_groups):
-        if len(saved["params"]) != len(live["params"]):
-            raise ValueError("checkpoint param groups differ in size from this optimizer's")
-        by_id.update(zip(saved["params"], live["params"]))
-    new_state = {}
-    for pid, entries in state.get("state", {}).items():
-        p = by_id.get(pid)
-        new_state[pid] = {k: _shard_like(v, p) for k, v in entries.items()} if p is not None else entries
-    optimizer.load_state_dict({**state, "state": new_state})
+def _by_name(model: nn.Module, optims, saved: list[dict]) -> dict:
+    """torch's id-keyed optimizer state dicts (one per optimizer) as one name-keyed dict."""
+    if len(saved) != len(optims):
+        names = ", ".join(type(o).__name__ for o in optims)
+        raise ValueError(f"checkpoint has {len(saved)} optimizer(s), this run {len(optims)} ({names})")
+    name_of = {p: n for n, p in model.named_parameters()}
+    state, groups = {}, []
+    for opt, sd in zip(optims, saved):
+        if len(sd["param_groups"]) != len(opt.param_groups):
+            n_saved, n_live = len(sd["param_groups"]), len(opt.param_groups)
+            raise ValueError(f"checkpoint has {n_saved} param groups, this optimizer {n_live}")
+        for saved_group, live in zip(sd["param_groups"], opt.param_groups):
+            if len(saved_group["params"]) != len(live["params"]):
+                raise ValueError("checkpoint param groups differ in size from this optimizer's")
+            names = [name_of[p] for p in live["params"]]
+            state.update({n: sd["state"][pid] for pid, n in zip(saved_group["params"], names) if pid in sd["state"]})
+            groups.append({**saved_group, "params": names})
+    return {"state": state, "param_groups": groups}
 
 
 def barrier() -> None:

@@ -28,7 +28,8 @@ Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``
   step on a tensor is ``min(lr, 1/sqrt(t)) * max(1e-3, RMS(p))`` times a normalized update;
   no first moment.
 
-Parameter kinds (:func:`param_kinds`) drive the weight-decay policy (``optim.decay_*``):
+Parameter kinds drive the weight-decay policy (``optim.decay_*``); each module declares its
+parameters' kinds and :func:`normbench.model.kinds.param_kinds` reads them:
 ``matrix`` (2-D hidden weights; always decayed when ``optim.weight_decay > 0``), ``head``
 (untied LM head; always decayed), ``embed`` (token/position embeddings; a tied wte/lm_head
 tensor is one ``embed`` tensor, so by default it is NOT decayed — nanoGPT decays it, set
@@ -53,6 +54,7 @@ needs no scheduler state beyond the step counter.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import defaultdict
 
@@ -60,53 +62,9 @@ import torch
 import torch.nn as nn
 
 from normbench.distributed import is_dtensor
-from normbench.model.gpt import MLP, Attention, Sublayer
+from normbench.model.gpt import MLP, Attention
+from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
 from normbench.model.ngpt import NGPTBlock
-from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm
-
-NORM_TYPES = (LayerNorm, RMSNorm, DyT, Derf)
-KINDS = ("matrix", "head", "embed", "norm_in", "norm_out", "bias", "scalar")
-
-
-def _residual_norms(model: nn.Module) -> set[int]:
-    """ids of the norm modules whose output is a sublayer output or the residual stream."""
-    out: set[int] = set()
-    for mod in model.modules():
-        if isinstance(mod, Sublayer):
-            for norm in (mod.norm_out, mod.norm_post):
-                if norm is not None:
-                    out.add(id(norm))
-            if mod.norm_in is not None and mod.spec.residual_after_norm:
-                out.add(id(mod.norm_in))
-    return out
-
-
-def param_kinds(model: nn.Module) -> dict[str, str]:
-    """Map each (deduplicated) parameter name to its kind (see the module docstring)."""
-    residual = _residual_norms(model)
-    kinds: dict[str, str] = {}
-    seen: set[int] = set()
-    for mod_name, mod in model.named_modules():
-        for p_name, p in mod.named_parameters(recurse=False):
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            name = f"{mod_name}.{p_name}" if mod_name else p_name
-            leaf = mod_name.rsplit(".", 1)[-1]
-            if isinstance(mod, NORM_TYPES):
-                if p_name in ("alpha", "shift"):
-                    kinds[name] = "scalar"
-                elif p_name == "bias":
-                    kinds[name] = "bias"
-                else:
-                    kinds[name] = "norm_out" if id(mod) in residual else "norm_in"
-            elif isinstance(mod, nn.Embedding):
-                kinds[name] = "embed"
-            elif isinstance(mod, nn.Linear):
-                kinds[name] = "bias" if p_name == "bias" else ("head" if leaf == "lm_head" else "matrix")
-            else:
-                kinds[name] = "scalar"
-    return kinds
 
 
 def fused_splits(model: nn.Module) -> dict[str, int]:
@@ -176,15 +134,29 @@ class Lion(torch.optim.Optimizer):
         return loss
 
 
+# torch.optim.Muon's per-step hook that Muon below extends. It is private, so pyproject.toml pins
+# torch below 2.14 (tested on 2.13: tests/test_optim.py checks the update rule) and Muon refuses,
+# in one line, a torch whose hook has another signature.
+_MUON_INIT_GROUP = ("self", "group", "params_with_grad", "grads", "muon_momentum_bufs")
+
+
 class Muon(torch.optim.Muon):
     """``torch.optim.Muon`` that orthogonalizes a fused matrix block by block.
 
     A param group with ``split=k`` has each of its matrices cut into k equal row blocks
     (views), and torch's Muon update (momentum, Newton-Schulz, lr adjustment, weight decay)
     runs on every block as on a separate matrix. ``split=1`` is plain ``torch.optim.Muon``.
+    The momentum buffers stay whole-matrix state of the real parameters (so state dicts and
+    checkpoints are torch's); only the lists handed to torch's update are split.
     """
 
     def __init__(self, params, **kw):
+        found = tuple(inspect.signature(torch.optim.Muon._init_group).parameters)
+        if found != _MUON_INIT_GROUP:
+            raise RuntimeError(
+                f"optim=muon needs torch.optim.Muon._init_group{_MUON_INIT_GROUP[1:]} (torch 2.9-2.13); "
+                f"torch {torch.__version__} has {found[1:]}: install torch<2.14 or use another optimizer"
+            )
         super().__init__(params, **kw)
         for group in self.param_groups:
             k = group.setdefault("split", 1)

@@ -1,6 +1,6 @@
 """Tokenizers: ``byte`` (UTF-8 bytes), ``bpe`` (trained byte-level BPE) and ``gpt2``.
 
-Contract: DESIGN.md section 6. Every tokenizer has ``.name``, ``.vocab_size``,
+Contract: docs/contract.md §6. Every tokenizer has ``.name``, ``.vocab_size``,
 ``.encode(str) -> list[int]``, ``.decode(list[int]) -> str`` and
 ``.encode_array(str) -> np.ndarray`` (the bulk path used to build the token cache).
 
@@ -13,7 +13,7 @@ Contract: DESIGN.md section 6. Every tokenizer has ``.name``, ``.vocab_size``,
   works offline. They are turned into a ``tiktoken.Encoding`` here by hand, because
   tiktoken's own loader (``data_gym_to_mergeable_bpe_ranks``) writes a copy of the
   files to a temp cache, and transformers' ``GPT2TokenizerFast(vocab_file=...,
-  merges_file=...)`` silently builds an empty tokenizer (DESIGN.md section 6).
+  merges_file=...)`` silently builds an empty tokenizer (seen with transformers 5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The training loop: causal-LM pretraining with the run directory of DESIGN.md §3.
+"""The training loop: causal-LM pretraining with the run directory of docs/contract.md §3.
 
 Reads like the algorithm (torchtitan / nanoGPT train.py): sample a global batch,
 forward/backward over micro-batches, clip, step, re-normalize (nGPT), log,
@@ -241,8 +241,8 @@ class Trainer:
             )
         self._warn_schedule_change(state, old_cfg)
         try:
-            dist_utils.load_model_state(self.raw_model, state["model"])  # full state dict; re-sharded under FSDP
-            dist_utils.load_optimizer_state(self.optimizer, state["optimizer"])
+            # full state dicts; re-sharded under FSDP
+            dist_utils.load_full_state_dicts(self.raw_model, self.optimizer, state["model"], state["optimizer"])
         except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
             why = next((ln for ln in lines if "mismatch" in ln or "key(s)" in ln), lines[0])  # state_dict details
@@ -349,8 +349,7 @@ class Trainer:
     def save_checkpoint(self) -> None:
         # one format for every world size and parallel mode: the full (unsharded) state dict.
         # Under FSDP the gather is collective, so every rank gets here; rank 0 writes.
-        model_state = dist_utils.full_state(self.raw_model.state_dict(), keep=self.is_main)
-        optim_state = dist_utils.full_state(self.optimizer.state_dict(), keep=self.is_main)
+        model_state, optim_state = dist_utils.full_state_dicts(self.raw_model, self.optimizer)
         rank_rng = dist_utils.gather_to_main(self._rng_state())  # dropout streams differ per rank
         if not self.is_main:
             return
@@ -414,7 +413,7 @@ class Trainer:
             for opt in self.optimizer.optimizers:
                 self.scaler.unscale_(opt)
         if diag_now:
-            self.diag.grad_norms()  # before clipping, as DESIGN.md §3 defines them
+            self.diag.grad_norms()  # before clipping, as docs/contract.md §4 defines them
         clip = self.t.grad_clip if self.t.grad_clip > 0 else math.inf
         grad_norm = dist_utils.clip_grad_norm_(self.raw_model.parameters(), clip)  # total over FSDP shards too
         return loss_mean, grad_norm

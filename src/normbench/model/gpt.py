@@ -6,7 +6,7 @@ With ``arch=pre_ln norm=layernorm model.pos=learned model.mlp=gelu
 model.bias=true model.tie_embeddings=true`` it computes exactly nanoGPT's GPT
 (tests/test_model.py checks logits against nanoGPT's equations).
 
-Init (shared/ARCHITECTURES.md §3):
+Init (docs/architectures.md §5):
 - all Linear/Embedding N(0, model.init_std); biases 0.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
@@ -18,7 +18,8 @@ Init (shared/ARCHITECTURES.md §3):
   c_fc), each with its own fans, as separate Linear layers would be. Biases stay 0.
 RoPE is the standard rotate-half rotation (GPT-NeoX/LLaMA): the pair (x_i, x_{i+d_h/2}) is
 rotated by t * theta^(-2i/d_h); it is applied after the q/k norms (HybridNorm, OLMo 2, Qwen3
-apply QK-norm before RoPE).
+apply QK-norm before RoPE). Its table is built in the weights' dtype promoted to fp32 (fp32 for
+fp32 and bf16 weights, fp64 for a ``.double()`` model), as is the loss.
 """
 
 from __future__ import annotations
@@ -29,13 +30,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.norms import EmbedScale, build_norm
+from normbench.model.norms import EmbedScale, build_norm, upcast
 from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
 
 
-def rope_cache(seq_len: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
-    freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+def rope_cache(
+    seq_len: int, head_dim: int, theta: float, device=None, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables (T, head_dim), computed in ``dtype`` promoted to at least fp32 (fp64 stays exact)."""
+    dtype = torch.promote_types(dtype, torch.float32)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=dtype) / head_dim))
+    freqs = torch.outer(torch.arange(seq_len, device=device, dtype=dtype), inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)  # (T, head_dim)
     return emb.cos(), emb.sin()
 
@@ -122,7 +127,7 @@ def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 def record_attention_stats(stats: dict, q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
     """Max pre-softmax logit and mean row entropy of causal attention (diagnostics only)."""
     T = q.shape[-2]
-    logits = (q.float() @ k.float().transpose(-2, -1)) * scale
+    logits = (upcast(q) @ upcast(k).transpose(-2, -1)) * scale
     mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     logits = logits.masked_fill(~mask, float("-inf"))
     logp = torch.log_softmax(logits, dim=-1)
@@ -163,6 +168,11 @@ class Sublayer(nn.Module):
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.alpha = float(spec.alpha)  # a Python float: survives meta-device init / to_empty
 
+    def residual_side(self) -> list[nn.Module]:
+        """Norms whose output is this sublayer's output or the residual stream (their gains: ``norm_out``)."""
+        side = [self.norm_out, self.norm_post] + ([self.norm_in] if self.spec.residual_after_norm else [])
+        return [m for m in side if m is not None]
+
     def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
         h = self.norm_in(x) if self.norm_in is not None else x
         if self.spec.residual_after_norm:
@@ -174,6 +184,12 @@ class Sublayer(nn.Module):
             y = self.resid_dropout(y)
         x = x + y if self.alpha == 1.0 else x * self.alpha + y
         return self.norm_post(x) if self.norm_post is not None else x
+
+
+class LMHead(nn.Linear):
+    """The output projection: an ``nn.Linear`` whose weight is of kind ``head`` (model/kinds.py)."""
+
+    PARAM_KINDS = {"weight": "head", "bias": "bias"}
 
 
 class Block(nn.Module):
@@ -210,11 +226,13 @@ class CausalLM:
     rope_theta: float
     _rope: tuple[torch.Tensor, torch.Tensor] | None
 
-    def rope(self, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def rope(self, device, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The (cos, sin) table for weights of ``dtype``: fp32 for fp32/bf16 weights, fp64 for fp64."""
         if not self.use_rope:
             return None
-        if self._rope is None or self._rope[0].device != device:
-            self._rope = rope_cache(self.seq_len, self.head_dim, self.rope_theta, device)
+        dtype = torch.promote_types(dtype, torch.float32)
+        if self._rope is None or self._rope[0].device != device or self._rope[0].dtype != dtype:
+            self._rope = rope_cache(self.seq_len, self.head_dim, self.rope_theta, device, dtype)
         return self._rope
 
     def num_params(self) -> int:
@@ -234,7 +252,7 @@ class GPT(CausalLM, nn.Module):
         self.drop = nn.Dropout(mcfg.dropout) if mcfg.dropout > 0 else nn.Identity()
         self.blocks = nn.ModuleList(Block(s, mcfg, norm_cfg, default_d_ff(mcfg)) for s in self.specs)
         self.ln_f = build_norm(norm_cfg, d, "final") if arch.final_norm else None
-        self.lm_head = nn.Linear(d, vocab_size, bias=False)
+        self.lm_head = LMHead(d, vocab_size, bias=False)
         if mcfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self.head_dim = d // mcfg.n_head
@@ -303,7 +321,7 @@ class GPT(CausalLM, nn.Module):
         after each block (diagnostics); None in training, so no extra work is done.
         ``cache``: a :class:`KVCache` (sampling): ``idx`` continues the tokens it holds.
         """
-        rope = self.rope(idx.device)
+        rope = self.rope(idx.device, self.wte.weight.dtype)
         x = self.embed(idx) if cache is None else self.embed(idx, cache.length)
         if hidden is not None:
             hidden.append(x)
@@ -316,7 +334,7 @@ class GPT(CausalLM, nn.Module):
         logits = self.lm_head(x)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+            loss = F.cross_entropy(upcast(logits).view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
     def after_step(self) -> None:

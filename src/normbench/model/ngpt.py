@@ -1,6 +1,6 @@
 """nGPT, the normalized Transformer (Loshchilov et al. 2024, arXiv:2410.01131).
 
-Reference code: NVIDIA/ngpt model.py and train.py @ ed19eb2 (shared/ARCHITECTURES.md §2.7).
+Reference code: NVIDIA/ngpt model.py and train.py @ ed19eb2 (docs/architectures.md §4).
 Every vector lives on the unit hypersphere: embeddings, hidden states, and the
 rows/columns of every matrix along the embedding dimension d. Each block moves
 the hidden state toward the normalized sublayer output with per-dimension
@@ -15,7 +15,8 @@ effective value starts at ``init`` while Adam sees a parameter of size ``scale``
 
 Deviations from the reference, on purpose:
 - Standard rotate-half RoPE (the reference's rotary is not a true rotation, NVIDIA/ngpt#10).
-- L2 normalizations use ``F.normalize`` in fp32 with an eps (the reference has no eps, NVIDIA/ngpt#7).
+- L2 normalizations use ``F.normalize`` in at least fp32 (fp64 for fp64 weights) with an eps (the
+  reference has no eps, NVIDIA/ngpt#7).
 - Weights are fp32 masters (the reference stores Linear weights in bf16).
 - As the reference code (not the paper, which rescales only v): both SwiGLU halves u and v are
   multiplied by ``s_uv * sqrt(d)``; the factor on u is removed by the normalization after the MLP.
@@ -36,11 +37,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.gpt import CausalLM, apply_rope, cached_attention, record_attention_stats
+from normbench.model.gpt import CausalLM, LMHead, apply_rope, cached_attention, record_attention_stats
+from normbench.model.norms import upcast
 
 
 class ScaledVector(nn.Module):
     """A learnable vector stored at ``scale`` and used as ``param * init / scale``."""
+
+    PARAM_KINDS = {"param": "scalar"}  # model/kinds.py
 
     def __init__(self, dim: int, init: float, scale: float):
         super().__init__()
@@ -68,7 +72,7 @@ class NGPTBlock(nn.Module):
         self.stats = None  # attention statistics for diagnostics
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(x.float(), dim=-1, eps=self.eps).type_as(x)
+        return F.normalize(upcast(x), dim=-1, eps=self.eps).type_as(x)
 
     def forward(self, h: torch.Tensor, rope, kv=None) -> torch.Tensor:
         B, T, C = h.shape
@@ -111,7 +115,7 @@ class NGPT(CausalLM, nn.Module):
         d_ff = mcfg.d_ff or 4 * d  # reference: c_fc maps d -> 2 * 4d
         self.wte = nn.Embedding(vocab_size, d)
         self.blocks = nn.ModuleList(NGPTBlock(d, mcfg.n_head, d_ff, arch) for _ in range(L))
-        self.lm_head = nn.Linear(d, vocab_size, bias=False)  # never tied
+        self.lm_head = LMHead(d, vocab_size, bias=False)  # never tied
         self.sz = ScaledVector(vocab_size, arch.s_z_init, 1.0 / math.sqrt(d))
         self.head_dim, self.rope_theta, self.seq_len = d // mcfg.n_head, mcfg.rope_theta, mcfg.seq_len
         self.use_rope = True  # the reference always uses RoPE; model.pos=learned is ignored (start-up note)
@@ -135,13 +139,13 @@ class NGPT(CausalLM, nn.Module):
     @torch.no_grad()
     def normalize_matrices(self) -> None:
         for w, dim in self.matrices():
-            w.copy_(F.normalize(w.float(), dim=dim, eps=self.eps).to(w.dtype))
+            w.copy_(F.normalize(upcast(w), dim=dim, eps=self.eps).to(w.dtype))
 
     def after_step(self) -> None:
         self.normalize_matrices()
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, hidden: list | None = None, cache=None):
-        rope = self.rope(idx.device)
+        rope = self.rope(idx.device, self.wte.weight.dtype)
         h = self.wte(idx)  # rows are unit norm already
         if hidden is not None:
             hidden.append(h)
@@ -152,5 +156,5 @@ class NGPT(CausalLM, nn.Module):
         logits = self.sz() * self.lm_head(h)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+            loss = F.cross_entropy(upcast(logits).view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss

@@ -1,6 +1,6 @@
 """Normalization layers: LayerNorm, RMSNorm, DyT, Derf, none.
 
-References (see shared/ARCHITECTURES.md §1):
+References (equations and citations in docs/architectures.md §2):
 - LayerNorm: karpathy/nanoGPT model.py (eps 1e-5, optional bias).
 - RMSNorm: statistics in fp32, cast back before the gain (NVIDIA/ngpt model.py, OLMo).
 - DyT: Zhu et al. 2025, arXiv:2503.10622, jiachenzhu/DyT dynamic_tanh.py:
@@ -19,13 +19,15 @@ q/k/v norms. ``ffn``: the same for the MLP sublayer (HybridNorm's ``z = N(x + at
 only define the Pre-LN sites (ln_1 -> attn, ln_2 -> ffn, ln_f -> final); the rest is our choice.
 
 Deviations: the statistics-free layers (DyT/Derf) compute in the input dtype; the statistic
-layers (LayerNorm/RMSNorm) always reduce in fp32, also under bf16 autocast, and return the
-input dtype before the gain is applied (so an fp32 gain gives an fp32 output under autocast).
+layers (LayerNorm/RMSNorm) reduce in at least fp32 (:func:`upcast`: fp32 under bf16 autocast,
+fp64 for fp64 inputs) and return the input dtype before the gain is applied (so an fp32 gain
+gives an fp32 output under autocast).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -37,7 +39,14 @@ from normbench.errors import ConfigError
 SITES = ("attn", "ffn", "final", "embed")
 
 
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in at least fp32: bf16/fp16 statistics run in fp32, fp64 stays fp64 (exact in fp64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class LayerNorm(nn.Module):
+    PARAM_KINDS = {"weight": "norm", "bias": "bias"}  # model/kinds.py
+
     def __init__(self, dim: int, eps: float = 1e-5, affine: bool = True, bias: bool = True):
         super().__init__()
         self.eps = eps
@@ -47,7 +56,7 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # one fused kernel; same math as below
             return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-        y = F.layer_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
+        y = F.layer_norm(upcast(x), x.shape[-1:], eps=self.eps).type_as(x)
         if self.weight is not None:
             y = y * self.weight
         if self.bias is not None:
@@ -56,6 +65,8 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
+    PARAM_KINDS = {"weight": "norm"}
+
     def __init__(self, dim: int, eps: float = 1e-6, affine: bool = True):
         super().__init__()
         self.eps = eps
@@ -64,7 +75,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # one fused kernel; same math as below
             return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
-        y = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
+        y = F.rms_norm(upcast(x), x.shape[-1:], eps=self.eps).type_as(x)
         return y * self.weight if self.weight is not None else y
 
 
@@ -72,6 +83,7 @@ class _PointwiseNorm(nn.Module):
     """``g * fn(alpha * x + shift) + b`` with scalar alpha (and shift)."""
 
     fn = staticmethod(torch.tanh)
+    PARAM_KINDS = {"weight": "norm", "bias": "bias", "alpha": "scalar", "shift": "scalar"}
 
     def __init__(self, dim: int, alpha_init: float, affine: bool, bias: bool, shift_init: float | None):
         super().__init__()
@@ -108,26 +120,42 @@ class Derf(_PointwiseNorm):
         super().__init__(dim, alpha_init, affine, bias, shift_init=shift_init)
 
 
+# ``norm=`` names -> builder(cfg, dim, alpha_init) (docs/architectures.md §2). A new norm registers
+# here (or from anywhere with register_norm) and declares its parameters' kinds (model/kinds.py).
+NORMS: dict[str, Callable[..., nn.Module]] = {}
+
+
+def register_norm(name: str):
+    def register(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        NORMS[name] = builder
+        return builder
+
+    return register
+
+
+register_norm("layernorm")(lambda cfg, dim, alpha: LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias))
+register_norm("rmsnorm")(lambda cfg, dim, alpha: RMSNorm(dim, eps=cfg.eps, affine=cfg.affine))
+register_norm("dyt")(lambda cfg, dim, alpha: DyT(dim, alpha_init=alpha, affine=cfg.affine, bias=cfg.bias))
+register_norm("derf")(
+    lambda cfg, dim, alpha: Derf(dim, alpha_init=alpha, shift_init=cfg.shift_init, affine=cfg.affine, bias=cfg.bias)
+)
+register_norm("none")(lambda cfg, dim, alpha: nn.Identity())
+
+
 def build_norm(cfg, dim: int, site: str = "attn") -> nn.Module:
     """The configured norm layer for one site (``attn``, ``ffn``, ``final`` or ``embed``)."""
     if site not in SITES:
         raise ValueError(f"unknown norm site {site!r}")
     alpha = {"attn": cfg.alpha_init_attn, "ffn": cfg.alpha_init_ffn}.get(site, cfg.alpha_init_final)
-    if cfg.name == "layernorm":
-        return LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias)
-    if cfg.name == "rmsnorm":
-        return RMSNorm(dim, eps=cfg.eps, affine=cfg.affine)
-    if cfg.name == "dyt":
-        return DyT(dim, alpha_init=alpha, affine=cfg.affine, bias=cfg.bias)
-    if cfg.name == "derf":
-        return Derf(dim, alpha_init=alpha, shift_init=cfg.shift_init, affine=cfg.affine, bias=cfg.bias)
-    if cfg.name == "none":
-        return nn.Identity()
-    raise ConfigError(f"norm.name={cfg.name!r} is not allowed; choose one of: layernorm, rmsnorm, dyt, derf, none")
+    if cfg.name not in NORMS:
+        raise ConfigError(f"norm.name={cfg.name!r} is not allowed; choose one of: {', '.join(NORMS)}")
+    return NORMS[cfg.name](cfg, dim, alpha)
 
 
 class EmbedScale(nn.Module):
     """The DyT/Derf LLM recipe's learnable scalar on the embedding output, init sqrt(d)."""
+
+    PARAM_KINDS = {"scale": "scalar"}
 
     def __init__(self, dim: int):
         super().__init__()

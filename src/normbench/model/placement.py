@@ -8,7 +8,7 @@ whose two sublayers (attention, MLP) compute, for a sublayer function f::
     y  = N_out(f(h))        if out_norm           else f(h)
     x' = N_post(alpha*x + y) if post_norm         else alpha*x + y
 
-References (equations in shared/ARCHITECTURES.md §2):
+References (equations and citations in docs/architectures.md §3):
 - pre_ln: nanoGPT model.py L103-105.            ``x + f(N(x))``
 - post_ln: Vaswani et al. 2017; torchscale decoder (no final norm by default).  ``N(x + f(x))``
 - peri_ln: Kim et al. 2025, arXiv:2502.02732; OLMo-core PeriNormTransformerBlock.  ``x + N(f(N(x)))``
@@ -35,7 +35,9 @@ Choices between paper and reference code (also in each ``conf/arch/*.yaml``):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -80,26 +82,61 @@ def mix_ln_post_blocks(n_layer: int, post_ratio: float) -> int:
     return math.floor(post_ratio * n_layer + 1e-9)
 
 
+# ``arch=`` names with a block placement -> specs(arch_cfg, n_layer) (docs/architectures.md §3).
+# nGPT is not a placement but its own model (model/ngpt.py). A new placement registers here.
+PLACEMENTS: dict[str, Callable[[Any, int], list[BlockSpec]]] = {}
+
+
+def register_placement(name: str):
+    def register(specs: Callable[[Any, int], list[BlockSpec]]) -> Callable[[Any, int], list[BlockSpec]]:
+        PLACEMENTS[name] = specs
+        return specs
+
+    return register
+
+
+@register_placement("pre_ln")
+def _pre_ln(arch, n_layer: int) -> list[BlockSpec]:
+    return [BlockSpec(PRE, PRE, qk_norm=bool(arch.qk_norm))] * n_layer
+
+
+@register_placement("post_ln")
+def _post_ln(arch, n_layer: int) -> list[BlockSpec]:
+    return [BlockSpec(POST, POST, qk_norm=bool(arch.qk_norm))] * n_layer
+
+
+@register_placement("peri_ln")
+def _peri_ln(arch, n_layer: int) -> list[BlockSpec]:
+    return [BlockSpec(PERI, PERI, qk_norm=bool(arch.qk_norm))] * n_layer
+
+
+@register_placement("mix_ln")
+def _mix_ln(arch, n_layer: int) -> list[BlockSpec]:
+    k, qk = mix_ln_post_blocks(n_layer, arch.post_ratio), bool(arch.qk_norm)
+    return [BlockSpec(POST, POST, qk_norm=qk) if i < k else BlockSpec(PRE, PRE, qk_norm=qk) for i in range(n_layer)]
+
+
+@register_placement("hybridnorm")
+def _hybridnorm(arch, n_layer: int) -> list[BlockSpec]:
+    return [BlockSpec(SublayerSpec(), SublayerSpec(in_norm=True, residual_after_norm=True), True, True)] * n_layer
+
+
+@register_placement("hybridnorm_star")
+def _hybridnorm_star(arch, n_layer: int) -> list[BlockSpec]:
+    return [BlockSpec(PRE, PRE, qk_norm=True, v_norm=True)] + _hybridnorm(arch, n_layer)[1:]
+
+
+@register_placement("deepnorm")
+def _deepnorm(arch, n_layer: int) -> list[BlockSpec]:
+    alpha = arch.alpha if arch.alpha is not None else deepnorm_alpha(n_layer)
+    sub = SublayerSpec(post_norm=True, alpha=alpha)
+    return [BlockSpec(sub, sub, qk_norm=bool(arch.qk_norm))] * n_layer
+
+
 def block_specs(arch, n_layer: int) -> list[BlockSpec]:
     """The per-block placement for ``arch`` (an ArchConfig) and depth ``n_layer``."""
-    name, qk = arch.name, bool(arch.qk_norm)
-    if name == "pre_ln":
-        return [BlockSpec(PRE, PRE, qk_norm=qk)] * n_layer
-    if name == "post_ln":
-        return [BlockSpec(POST, POST, qk_norm=qk)] * n_layer
-    if name == "peri_ln":
-        return [BlockSpec(PERI, PERI, qk_norm=qk)] * n_layer
-    if name == "mix_ln":
-        k = mix_ln_post_blocks(n_layer, arch.post_ratio)
-        return [BlockSpec(POST, POST, qk_norm=qk) if i < k else BlockSpec(PRE, PRE, qk_norm=qk) for i in range(n_layer)]
-    if name in ("hybridnorm", "hybridnorm_star"):
-        hybrid = BlockSpec(SublayerSpec(), SublayerSpec(in_norm=True, residual_after_norm=True), True, True)
-        specs = [hybrid] * n_layer
-        if name == "hybridnorm_star":
-            specs[0] = BlockSpec(PRE, PRE, qk_norm=True, v_norm=True)
-        return specs
-    if name == "deepnorm":
-        alpha = arch.alpha if arch.alpha is not None else deepnorm_alpha(n_layer)
-        sub = SublayerSpec(post_norm=True, alpha=alpha)
-        return [BlockSpec(sub, sub, qk_norm=qk)] * n_layer
-    raise ValueError(f"arch {name!r} has no block placement (ngpt is its own model)")
+    if arch.name not in PLACEMENTS:
+        raise ValueError(
+            f"arch {arch.name!r} has no block placement (ngpt is its own model); placements: {', '.join(PLACEMENTS)}"
+        )
+    return PLACEMENTS[arch.name](arch, n_layer)
