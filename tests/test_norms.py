@@ -192,6 +192,17 @@ def test_width_init(width_init):
         assert model.embed(torch.arange(512).view(1, -1) % 512).var().item() == pytest.approx(1.0, rel=0.1)
 
 
+@pytest.mark.parametrize("width_init", [True, False])
+def test_width_init_replaces_hybridnorm_small_init(width_init):
+    d = 256
+    cfg = compose(["model=tiny", f"model.d_model={d}", "arch=hybridnorm", "norm=derf", f"norm.width_init={width_init}"])
+    torch.manual_seed(0)
+    model = build_model(cfg, 512)
+    std = d**-0.5 if width_init else math.sqrt(2 / (5 * d))
+    assert model.blocks[0].attn.core.c_attn.weight.std().item() == pytest.approx(std, rel=0.05)
+    assert model.wte.weight.std().item() == pytest.approx(std, rel=0.05)
+
+
 def test_width_init_refused_outside_dyt_derf():
     cfg = compose(["model=tiny", "norm=layernorm", "norm.width_init=true"])
     with pytest.raises(ConfigError) as exc:

@@ -8,7 +8,8 @@ model.bias=true model.tie_embeddings=true`` it computes exactly nanoGPT's GPT
 
 Init (shared/ARCHITECTURES.md §3):
 - all Linear/Embedding N(0, model.init_std); biases 0. ``norm.width_init`` (the DyT/Derf
-  small-scale default) replaces model.init_std by d^-0.5 (docs/dyt-derf.md).
+  small-scale default) replaces model.init_std, and ``arch.small_init``'s std, by d^-0.5
+  (docs/dyt-derf.md); DeepNorm's xavier matrices keep theirs.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
   The untied LM head (if any) gets the same std (OLMo's full_megatron gives it d^-0.5; the
@@ -206,8 +207,10 @@ class GPT(CausalLM, nn.Module):
     # ----- init -----
     def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
-        base = d**-0.5 if width_init else mcfg.init_std  # norm.width_init (DyT/Derf): docs/dyt-derf.md
-        std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else base
+        if width_init:  # norm.width_init (DyT/Derf small-scale default, docs/dyt-derf.md), small_init included
+            std = d**-0.5
+        else:
+            std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else mcfg.init_std
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else std
 
         def normal(w: torch.Tensor, s: float) -> None:
