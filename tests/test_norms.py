@@ -139,6 +139,7 @@ def test_norm_configs_defaults():
     assert ln.eps == 1e-5 and rms.eps == 1e-6
     assert dyt.embed_scale and derf.embed_scale and not ln.embed_scale and not rms.embed_scale
     assert dyt.width_init and derf.width_init and not ln.width_init and not rms.width_init
+    assert compose(["norm=none"]).norm.width_init  # nothing rescales its stream either (docs/dyt-derf.md)
     assert isinstance(build_norm(dyt, D, "attn"), DyT) and isinstance(build_norm(derf, D, "ffn"), Derf)
 
 

@@ -82,7 +82,7 @@ class NormConfig:
     alpha_init_final: float | None = None
     shift_init: float = 0.0  # derf: initial scalar shift
     embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
-    width_init: bool = False  # dyt/derf: weights and embedding N(0, 1/d_model) instead of model.init_std
+    width_init: bool = False  # dyt/derf/none: weights and embedding N(0, 1/d_model), not model.init_std
 
 
 @dataclass

@@ -7,7 +7,7 @@ model.bias=true model.tie_embeddings=true`` it computes exactly nanoGPT's GPT
 (tests/test_model.py checks logits against nanoGPT's equations).
 
 Init (shared/ARCHITECTURES.md §3):
-- all Linear/Embedding N(0, model.init_std); biases 0. ``norm.width_init`` (the DyT/Derf
+- all Linear/Embedding N(0, model.init_std); biases 0. ``norm.width_init`` (the DyT/Derf/none
   small-scale default) replaces model.init_std, and ``arch.small_init``'s std, by d^-0.5
   (docs/dyt-derf.md); DeepNorm's xavier matrices keep theirs.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
@@ -207,7 +207,7 @@ class GPT(CausalLM, nn.Module):
     # ----- init -----
     def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
-        if width_init:  # norm.width_init (DyT/Derf small-scale default, docs/dyt-derf.md), small_init included
+        if width_init:  # norm.width_init (DyT/Derf/none default, docs/dyt-derf.md), small_init included
             std = d**-0.5
         else:
             std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else mcfg.init_std
