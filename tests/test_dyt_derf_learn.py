@@ -3,8 +3,9 @@
 Each of LayerNorm, DyT and Derf trains once per arch (pre_ln, peri_ln) with the shipped defaults
 on ``model=tiny`` for 200 steps (seed 0, AdamW lr 2e-3, the default data), in a module-scoped
 fixture (about 2 minutes in all). Before the fix DyT/Derf stayed at ~3.00, the loss of a model
-that ignores context, while LayerNorm reached ~2.2; their residual stream grew ~400x more than
-LayerNorm's, until the final DyT saturated and every block gradient was exactly 0.
+that ignores context, while LayerNorm reached ~2.2; by step 50 their residual stream had grown
+40-160x more than LayerNorm's (pre_ln), and the final DyT saturated until every block gradient
+was exactly 0.
 
 Residual growth is compared relative to each run's own start (variance after the last block /
 variance of the embedding output at step 1): the DyT/Derf recipe's sqrt(d) embedding scalar puts
