@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm, build_norm
+from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm, alpha_rule, build_norm
 
 from conftest import compose
 
@@ -127,14 +127,87 @@ def test_derf_equation_and_scalar_alpha_shift():
 
 
 def test_norm_configs_defaults():
-    """Config files: DyT follows the LLaMA recipe (no bias), Derf its GPT-2 patch (bias), LayerNorm nanoGPT."""
+    """Config files: DyT follows the LLaMA recipe (no bias), Derf its GPT-2 patch (bias), LayerNorm nanoGPT.
+
+    DyT/Derf leave a0 to the width rule and turn on the small-scale init (docs/dyt-derf.md).
+    """
     dyt, derf, ln, rms = (compose([f"norm={n}"]).norm for n in ("dyt", "derf", "layernorm", "rmsnorm"))
     assert dyt.bias is False and derf.bias is True and ln.bias is True
-    assert (dyt.alpha_init_attn, dyt.alpha_init_ffn, dyt.alpha_init_final) == (0.8, 0.2, 0.2)
-    assert (derf.alpha_init_attn, derf.alpha_init_ffn, derf.alpha_init_final, derf.shift_init) == (1.0, 1.0, 1.0, 0.0)
+    for n in (dyt, derf):
+        assert (n.alpha_init_attn, n.alpha_init_ffn, n.alpha_init_final) == (None, None, None)
+    assert derf.shift_init == 0.0
     assert ln.eps == 1e-5 and rms.eps == 1e-6
     assert dyt.embed_scale and derf.embed_scale and not ln.embed_scale and not rms.embed_scale
+    assert dyt.width_init and derf.width_init and not ln.width_init and not rms.width_init
     assert isinstance(build_norm(dyt, D, "attn"), DyT) and isinstance(build_norm(derf, D, "ffn"), Derf)
+
+
+@pytest.mark.parametrize(
+    "d, dyt_alphas",
+    [
+        (64, (1.0, 1.0, 1.0)),  # narrower than the README table: the LLaMA code default
+        (4095, (1.0, 1.0, 1.0)),
+        (4096, (0.8, 0.2, 0.2)),  # LLaMA2 7B
+        (5120, (0.6, 0.15, 0.15)),  # 13B
+        (6656, (0.6, 0.15, 0.15)),
+        (8192, (0.2, 0.05, 0.05)),  # 34B / 70B
+    ],
+)
+def test_alpha_rule_by_width(d, dyt_alphas):
+    assert tuple(alpha_rule("dyt", d).values()) == dyt_alphas
+    assert tuple(alpha_rule("derf", d).values()) == (1.0, 1.0, 1.0)  # Derf: its patch's 1.0 at every width
+
+
+@pytest.mark.parametrize("norm", ["dyt", "derf"])
+def test_alpha_rule_reaches_every_site_and_overrides_win(norm):
+    """q/k norms (head width 32) take the rule for the MODEL width; a set alpha_init_<site> wins."""
+    cfg = compose(["model=tiny", "model.d_model=4096", "model.n_head=128", "model.n_layer=1", f"norm={norm}",
+                   "arch.qk_norm=true", "norm.alpha_init_ffn=0.33"])  # fmt: skip
+    model = build_model(cfg, 256)
+    want_attn, want_final = (0.8, 0.2) if norm == "dyt" else (1.0, 1.0)
+    block = model.blocks[0]
+    for mod in (block.attn.norm_in, block.attn.core.q_norm, block.attn.core.k_norm):
+        assert mod.alpha.item() == pytest.approx(want_attn)
+    assert block.mlp.norm_in.alpha.item() == pytest.approx(0.33)
+    assert model.ln_f.alpha.item() == pytest.approx(want_final)
+    assert any(f"alpha0 attn/ffn/final {want_attn:g}/0.33/{want_final:g}" in n for n in check_combination(cfg))
+
+
+@pytest.mark.parametrize("width_init", [True, False])
+def test_width_init(width_init):
+    """norm.width_init: every Linear and the embedding at std d^-0.5 (output projections /sqrt(2L));
+    off: model.init_std, as for every other norm."""
+    d, L = 256, 2
+    overrides = [f"model.d_model={d}", f"model.n_layer={L}", "norm=dyt", f"norm.width_init={width_init}"]
+    cfg = compose(["model=tiny", *overrides])
+    torch.manual_seed(0)
+    model = build_model(cfg, 512)
+    std = d**-0.5 if width_init else 0.02
+    assert model.wte.weight.std().item() == pytest.approx(std, rel=0.05)
+    block = model.blocks[0]
+    assert block.attn.core.c_attn.weight.std().item() == pytest.approx(std, rel=0.05)
+    assert block.mlp.core.c_proj.weight.std().item() == pytest.approx(std / math.sqrt(2 * L), rel=0.05)
+    # with the sqrt(d) embedding scalar the residual stream starts at unit variance
+    if width_init:
+        assert model.embed(torch.arange(512).view(1, -1) % 512).var().item() == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.parametrize("width_init", [True, False])
+def test_width_init_replaces_hybridnorm_small_init(width_init):
+    d = 256
+    cfg = compose(["model=tiny", f"model.d_model={d}", "arch=hybridnorm", "norm=derf", f"norm.width_init={width_init}"])
+    torch.manual_seed(0)
+    model = build_model(cfg, 512)
+    std = d**-0.5 if width_init else math.sqrt(2 / (5 * d))
+    assert model.blocks[0].attn.core.c_attn.weight.std().item() == pytest.approx(std, rel=0.05)
+    assert model.wte.weight.std().item() == pytest.approx(std, rel=0.05)
+
+
+def test_width_init_refused_outside_dyt_derf():
+    cfg = compose(["model=tiny", "norm=layernorm", "norm.width_init=true"])
+    with pytest.raises(ConfigError) as exc:
+        check_combination(cfg)
+    assert "\n" not in str(exc.value) and "norm.width_init" in str(exc.value)
 
 
 ARCH_SITES = {

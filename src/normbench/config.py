@@ -77,11 +77,12 @@ class NormConfig:
     eps: float = 1e-6
     affine: bool = True  # false: no gain vector (the "no scale" ablation)
     bias: bool = False  # layernorm / dyt / derf additive bias
-    alpha_init_attn: float = 0.5  # dyt/derf: initial scalar alpha per site
-    alpha_init_ffn: float = 0.5
-    alpha_init_final: float = 0.5
+    alpha_init_attn: float | None = None  # dyt/derf: initial scalar alpha per site; None: width rule
+    alpha_init_ffn: float | None = None  # (model/norms.py alpha_rule)
+    alpha_init_final: float | None = None
     shift_init: float = 0.0  # derf: initial scalar shift
     embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
+    width_init: bool = False  # dyt/derf: weights and embedding N(0, 1/d_model) instead of model.init_std
 
 
 @dataclass
@@ -251,6 +252,8 @@ def validate(cfg: Any) -> None:
     _positive("arch.alpha", a.alpha)
     _positive("arch.beta", a.beta)
     _positive("norm.eps", n.eps)
+    for site in ("attn", "ffn", "final"):
+        _positive(f"norm.alpha_init_{site}", getattr(n, f"alpha_init_{site}"))
     _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
     _positive("optim.eps", o.eps, zero_ok=True)
     _positive("optim.ns_steps", o.ns_steps)

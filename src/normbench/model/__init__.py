@@ -9,6 +9,7 @@ import torch.nn as nn
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
+from normbench.model.norms import site_alphas
 
 __all__ = ["GPT", "NANOGPT_SHAPE", "NGPT", "build_model", "check_combination", "padded_vocab"]
 
@@ -40,11 +41,13 @@ def check_combination(cfg) -> list[str]:
 
     Refused: ``norm=none`` with any arch but ``pre_ln`` (the other archs would lose the
     norms that define them); ``arch.qk_norm=true`` with ``norm=none``; ``norm.embed_scale``
-    with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe);
+    or ``norm.width_init`` with a norm other than dyt/derf (the sqrt(d) embedding scalar is part
+    of their LLM recipe, the d^-0.5 init their small-scale default);
     ``mix_ln`` without its final norm (the paper always applies it).
     Noted, never silent: keys an arch ignores (nGPT ignores ``norm=``, warmup and the model
     keys it has no use for; ``arch.alpha``/``beta`` belong to DeepNorm, ``arch.post_ratio`` to
-    Mix-LN) and ablations that leave a paper's recipe (Peri-LN without Output-norm gains).
+    Mix-LN), ablations that leave a paper's recipe (Peri-LN without Output-norm gains), and the
+    a0 and init a DyT/Derf run resolved.
     """
     arch, norm, a = cfg.arch.name, cfg.norm.name, cfg.arch
     notes = []
@@ -100,6 +103,17 @@ def check_combination(cfg) -> list[str]:
             f"norm.embed_scale=true belongs to the DyT/Derf recipe; norm={norm} has no embedding scalar "
             "(set norm.embed_scale=false or choose norm=dyt/derf)"
         )
+    if cfg.norm.width_init and norm not in ("dyt", "derf"):
+        raise ConfigError(
+            f"norm.width_init=true belongs to the DyT/Derf small-scale recipe; norm={norm} uses model.init_std "
+            "(set norm.width_init=false or choose norm=dyt/derf)"
+        )
+    if norm in ("dyt", "derf"):
+        d = cfg.model.d_model
+        a = site_alphas(cfg.norm, d)
+        init = f"weights N(0, d^-0.5 = {d**-0.5:.3g}) (norm.width_init)" if cfg.norm.width_init else "model.init_std"
+        alphas = f"{a['attn']:g}/{a['ffn']:g}/{a['final']:g}"
+        notes.append(f"norm={norm}: alpha0 attn/ffn/final {alphas} (d_model={d}); {init}")
     return notes
 
 

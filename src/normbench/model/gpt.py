@@ -7,7 +7,9 @@ model.bias=true model.tie_embeddings=true`` it computes exactly nanoGPT's GPT
 (tests/test_model.py checks logits against nanoGPT's equations).
 
 Init (shared/ARCHITECTURES.md §3):
-- all Linear/Embedding N(0, model.init_std); biases 0.
+- all Linear/Embedding N(0, model.init_std); biases 0. ``norm.width_init`` (the DyT/Derf
+  small-scale default) replaces model.init_std, and ``arch.small_init``'s std, by d^-0.5
+  (docs/dyt-derf.md); DeepNorm's xavier matrices keep theirs.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
   The untied LM head (if any) gets the same std (OLMo's full_megatron gives it d^-0.5; the
@@ -54,9 +56,9 @@ class Attention(nn.Module):
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)
         self.c_proj = nn.Linear(d, d, bias=bias)
         # per-head norms over head_dim (HybridNorm/Qwen3 style), before RoPE
-        self.q_norm = build_norm(norm_cfg, self.head_dim, "attn") if qk_norm else None
-        self.k_norm = build_norm(norm_cfg, self.head_dim, "attn") if qk_norm else None
-        self.v_norm = build_norm(norm_cfg, self.head_dim, "attn") if v_norm else None
+        self.q_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if qk_norm else None
+        self.k_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if qk_norm else None
+        self.v_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if v_norm else None
         self.stats = None  # set by diagnostics: dict to receive attention statistics
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
@@ -200,12 +202,15 @@ class GPT(CausalLM, nn.Module):
         self.use_rope = mcfg.pos == "rope"
         self.seq_len = mcfg.seq_len
         self._rope = None
-        self._init_weights(mcfg, arch)
+        self._init_weights(mcfg, arch, width_init=norm_cfg.width_init)
 
     # ----- init -----
-    def _init_weights(self, mcfg, arch) -> None:
+    def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
-        std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else mcfg.init_std
+        if width_init:  # norm.width_init (DyT/Derf small-scale default, docs/dyt-derf.md), small_init included
+            std = d**-0.5
+        else:
+            std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else mcfg.init_std
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else std
 
         def normal(w: torch.Tensor, s: float) -> None:

@@ -11,6 +11,11 @@ References (see shared/ARCHITECTURES.md §1):
   conf/norm/derf.yaml follows the GPT-2 patch (language model/model_derf.patch): bias on, per-site
   a0 at the recipe default 1.0 (the class default 0.5 is the ViT value), s0 = 0, embedding scalar.
 
+a0 by width (:func:`alpha_rule`, used where ``norm.alpha_init_*`` is null): DyT takes the
+LLaMA README's table by d_model (7B d=4096: 0.8/0.2/0.2, 13B d=5120: 0.6/0.15/0.15, 34B/70B
+d=8192: 0.2/0.05/0.05 for attn/ffn/final); narrower than the table, the paper only says "narrower
+-> larger a0", so we use the LLaMA code's default 1.0 at every site. Derf publishes no width rule:
+1.0 everywhere (its patch default). Why the small-scale defaults (``norm.width_init``): docs/dyt-derf.md.
 Sites (:data:`SITES`, which a0 a DyT/Derf gets): a norm takes the site of the sublayer it
 belongs to. ``attn``: the attention input norm (Pre/Peri/Mix-LN, HybridNorm* block 0), Peri-LN's
 attention output norm, the Post-LN/DeepNorm norm after the attention residual, and the per-head
@@ -108,11 +113,35 @@ class Derf(_PointwiseNorm):
         super().__init__(dim, alpha_init, affine, bias, shift_init=shift_init)
 
 
-def build_norm(cfg, dim: int, site: str = "attn") -> nn.Module:
-    """The configured norm layer for one site (``attn``, ``ffn``, ``final`` or ``embed``)."""
+# jiachenzhu/DyT other_tasks/LLaMA/README.md: (smallest d_model, a0 attn, a0 ffn and final), widest first
+DYT_ALPHA_BY_WIDTH = ((8192, 0.2, 0.05), (5120, 0.6, 0.15), (4096, 0.8, 0.2))
+
+
+def alpha_rule(name: str, d_model: int) -> dict[str, float]:
+    """Default a0 per site (attn, ffn, final) for a model of width ``d_model`` (module docstring)."""
+    if name == "dyt":
+        for width, attn, rest in DYT_ALPHA_BY_WIDTH:
+            if d_model >= width:
+                return {"attn": attn, "ffn": rest, "final": rest}
+    return {"attn": 1.0, "ffn": 1.0, "final": 1.0}
+
+
+def site_alphas(cfg, d_model: int) -> dict[str, float]:
+    """a0 per site: ``norm.alpha_init_<site>`` where set, else :func:`alpha_rule`."""
+    rule = alpha_rule(cfg.name, d_model)
+    set_ = {"attn": cfg.alpha_init_attn, "ffn": cfg.alpha_init_ffn, "final": cfg.alpha_init_final}
+    return {site: rule[site] if value is None else float(value) for site, value in set_.items()}
+
+
+def build_norm(cfg, dim: int, site: str = "attn", d_model: int | None = None) -> nn.Module:
+    """The configured norm layer for one site (``attn``, ``ffn``, ``final`` or ``embed``).
+
+    ``d_model``: the model width that picks a0 by :func:`alpha_rule` (default ``dim``; a per-head
+    q/k/v norm passes the model width, not its head width).
+    """
     if site not in SITES:
         raise ValueError(f"unknown norm site {site!r}")
-    alpha = {"attn": cfg.alpha_init_attn, "ffn": cfg.alpha_init_ffn}.get(site, cfg.alpha_init_final)
+    alpha = site_alphas(cfg, d_model or dim)["final" if site == "embed" else site]
     if cfg.name == "layernorm":
         return LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias)
     if cfg.name == "rmsnorm":
