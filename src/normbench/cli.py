@@ -35,12 +35,13 @@ FLAGS_WITH_VALUE = (
 )
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
-USAGE = """usage: python -m normbench {train,report,list} ...
+USAGE = """usage: python -m normbench {train,report,list,reproduce} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
   report DIR [DIR ...]        tables and figures for every run below the DIRs (--help: flags)
   list [GROUP]                the options of each config group, with their papers
+  reproduce {--list|ID|all}   run a paper's claim and give its verdict (--help: options)
 """
 
 
@@ -435,7 +436,11 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(rest)
     if cmd == "list":
         return list_cli(rest)
-    return error(f"unknown command {cmd!r}; choose one of: train, report, list")
+    if cmd == "reproduce":
+        from normbench.reproduce import main as reproduce_main
+
+        return reproduce_main(rest)
+    return error(f"unknown command {cmd!r}; choose one of: train, report, list, reproduce")
 
 
 def entry() -> None:
