@@ -57,11 +57,11 @@ def interval(xs: list[float], base: list[float] | float) -> tuple[float, list[fl
     return d.diff, [d.low, d.high]
 
 
-def _seeds_reason(n: int, n_base: int | None, min_seeds: int) -> str | None:
+def _seeds_reason(n: int, n_base: int | None, min_seeds: int, problems=()) -> str | None:
+    """Why the test cannot have a verdict yet (too few values, named runs), or None."""
     low = [x for x in (n, n_base) if x is not None and x < min_seeds]
-    if low:
-        return f"too few seeds: {min(low)} values on a side, {min_seeds} needed"
-    return None
+    why = [f"too few seeds: {min(low)} values on a side, {min_seeds} needed"] if low else []
+    return "; ".join(why + list(problems)) or None
 
 
 def _signed_rule(effect: float, ci: list[float], direction: str, threshold: float) -> tuple[str, str | None]:
@@ -83,7 +83,7 @@ def judge_difference(xs, base, direction: str, threshold: float, min_seeds: int 
     the test inconclusive (stuck, diverged, unfinished)."""
     n_base = None if isinstance(base, (int, float)) else len(base)
     effect, ci = interval(xs, base) if xs and (n_base is None or base) else (None, [None, None])
-    if (why := _seeds_reason(len(xs), n_base, min_seeds)) or (why := "; ".join(problems)):
+    if why := _seeds_reason(len(xs), n_base, min_seeds, problems):
         return _result(INCONCLUSIVE, effect, ci, why)
     verdict, why = _signed_rule(effect, ci, direction, threshold)
     return _result(verdict, effect, ci, why)
@@ -91,7 +91,7 @@ def judge_difference(xs, base, direction: str, threshold: float, min_seeds: int 
 
 def judge_on_par(xs, base, band: list[float], min_seeds: int = MIN_SEEDS, problems=()) -> dict:
     effect, ci = interval(xs, base) if xs and base else (None, [None, None])
-    if (why := _seeds_reason(len(xs), len(base), min_seeds)) or (why := "; ".join(problems)):
+    if why := _seeds_reason(len(xs), len(base), min_seeds, problems):
         return _result(INCONCLUSIVE, effect, ci, why)
     lo, hi = ci
     if band[0] < lo and hi < band[1]:
@@ -120,7 +120,7 @@ def judge_outcome(k, n, k_base, n_base, direction: str, threshold: float, min_se
                   problems=()) -> dict:  # fmt: skip
     """``k`` of ``n`` group runs learned, ``k_base`` of ``n_base`` baseline runs."""
     effect, ci = newcombe_interval(k, n, k_base, n_base) if n and n_base else (None, [None, None])
-    if (why := _seeds_reason(n, n_base, min_seeds)) or (why := "; ".join(problems)):
+    if why := _seeds_reason(n, n_base, min_seeds, problems):
         return _result(INCONCLUSIVE, effect, ci, why)
     verdict, why = _signed_rule(effect, ci, direction, threshold)
     return _result(verdict, effect, ci, why)
@@ -133,7 +133,7 @@ def judge_largest_lr(lr, lr_base, grid: list[float], threshold: float = 1, n_see
     grid = sorted(grid)
     pos = lambda x: -1 if x is None else grid.index(x)  # noqa: E731
     effect = pos(lr) - pos(lr_base) if grid else None
-    if (why := _seeds_reason(n_seeds, n_base, min_seeds)) or (why := "; ".join(problems)):
+    if why := _seeds_reason(n_seeds, n_base, min_seeds, problems):
         return _result(INCONCLUSIVE, effect, None, why)
     if lr is None and lr_base is None:
         return _result(INCONCLUSIVE, effect, None, "no LR of the grid learned with every seed in either group")
