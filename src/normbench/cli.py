@@ -1,4 +1,4 @@
-"""``python -m normbench {train,report,list}``.
+"""``python -m normbench {train,report,list,reproduce}``.
 
 ``train`` is a Hydra app over ``conf/config.yaml``: every Hydra flag works
 (``-m``, ``--cfg job``, ``--help``, ``hydra/launcher=...``). Before Hydra runs,
