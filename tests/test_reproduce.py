@@ -226,6 +226,16 @@ def test_bad_claim_files_are_one_line(tmp_path):
         load_claim("nope")
 
 
+def test_a_claim_the_code_cannot_measure_says_so_in_one_line(tmp_path):
+    from normbench.reproduce.runner import reproduce
+
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    claim.requires = "an eval that does not exist yet"
+    with pytest.raises(ConfigError, match="cannot run yet: an eval that does not exist yet"):
+        reproduce(claim, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_list_and_errors(capsys):
     from normbench.cli import main
 

@@ -110,12 +110,15 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
     for scale, s in raw["scales"].items():
         if scale not in SCALES or not isinstance(s, dict) or "sweeps" not in s:
             raise ConfigError(f"claim {cid}: scales.{scale} must be one of {', '.join(SCALES)} with sweeps")
+    tests = [_test(cid, t) for t in raw["tests"] or []]
+    if not any(not t.informative for t in tests):
+        raise ConfigError(f"claim {cid}: needs at least one test that is not informative (it gives the verdict)")
     return Claim(
         id=cid,
         claim=str(raw["claim"]).strip(),
         paper=str(raw["paper"]).strip(),
         scales=raw["scales"],
-        tests=[_test(cid, t) for t in raw["tests"]],
+        tests=tests,
         requires=raw.get("requires"),
         notes=str(raw.get("notes") or "").strip(),
     )

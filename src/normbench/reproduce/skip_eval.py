@@ -32,11 +32,12 @@ def skip_losses(run_dir: Path) -> dict | None:
         return None
     cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
     data = load_data(cfg.data, log=lambda *_: None)
+    device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     model = build_model(cfg, padded_vocab(cfg, data.vocab_size))
     model.load_state_dict(ckpt.load(path)["model"])
-    model.eval()
+    model.to(device).eval()
     T, t = cfg.model.seq_len, cfg.trainer
-    batches = fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=1234)  # the trainer's val batches
+    batches = [b.to(device) for b in fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=1234)]
 
     @torch.no_grad()
     def val_loss() -> float:
