@@ -236,6 +236,25 @@ def test_a_claim_the_code_cannot_measure_says_so_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_no_run_judges_the_runs_there_are_and_writes_verdict_and_report(tmp_path, monkeypatch):
+    from normbench.reproduce import runner
+
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    root, _, _ = runner.plan(claim, "cpu", None, [], tmp_path / "out")
+    for seed, (pre, peri) in enumerate([(40, 10), (44, 11)]):
+        fake_run(root / "sweep0" / f"pre{seed}", "pre_ln", seed, var_growth=pre)
+        fake_run(root / "sweep0" / f"peri{seed}", "peri_ln", seed, var_growth=peri)
+    fake_run(root / "sweep0" / "peri2", "peri_ln", 2, status="interrupted")
+    monkeypatch.setattr(runner, "train", lambda argv: pytest.fail("--no-run trained"))
+    res = runner.reproduce(claim, out=tmp_path / "out", log=lambda *_: None, launch=False)
+    saved = json.loads((tmp_path / "out" / "madeup" / "verdict.json").read_text())
+    assert saved["verdict"] == res["verdict"] == V.INCONCLUSIVE and saved["n_runs"] == 5
+    assert "too few seeds: 2 values" in saved["reason"] and "1 of 3 runs not finished" in saved["reason"]
+    assert saved["tests"][0]["ratio"] == pytest.approx(0.25)
+    report = (tmp_path / "out" / "madeup" / "report.md").read_text()
+    assert report.startswith("**Verdict — madeup: INCONCLUSIVE at scale=cpu")
+
+
 def test_cli_list_and_errors(capsys):
     from normbench.cli import main
 

@@ -15,12 +15,13 @@ from pathlib import Path
 from normbench.errors import ConfigError
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|gpu] [seeds=N] [out=DIR]
-                                   [min_seeds=N] [--dry-run] [Hydra overrides, hydra/launcher=...]
+                                   [min_seeds=N] [--dry-run] [--no-run] [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
   ID | all    run (or reuse) the claim's sweep and print its verdict; writes DIR/ID/verdict.json
               and DIR/ID/report.md (default DIR: outputs/reproduce)
   --dry-run   print the sweeps that would run, run nothing
+  --no-run    launch nothing: judge and report the runs already there (unfinished ones count as such)
 """
 
 
@@ -49,11 +50,13 @@ def main(argv: list[str]) -> int:
             print("\n".join(list_claims()))
             return 0
         opts = {"scale": "cpu", "seeds": None, "out": "outputs/reproduce", "min_seeds": "3"}
-        ids, overrides, dry = [], [], False
+        ids, overrides, dry, launch = [], [], False, True
         for a in argv:
             key, sep, value = a.partition("=")
             if a == "--dry-run":
                 dry = True
+            elif a == "--no-run":
+                launch = False
             elif sep and key in opts:
                 opts[key] = value
             elif sep:
@@ -80,7 +83,7 @@ def main(argv: list[str]) -> int:
     for c in claims:
         try:
             result = reproduce(c, opts["scale"], None if opts["seeds"] is None else int(opts["seeds"]), overrides,
-                               Path(opts["out"]), int(opts["min_seeds"]), dry)  # fmt: skip
+                               Path(opts["out"]), int(opts["min_seeds"]), dry, launch=launch)  # fmt: skip
         except ConfigError as exc:
             error(str(exc))
             code = 2

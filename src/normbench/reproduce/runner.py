@@ -47,7 +47,8 @@ def plan(
     for i, grid in enumerate(s["sweeps"]):
         grid = {k: [as_str(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items()}
         grid = {k: v for k, v in grid.items() if k not in {_key(o) for o in overrides}}  # a user override wins
-        grid["seed"] = [str(x) for x in range(n_seeds)]
+        if "seed" not in {_key(o) for o in overrides}:  # seed=K: one seed, the user's
+            grid["seed"] = [str(x) for x in range(n_seeds)]
         argvs.append(["-m", *settings, *[f"{k}={','.join(v)}" for k, v in grid.items()], "trainer.resume=true",
                       f"hydra.sweep.dir={root / f'sweep{i}'}", "hydra.sweep.subdir=${hydra.job.override_dirname}",
                       f"hydra.job.config.override_dirname.exclude_keys=[{','.join(exclude)}]", *launch])  # fmt: skip
@@ -74,7 +75,7 @@ def needs_skip_eval(claim: Claim) -> bool:
 
 
 def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overrides=(), out=Path("outputs/reproduce"),
-              min_seeds: int = 3, dry_run: bool = False, log=print) -> dict | None:  # fmt: skip
+              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True) -> dict | None:  # fmt: skip
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
@@ -83,6 +84,9 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     for i, (argv, expected) in enumerate(zip(argvs, jobs)):
         if finished(root / f"sweep{i}", expected):
             log(f"normbench: {claim.id}: sweep {i} ({len(expected)} runs) finished already; reused")
+            continue
+        if not launch:  # --no-run: judge the runs there are
+            log(f"normbench: {claim.id}: sweep {i} has unfinished runs; not launched (--no-run)")
             continue
         log(f"normbench: {claim.id}: sweep {i}: normbench train {' '.join(argv)}")
         if dry_run:
