@@ -190,6 +190,15 @@ def test_outcome_claim_counts_diverged_runs(tmp_path):
     assert res["verdict"] == V.HOLDS and res["effect"] == 1.0
 
 
+def test_a_healthy_run_without_a_value_is_named(tmp_path):
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    for seed in range(3):
+        fake_run(tmp_path / "runs" / f"pre{seed}", "pre_ln", seed, var_growth=40)
+        fake_run(tmp_path / "runs" / f"peri{seed}", "peri_ln", seed, var_growth=None if seed == 2 else 10)
+    res = judge_claim(claim, find_runs(tmp_path / "runs"), "cpu")
+    assert res["verdict"] == V.INCONCLUSIVE and "arch=peri_ln: 1 of 3 runs have no var_growth" in res["reason"]
+
+
 def test_unfinished_runs_make_it_inconclusive(tmp_path):
     claim = write_claim(tmp_path / "claims", [VAR_TEST])
     for seed in range(3):

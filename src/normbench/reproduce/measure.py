@@ -83,6 +83,16 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         v for r in rs if r.status in FINISHED and (v := metric_value(r, test.metric, target)) is not None
     ]  # noqa: E501,E731
     g_vals, b_vals = vals(g_runs), (vals(b_runs) if b_runs is not None else test.baseline)
+    if test.kind in ("difference", "on_par"):  # a finished, healthy run without a value is named, never dropped
+        for lab, rs, vs in ((g_label, g_runs, g_vals), (b_label, b_runs or [], b_vals if b_runs else [])):
+            healthy = [r for r in rs if r.status in FINISHED and r.outcome not in ("stuck", "diverged")]
+            if missing := sum(metric_value(r, test.metric, target) is None for r in healthy):
+                probs.append(
+                    f"{lab}: {missing} of {len(rs)} runs have no {test.metric}"
+                    + (" (never reached the target)" if test.metric.endswith("_to_target") else "")
+                )
+            if test.transform == "log" and (bad := sum(v <= 0 for v in vs)):
+                probs.append(f"{lab}: {bad} values <= 0 cannot be compared as log ratios")
     if test.kind == "difference":
         res = V.judge_difference(_transform(g_vals, test.transform),
                                  _transform(b_vals, test.transform) if b_runs is not None else b_vals,
