@@ -1,4 +1,4 @@
-"""``python -m normbench {train,report,list}``.
+"""``python -m normbench {train,report,list,reproduce}``.
 
 ``train`` is a Hydra app over ``conf/config.yaml``: every Hydra flag works
 (``-m``, ``--cfg job``, ``--help``, ``hydra/launcher=...``). Before Hydra runs,
@@ -45,7 +45,7 @@ FLAGS_WITH_VALUE = (
 )
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
-USAGE = """usage: python -m normbench {train,report,list,export,sample} ...
+USAGE = """usage: python -m normbench {train,report,list,export,sample,reproduce} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
@@ -53,6 +53,7 @@ USAGE = """usage: python -m normbench {train,report,list,export,sample} ...
   list [GROUP]                the options of each config group, with their papers
   export RUN_DIR OUT_DIR      the run's model as a directory Hugging Face transformers loads
   sample RUN_DIR --prompt T   text from the run's checkpoint (--hf: through transformers)
+  reproduce {--list|ID|all}   run a paper's claim and give its verdict (--help: options)
 """
 
 
@@ -538,7 +539,11 @@ def main(argv: list[str] | None = None) -> int:
         from normbench.export.cli import export_main, sample_main
 
         return export_main(rest) if cmd == "export" else sample_main(rest)
-    return error(f"unknown command {cmd!r}; choose one of: train, report, list, export, sample")
+    if cmd == "reproduce":
+        from normbench.reproduce import main as reproduce_main
+
+        return reproduce_main(rest)
+    return error(f"unknown command {cmd!r}; choose one of: train, report, list, export, sample, reproduce")
 
 
 def entry() -> None:

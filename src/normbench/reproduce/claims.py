@@ -1,0 +1,124 @@
+"""The claims registry: one YAML file per claim in ``conf/claims/<id>.yaml`` (the id is the file name).
+
+A claim file holds ``claim`` (in words), ``paper``, ``scales`` (``cpu`` and ``gpu``: ``seeds``,
+``fixed`` overrides, ``sweeps``: a list of {key: [values]} grids, each one Hydra multirun) and
+``tests``: each with ``name``, ``kind`` (difference | on_par | outcome | largest_lr), ``metric``,
+``group`` and ``baseline`` ({key: value} selecting runs; a difference baseline may be a number),
+``at`` (settings both sides share), ``direction`` (higher | lower), ``threshold`` or ``band``,
+``transform`` (log) and ``target`` (a val loss, for *_to_target metrics). ``requires`` names what
+the code still lacks: such a claim refuses to run and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from normbench.errors import ConfigError
+
+KINDS = ("difference", "on_par", "outcome", "largest_lr")
+SCALES = ("cpu", "gpu")
+METRICS = (
+    "best_val_loss", "final_val_loss", "tokens_per_s", "var_growth", "grad_spread", "grad_cv",
+    "massive_ratio_peak", "massive_onset_frac", "steps_to_target", "tokens_to_target", "seconds_to_target",
+    "skip_cost_deep", "learned",
+)  # fmt: skip
+
+
+@dataclass
+class Test:
+    name: str
+    kind: str
+    metric: str
+    group: dict
+    baseline: dict | float
+    at: dict = field(default_factory=dict)
+    direction: str = "lower"
+    threshold: float = 0.0
+    band: list[float] | None = None
+    transform: str | None = None
+    target: float | None = None
+    informative: bool = False  # reported beside, left out of the claim's verdict
+
+
+@dataclass
+class Claim:
+    id: str
+    claim: str
+    paper: str
+    scales: dict
+    tests: list[Test]
+    requires: str | None = None
+    notes: str = ""
+
+    def sweep(self, scale: str) -> dict:
+        if scale not in self.scales:
+            raise ConfigError(
+                f"scale={scale} is not declared for claim {self.id}; choose one of: {', '.join(self.scales)}"
+            )
+        return self.scales[scale]
+
+
+def claims_dir() -> Path:
+    from normbench.cli import config_dir
+
+    return config_dir() / "claims"
+
+
+def claim_ids(directory: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in (directory or claims_dir()).glob("*.yaml"))
+
+
+def _test(cid: str, raw: dict) -> Test:
+    where = f"claim {cid}, test {raw.get('name', '?')!r}"
+    if raw.get("kind") not in KINDS:
+        raise ConfigError(f"{where}: kind={raw.get('kind')} is not one of: {', '.join(KINDS)}")
+    if raw.get("metric") not in METRICS:
+        raise ConfigError(f"{where}: metric={raw.get('metric')} is not one of: {', '.join(METRICS)}")
+    if raw.get("direction", "lower") not in ("lower", "higher"):
+        raise ConfigError(f"{where}: direction must be lower or higher")
+    if raw["kind"] == "on_par" and not (isinstance(raw.get("band"), list) and len(raw["band"]) == 2):
+        raise ConfigError(f"{where}: an on_par test needs band: [low, high]")
+    if raw["kind"] in ("difference", "outcome") and not float(raw.get("threshold") or 0) > 0:
+        raise ConfigError(f"{where}: a {raw['kind']} test needs threshold > 0 (the band of no meaningful effect)")
+    known = set(Test.__dataclass_fields__)
+    if extra := set(raw) - known:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(extra))}; allowed: {', '.join(sorted(known))}")
+    test = Test(**raw)
+    test.group = {k: as_str(v) for k, v in test.group.items()}
+    test.at = {k: as_str(v) for k, v in test.at.items()}
+    if isinstance(test.baseline, dict):
+        test.baseline = {k: as_str(v) for k, v in test.baseline.items()}
+    return test
+
+
+def as_str(value) -> str:
+    """A YAML value as an override writes it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def load_claim(cid: str, directory: Path | None = None) -> Claim:
+    path = (directory or claims_dir()) / f"{cid}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown claim {cid!r}; choose one of: {', '.join(claim_ids(directory))}, all")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    for key in ("claim", "paper", "scales", "tests"):
+        if key not in raw:
+            raise ConfigError(f"claim {cid} ({path}): missing key {key!r}")
+    for scale, s in raw["scales"].items():
+        if scale not in SCALES or not isinstance(s, dict) or "sweeps" not in s:
+            raise ConfigError(f"claim {cid}: scales.{scale} must be one of {', '.join(SCALES)} with sweeps")
+    tests = [_test(cid, t) for t in raw["tests"] or []]
+    if not any(not t.informative for t in tests):
+        raise ConfigError(f"claim {cid}: needs at least one test that is not informative (it gives the verdict)")
+    return Claim(
+        id=cid,
+        claim=str(raw["claim"]).strip(),
+        paper=str(raw["paper"]).strip(),
+        scales=raw["scales"],
+        tests=tests,
+        requires=raw.get("requires"),
+        notes=str(raw.get("notes") or "").strip(),
+    )

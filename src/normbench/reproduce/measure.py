@@ -1,0 +1,163 @@
+"""From a claim's runs to each test's verdict: which runs form each side, their values, and
+which runs make a test inconclusive (:mod:`.verdict` holds the rule itself)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+
+from normbench.outcomes import finite
+from normbench.report.loading import Run, norm_value, setting
+from normbench.report.stats import LEARNED, default_targets, learned_everywhere, lr_of, run_layer_stats, time_to_target
+from normbench.reproduce import verdict as V
+from normbench.reproduce.claims import Claim, Test
+from normbench.reproduce.skip_eval import read_skip
+
+FINISHED = ("completed", "diverged")
+
+
+def select(runs: list[Run], where: dict) -> list[Run]:
+    return [r for r in runs if all(setting(r, k) == norm_value(str(v)) for k, v in where.items())]
+
+
+def metric_value(run: Run, metric: str, target: float | None) -> float | None:
+    s = run.summary or {}
+    if metric in ("best_val_loss", "final_val_loss"):
+        return run.val_losses[1 if metric == "best_val_loss" else 0]
+    if metric == "tokens_per_s":
+        return s.get("tokens_per_s") if finite(s.get("tokens_per_s")) else None
+    if metric.endswith("_to_target"):
+        hit = time_to_target(run, target)
+        return getattr(hit, metric.split("_")[0]) if hit else None
+    if metric == "massive_onset_frac":  # never crossed: the run's end (1.0), against the claim
+        step, steps = run_layer_stats(run).get("massive_ratio_step"), s.get("max_steps") or run.last_step
+        return (step / steps if step is not None else 1.0) if steps and run.status == "completed" else None
+    if metric == "skip_cost_deep":  # mean loss increase over the deeper half of the blocks
+        inc = (read_skip(run.path) or {}).get("increase")
+        return statistics.fmean(inc[len(inc) // 2 :]) if inc else None
+    if metric == "learned":
+        return 1.0 if run.outcome in LEARNED else 0.0
+    v = run_layer_stats(run).get(metric)
+    return float(v) if finite(v) else None
+
+
+def problems(label: str, runs: list[Run], outcomes_count: bool) -> list[str]:
+    """Runs that keep a test from a verdict: unfinished ones always; stuck/diverged ones unless the
+    test measures outcomes (then they are its data)."""
+    out = []
+    unfinished = [r for r in runs if r.status not in FINISHED]
+    if unfinished:
+        out.append(f"{label}: {len(unfinished)} of {len(runs)} runs not finished ({unfinished[0].status})")
+    bad = [r for r in runs if r.outcome in ("stuck", "diverged")]
+    if bad and not outcomes_count:
+        kinds = ", ".join(
+            f"{sum(r.outcome == k for r in bad)} {k}" for k in ("stuck", "diverged") if any(r.outcome == k for r in bad)
+        )  # noqa: E501
+        out.append(f"runs stuck or diverged in {label}: {kinds} of {len(runs)}")
+    return out
+
+
+def _transform(values: list[float], how: str | None) -> list[float]:
+    if how == "log":
+        return [math.log(v) for v in values if v > 0]
+    return values
+
+
+def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = None) -> dict:
+    """``at``: the scale's values for keys of the test's ``at`` (e.g. the deepest depth on GPUs)."""
+    test = replace(test, at={k: str((at or {}).get(k, v)) for k, v in test.at.items()})
+    g_runs = select(runs, {**test.at, **test.group})
+    b_runs = select(runs, {**test.at, **test.baseline}) if isinstance(test.baseline, dict) else None
+    both = g_runs + (b_runs or [])
+    target = test.target
+    if target is None and test.metric.endswith("_to_target"):
+        target = next(iter(default_targets(both).values()), None)
+    label = lambda where: " ".join(f"{k}={v}" for k, v in {**test.at, **where}.items())  # noqa: E731
+    g_label = label(test.group)
+    b_label = label(test.baseline) if b_runs is not None else f"the value {test.baseline:g}"
+    probs = problems(g_label, g_runs, test.kind in ("outcome", "largest_lr"))
+    if b_runs is not None:
+        probs += problems(b_label, b_runs, test.kind in ("outcome", "largest_lr"))
+    vals = lambda rs: [
+        v for r in rs if r.status in FINISHED and (v := metric_value(r, test.metric, target)) is not None
+    ]  # noqa: E501,E731
+    g_vals, b_vals = vals(g_runs), (vals(b_runs) if b_runs is not None else test.baseline)
+    if test.kind in ("difference", "on_par"):  # a finished, healthy run without a value is named, never dropped
+        for lab, rs, vs in ((g_label, g_runs, g_vals), (b_label, b_runs or [], b_vals if b_runs else [])):
+            healthy = [r for r in rs if r.status in FINISHED and r.outcome not in ("stuck", "diverged")]
+            if missing := sum(metric_value(r, test.metric, target) is None for r in healthy):
+                probs.append(
+                    f"{lab}: {missing} of {len(rs)} runs have no {test.metric}"
+                    + (" (never reached the target)" if test.metric.endswith("_to_target") else "")
+                )
+            if test.transform == "log" and (bad := sum(v <= 0 for v in vs)):
+                probs.append(f"{lab}: {bad} values <= 0 cannot be compared as log ratios")
+    if test.kind == "difference":
+        res = V.judge_difference(_transform(g_vals, test.transform),
+                                 _transform(b_vals, test.transform) if b_runs is not None else b_vals,
+                                 test.direction, test.threshold, min_seeds, probs)  # fmt: skip
+    elif test.kind == "on_par":
+        res = V.judge_on_par(_transform(g_vals, test.transform), _transform(b_vals, test.transform), test.band,
+                             min_seeds, probs)  # fmt: skip
+    elif test.kind == "outcome":
+        done = lambda rs: [r for r in rs if r.status in FINISHED]  # noqa: E731
+        g, b = done(g_runs), done(b_runs)
+        res = V.judge_outcome(sum(r.outcome in LEARNED for r in g), len(g), sum(r.outcome in LEARNED for r in b),
+                              len(b), test.direction, test.threshold, min_seeds, probs)  # fmt: skip
+    else:  # largest_lr
+        grid = sorted({lr for r in both if (lr := lr_of(r)) is not None})
+        best = lambda rs: max(
+            (lr for lr in grid if learned_everywhere([r for r in rs if lr_of(r) == lr])), default=None
+        )  # noqa: E501,E731
+        seeds = lambda rs: min((sum(lr_of(r) == lr for r in rs) for lr in grid), default=0)  # noqa: E731
+        lr_g, lr_b = best(g_runs), best(b_runs)
+        res = V.judge_largest_lr(
+            lr_g, lr_b, grid, test.threshold or 1, seeds(g_runs), seeds(b_runs), min_seeds, probs, test.direction
+        )
+        res["largest_lr"] = {g_label: lr_g, b_label: lr_b}
+        g_vals, b_vals = [lr_g] if lr_g else [], [lr_b] if lr_b else []
+    outcomes = lambda rs: {k: sum(r.outcome_label == k for r in rs) for k in {r.outcome_label for r in rs}}  # noqa: E731
+    res.update(
+        name=test.name,
+        kind=test.kind,
+        metric=test.metric,
+        transform=test.transform,
+        ratio=math.exp(res["effect"]) if test.transform == "log" and res["effect"] is not None else None,
+        threshold=test.band if test.kind == "on_par" else test.threshold,
+        direction=test.direction if test.kind != "on_par" else None,
+        informative=test.informative,
+        target=target,
+        n_seeds=min(len(g_runs), len(b_runs) if b_runs is not None else len(g_runs)),
+        groups={
+            g_label: {"values": g_vals, "mean": statistics.fmean(g_vals) if g_vals else None, "runs": len(g_runs),
+                      "outcomes": outcomes(g_runs)},
+            **({b_label: {"values": b_vals, "mean": statistics.fmean(b_vals) if b_vals else None,
+                          "runs": len(b_runs), "outcomes": outcomes(b_runs)}} if b_runs is not None else {}),
+        },
+    )  # fmt: skip
+    return res
+
+
+def judge_claim(claim: Claim, runs: list[Run], scale: str, min_seeds: int = V.MIN_SEEDS, at=None) -> dict:
+    parts = [judge_test(t, runs, min_seeds, at) for t in claim.tests]
+    first = parts[0]
+    judged = [p for p in parts if not p["informative"]]
+    verdict = V.combine([p["verdict"] for p in judged])
+    reasons = [f"{p['name']}: {p['reason']}" for p in judged if p["verdict"] != V.HOLDS and p["reason"]]
+    return {
+        "claim": claim.id,
+        "statement": claim.claim,
+        "paper": claim.paper,
+        "verdict": verdict,
+        "metric": first["metric"],
+        "transform": first["transform"],
+        "effect": first["effect"],
+        "ci": first["ci"],
+        "threshold": first["threshold"],
+        "n_seeds": min(p["n_seeds"] for p in judged),
+        "scale": scale,
+        "groups": first["groups"],
+        "reason": "; ".join(reasons) if verdict != V.HOLDS and reasons else None,
+        "tests": parts,
+    }

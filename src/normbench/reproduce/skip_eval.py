@@ -1,0 +1,73 @@
+"""Layer redundancy: the val loss with each block skipped at evaluation (an identity in its place).
+
+The measurement of Men et al. 2024 ("ShortGPT", arXiv:2403.03853) and of the Mix-LN paper
+(Li et al. 2024, arXiv:2412.13795, Fig. 1: dropping a deep Pre-LN layer barely moves the
+loss). Here: the trained model of a finished run (``checkpoints/last.pt``), the run's own val
+batches, one block replaced by the identity at a time. Written to ``layer_skip.json`` in the run
+dir: ``base`` (val loss with every block), ``skipped`` (the loss with block i skipped) and
+``increase`` (skipped - base). Runs without a checkpoint (diverged before one) get none.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SKIP_FILE = "layer_skip.json"
+
+
+def skip_losses(run_dir: Path) -> dict | None:
+    import torch
+    from omegaconf import OmegaConf
+
+    from normbench import checkpoint as ckpt
+    from normbench.config import Config
+    from normbench.data import load_data
+    from normbench.model import build_model, padded_vocab
+    from normbench.trainer import fixed_batches
+
+    run_dir = Path(run_dir)
+    path = run_dir / "checkpoints" / "last.pt"
+    if not path.is_file() or not (run_dir / ".hydra" / "config.yaml").is_file():
+        return None
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
+    data = load_data(cfg.data, log=lambda *_: None)
+    device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
+    model = build_model(cfg, padded_vocab(cfg, data.vocab_size))
+    model.load_state_dict(ckpt.load(path)["model"])
+    model.to(device).eval()
+    T, t = cfg.model.seq_len, cfg.trainer
+    batches = [b.to(device) for b in fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=1234)]
+
+    @torch.no_grad()
+    def val_loss() -> float:
+        return sum(model(b[:, :-1], b[:, 1:])[1].item() for b in batches) / len(batches)
+
+    base = val_loss()
+    skipped = []
+    for i, block in enumerate(list(model.blocks)):
+        model.blocks[i] = _identity()
+        skipped.append(val_loss())
+        model.blocks[i] = block
+    out = {"base": base, "skipped": skipped, "increase": [s - base for s in skipped]}
+    (run_dir / SKIP_FILE).write_text(json.dumps(out, indent=1))
+    return out
+
+
+def _identity():
+    import torch
+
+    class Identity(torch.nn.Module):
+        """A block that passes the residual stream through (called like a block: ``(x, rope)``)."""
+
+        def forward(self, x, *args):
+            return x
+
+    return Identity()
+
+
+def read_skip(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / SKIP_FILE).read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,352 @@
+"""`normbench reproduce`: the verdict rule on made-up numbers and runs, the claims registry, the CLI,
+and one end-to-end claim on a tiny model (slow)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from normbench.errors import ConfigError
+from normbench.report.loading import find_runs
+from normbench.reproduce import verdict as V
+from normbench.reproduce.claims import claim_ids, load_claim
+from normbench.reproduce.measure import judge_claim
+
+CONTRACT = [
+    "deepnorm_depth",
+    "dyt_parity",
+    "grad_profile",
+    "layer_redundancy",
+    "massive_early",
+    "ngpt_speed",
+    "norm_gain_wd",
+    "optimizer_lr",
+    "peri_variance",
+    "postln_warmup",
+    "qknorm_lr",
+    "rmsnorm_parity",
+]
+
+
+# ----------------------------------------------------------------------------- the rule on numbers
+
+
+def test_welch_interval_by_hand():
+    # diff -3, each variance 1 -> se sqrt(2/3), Welch df 4, t(0.975, 4) = 2.7764 -> half 2.2669
+    r = V.judge_difference([1, 2, 3], [4, 5, 6], "lower", 1.0)
+    assert r["effect"] == pytest.approx(-3)
+    assert r["ci"] == pytest.approx([-5.2669, -0.7331], abs=1e-3)
+    assert r["verdict"] == V.HOLDS
+
+
+def test_difference_present_absent_reversed_wide():
+    base = [2.0, 2.1, 1.9]
+    assert V.judge_difference([1.0, 1.1, 0.9], base, "lower", 0.5)["verdict"] == V.HOLDS
+    absent = V.judge_difference([2.0, 2.01, 1.99], [2.005, 1.995, 2.0], "lower", 0.5)
+    assert absent["verdict"] == V.FAILS and "band of no meaningful effect" in absent["reason"]
+    reversed_ = V.judge_difference([3.0, 3.1, 2.9], base, "lower", 0.5)
+    assert reversed_["verdict"] == V.FAILS and "other side of zero" in reversed_["reason"]
+    assert V.judge_difference([3.0, 3.1, 2.9], base, "higher", 0.5)["verdict"] == V.HOLDS
+    wide = V.judge_difference([0.0, 2.0, 4.0], base, "lower", 0.5)
+    assert wide["verdict"] == V.INCONCLUSIVE and "too wide" in wide["reason"]
+    # the claimed sign and an interval off zero, but smaller than the threshold: inside (0, threshold)
+    small = V.judge_difference([1.8, 1.81, 1.79], base, "lower", 0.5)
+    assert small["verdict"] == V.FAILS
+
+
+def test_too_few_seeds_and_bad_runs_are_inconclusive():
+    r = V.judge_difference([1.0, 1.1], [2.0, 2.1], "lower", 0.5)
+    assert r["verdict"] == V.INCONCLUSIVE and "too few seeds" in r["reason"]
+    assert r["effect"] == pytest.approx(-1.0)  # still reported
+    r = V.judge_difference([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], "lower", 0.5, problems=["arch=x: 1 diverged of 3"])
+    assert r["verdict"] == V.INCONCLUSIVE and "diverged" in r["reason"]
+
+
+def test_one_sample_against_a_number():
+    assert V.judge_difference([0.1, 0.12, 0.08], 0.25, "lower", 0.05)["verdict"] == V.HOLDS
+    never = V.judge_difference([1.0, 1.0, 1.0], 0.25, "lower", 0.05)  # never crossed: the run's end
+    assert never["verdict"] == V.FAILS and never["effect"] == pytest.approx(0.75)
+
+
+def test_on_par():
+    base = [2.0, 2.01, 1.99]
+    assert V.judge_on_par([2.001, 2.011, 1.991], base, [-0.05, 0.05])["verdict"] == V.HOLDS
+    out = V.judge_on_par([2.3, 2.31, 2.29], base, [-0.05, 0.05])
+    assert out["verdict"] == V.FAILS and out["effect"] == pytest.approx(0.3)
+    assert V.judge_on_par([1.9, 2.1, 2.0], base, [-0.05, 0.05])["verdict"] == V.INCONCLUSIVE
+    assert V.judge_on_par([2.0, 2.0], [2.0, 2.0], [-0.05, 0.05])["verdict"] == V.INCONCLUSIVE
+
+
+def test_outcome_newcombe_interval_by_hand():
+    # Wilson(3/3) = (0.4385, 1), Wilson(0/3) = (0, 0.5615): lower = 1 - sqrt(2 * 0.5615^2) = 0.2059
+    r = V.judge_outcome(3, 3, 0, 3, "higher", 0.5)
+    assert r["verdict"] == V.HOLDS and r["effect"] == 1
+    assert r["ci"] == pytest.approx([0.2059, 1.0], abs=1e-3)
+    assert V.judge_outcome(3, 3, 3, 3, "higher", 0.5)["verdict"] == V.INCONCLUSIVE  # 0 effect, wide
+    assert V.judge_outcome(0, 3, 3, 3, "higher", 0.5)["verdict"] == V.FAILS
+
+
+def test_largest_lr():
+    grid = [1e-3, 3e-3, 1e-2, 3e-2]
+    assert V.judge_largest_lr(1e-2, 3e-3, grid, 1, 3, 3)["verdict"] == V.HOLDS
+    assert V.judge_largest_lr(3e-3, 3e-3, grid, 1, 3, 3)["verdict"] == V.FAILS
+    assert V.judge_largest_lr(1e-3, None, grid, 1, 3, 3)["effect"] == 1  # nothing learned: below the grid
+    top = V.judge_largest_lr(3e-2, 3e-2, grid, 1, 3, 3)
+    assert top["verdict"] == V.INCONCLUSIVE and "widen the grid" in top["reason"]
+    assert V.judge_largest_lr(1e-3, 3e-3, grid, 1, 3, 3, direction="lower")["verdict"] == V.HOLDS
+    assert V.judge_largest_lr(1e-2, 3e-3, grid, 1, 2, 3)["verdict"] == V.INCONCLUSIVE
+
+
+def test_combine():
+    assert V.combine([V.HOLDS, V.HOLDS]) == V.HOLDS
+    assert V.combine([V.HOLDS, V.INCONCLUSIVE]) == V.INCONCLUSIVE
+    assert V.combine([V.INCONCLUSIVE, V.FAILS]) == V.FAILS
+
+
+# ----------------------------------------------------------------------------- the rule on runs
+
+
+def fake_run(path, arch, seed, status="completed", outcome="learned", loss=2.0, var_growth=10.0, extra=()):
+    (path / ".hydra").mkdir(parents=True)
+    overrides = [f"arch={arch}", f"seed={seed}", *extra]
+    (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"arch": {"name": arch}, "seed": seed}))
+    summary = {
+        "status": status,
+        "arch": arch,
+        "seed": seed,
+        "outcome": outcome,
+        "max_steps": 100,
+        "best_val_loss": loss if status == "completed" else None,
+        "layer_series": {"var_growth": []},
+        "var_growth": var_growth if status == "completed" else None,
+    }
+    (path / "summary.json").write_text(json.dumps(summary))
+
+
+def write_claim(directory, tests, sweeps=({"arch": ["pre_ln", "peri_ln"]},), fixed=("model=tiny",), seeds=3):
+    raw = {
+        "claim": "a made-up claim",
+        "paper": "nobody 2025",
+        "scales": {"cpu": {"seeds": seeds, "fixed": list(fixed), "sweeps": list(sweeps)}},
+        "tests": tests,
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "madeup.yaml").write_text(yaml.safe_dump(raw))
+    return load_claim("madeup", directory)
+
+
+VAR_TEST = {
+    "name": "var",
+    "kind": "difference",
+    "metric": "var_growth",
+    "transform": "log",
+    "group": {"arch": "peri_ln"},
+    "baseline": {"arch": "pre_ln"},
+    "direction": "lower",
+    "threshold": 0.405,
+}
+
+
+def test_runs_give_a_verdict_and_stuck_or_diverged_runs_are_named(tmp_path):
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    runs_dir = tmp_path / "runs"
+    for seed, (pre, peri) in enumerate([(40, 10), (44, 11), (36, 9)]):
+        fake_run(runs_dir / f"pre{seed}", "pre_ln", seed, var_growth=pre)
+        fake_run(runs_dir / f"peri{seed}", "peri_ln", seed, var_growth=peri)
+    res = judge_claim(claim, find_runs(runs_dir), "cpu")
+    assert res["verdict"] == V.HOLDS
+    assert res["tests"][0]["ratio"] == pytest.approx(0.25)
+    assert res["groups"]["arch=peri_ln"]["values"] == [10, 11, 9]
+    assert set(res) >= {"claim", "verdict", "metric", "effect", "ci", "threshold", "n_seeds", "scale", "groups"}
+
+    # one Pre-LN seed diverges, one Peri-LN seed is stuck: inconclusive, both named
+    fake_run(runs_dir / "pre3", "pre_ln", 3, status="diverged", outcome="diverged")
+    fake_run(runs_dir / "peri3", "peri_ln", 3, outcome="stuck", var_growth=10)
+    res = judge_claim(claim, find_runs(runs_dir), "cpu")
+    assert res["verdict"] == V.INCONCLUSIVE
+    assert "1 diverged of 4" in res["reason"] and "1 stuck of 4" in res["reason"]
+    assert res["groups"]["arch=pre_ln"]["outcomes"] == {"learned": 3, "diverged": 1}
+
+
+def test_outcome_claim_counts_diverged_runs(tmp_path):
+    test = {
+        "name": "trains",
+        "kind": "outcome",
+        "metric": "learned",
+        "group": {"arch": "deepnorm"},
+        "baseline": {"arch": "post_ln"},
+        "direction": "higher",
+        "threshold": 0.5,
+    }
+    claim = write_claim(tmp_path / "claims", [test], sweeps=({"arch": ["post_ln", "deepnorm"]},))
+    for seed in range(3):
+        fake_run(tmp_path / "runs" / f"d{seed}", "deepnorm", seed)
+        fake_run(tmp_path / "runs" / f"p{seed}", "post_ln", seed, status="diverged", outcome="diverged")
+    res = judge_claim(claim, find_runs(tmp_path / "runs"), "cpu")
+    assert res["verdict"] == V.HOLDS and res["effect"] == 1.0
+
+
+def test_a_healthy_run_without_a_value_is_named(tmp_path):
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    for seed in range(3):
+        fake_run(tmp_path / "runs" / f"pre{seed}", "pre_ln", seed, var_growth=40)
+        fake_run(tmp_path / "runs" / f"peri{seed}", "peri_ln", seed, var_growth=None if seed == 2 else 10)
+    res = judge_claim(claim, find_runs(tmp_path / "runs"), "cpu")
+    assert res["verdict"] == V.INCONCLUSIVE and "arch=peri_ln: 1 of 3 runs have no var_growth" in res["reason"]
+
+
+def test_unfinished_runs_make_it_inconclusive(tmp_path):
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    for seed in range(3):
+        fake_run(tmp_path / "runs" / f"pre{seed}", "pre_ln", seed, var_growth=40)
+        fake_run(
+            tmp_path / "runs" / f"peri{seed}",
+            "peri_ln",
+            seed,
+            var_growth=10,
+            status="interrupted" if seed == 0 else "completed",
+        )
+    res = judge_claim(claim, find_runs(tmp_path / "runs"), "cpu")
+    assert res["verdict"] == V.INCONCLUSIVE and "not finished" in res["reason"]
+
+
+# ----------------------------------------------------------------------------- registry and CLI
+
+
+def test_every_contract_claim_is_declared_with_both_scales():
+    assert claim_ids() == CONTRACT
+    for cid in CONTRACT:
+        c = load_claim(cid)
+        assert set(c.scales) == {"cpu", "gpu"} and c.paper and c.tests and c.requires is None, cid
+        for scale in ("cpu", "gpu"):
+            assert c.sweep(scale)["sweeps"] and int(c.sweep(scale).get("seeds", 3)) >= 3
+
+
+def test_bad_claim_files_are_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="kind=bogus is not one of"):
+        write_claim(tmp_path, [{**VAR_TEST, "kind": "bogus"}])
+    with pytest.raises(ConfigError, match="metric=loss is not one of"):
+        write_claim(tmp_path, [{**VAR_TEST, "metric": "loss"}])
+    with pytest.raises(ConfigError, match="unknown claim 'nope'"):
+        load_claim("nope")
+
+
+def test_a_claim_the_code_cannot_measure_says_so_in_one_line(tmp_path):
+    from normbench.reproduce.runner import reproduce
+
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    claim.requires = "an eval that does not exist yet"
+    with pytest.raises(ConfigError, match="cannot run yet: an eval that does not exist yet"):
+        reproduce(claim, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_run_judges_the_runs_there_are_and_writes_verdict_and_report(tmp_path, monkeypatch):
+    from normbench.reproduce import runner
+
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    root, _, _ = runner.plan(claim, "cpu", None, [], tmp_path / "out")
+    for seed, (pre, peri) in enumerate([(40, 10), (44, 11)]):
+        fake_run(root / "sweep0" / f"pre{seed}", "pre_ln", seed, var_growth=pre)
+        fake_run(root / "sweep0" / f"peri{seed}", "peri_ln", seed, var_growth=peri)
+    fake_run(root / "sweep0" / "peri2", "peri_ln", 2, status="interrupted")
+    monkeypatch.setattr(runner, "train", lambda argv: pytest.fail("--no-run trained"))
+    res = runner.reproduce(claim, out=tmp_path / "out", log=lambda *_: None, launch=False)
+    saved = json.loads((tmp_path / "out" / "madeup" / "verdict.json").read_text())
+    assert saved["verdict"] == res["verdict"] == V.INCONCLUSIVE and saved["n_runs"] == 5
+    assert "too few seeds: 2 values" in saved["reason"] and "1 of 3 runs not finished" in saved["reason"]
+    assert saved["tests"][0]["ratio"] == pytest.approx(0.25)
+    report = (tmp_path / "out" / "madeup" / "report.md").read_text()
+    assert report.startswith("**Verdict — madeup: INCONCLUSIVE at scale=cpu")
+
+
+def test_cli_list_and_errors(capsys):
+    from normbench.cli import main
+
+    assert main(["reproduce", "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == CONTRACT
+    assert "arXiv:2502.02732" in next(ln for ln in lines if ln.startswith("peri_variance"))
+    assert main(["reproduce", "nope"]) == 2
+    assert "unknown claim 'nope'" in capsys.readouterr().err
+    assert main(["reproduce", "peri_variance", "scale=tpu"]) == 2
+    assert "scale=tpu is not allowed" in capsys.readouterr().err
+    assert main(["reproduce", "peri_variance", "seeds=x"]) == 2
+
+
+def test_dry_run_plans_one_multirun_per_grid(tmp_path, capsys):
+    from normbench.cli import main
+
+    assert main(["reproduce", "norm_gain_wd", f"out={tmp_path}", "seeds=4", "--dry-run", "hydra/launcher=basic"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("normbench train -m") == 2 and "seed=0,1,2,3" in out
+    assert "optim.decay_norm_out=false,true" in out and "hydra/launcher=basic" in out
+    assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_reproduce_end_to_end_writes_verdict_and_reuses_runs(tmp_path, monkeypatch):
+    from normbench.reproduce import runner
+
+    tests = [
+        {
+            "name": "parity",
+            "kind": "on_par",
+            "metric": "best_val_loss",
+            "group": {"norm": "rmsnorm"},
+            "baseline": {"norm": "layernorm"},
+            "band": [-0.5, 0.5],
+        },
+        {
+            "name": "skip",
+            "kind": "difference",
+            "metric": "skip_cost_deep",
+            "group": {"norm": "rmsnorm"},
+            "baseline": {"norm": "layernorm"},
+            "direction": "lower",
+            "threshold": 0.01,
+            "informative": True,
+        },
+    ]
+    fixed = [
+        "model=tiny",
+        "trainer.max_steps=8",
+        "trainer.eval_every=4",
+        "trainer.batch_size=4",
+        "trainer.eval_batches=2",
+        "diag.every=4",
+        "device=cpu",
+    ]
+    claim = write_claim(tmp_path / "claims", tests, sweeps=({"norm": ["layernorm", "rmsnorm"]},), fixed=fixed, seeds=2)
+    out = tmp_path / "out"
+    res = runner.reproduce(claim, "cpu", None, [], out, min_seeds=2, log=lambda *_: None)
+    verdict = json.loads((out / "madeup" / "verdict.json").read_text())
+    assert verdict["claim"] == "madeup" and verdict["verdict"] in (V.HOLDS, V.FAILS, V.INCONCLUSIVE)
+    for key in ("metric", "effect", "ci", "threshold", "n_seeds", "scale", "groups", "tests", "commit"):
+        assert key in verdict, key
+    assert verdict["n_seeds"] == 2 and verdict["n_runs"] == 4 and verdict["scale"] == "cpu"
+    assert (
+        len(verdict["groups"]["norm=rmsnorm"]["values"])
+        + verdict["groups"]["norm=rmsnorm"]["outcomes"].get("diverged", 0)
+        == 2
+    )
+    report = (out / "madeup" / "report.md").read_text()
+    assert report.startswith(f"**Verdict — madeup: {res['verdict']}")
+    assert (out / "madeup" / "claim.png").stat().st_size > 1000
+    # the layer-skip eval: with every block in place it reproduces the trainer's final val loss
+    for run in find_runs(out / "madeup" / "runs"):
+        skip = json.loads((run.path / "layer_skip.json").read_text())
+        assert len(skip["skipped"]) == 2
+        assert math.isclose(skip["base"], run.summary["final_val_loss"], rel_tol=1e-4)
+
+    # a second call trains nothing and gives the same numbers
+    monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
+    again = runner.reproduce(claim, "cpu", None, [], out, min_seeds=2, log=lambda *_: None)
+    assert again["effect"] == res["effect"] and again["verdict"] == res["verdict"]
