@@ -20,7 +20,7 @@ from normbench.config import validate
 from normbench.errors import ConfigError
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.model.more_norms import BatchNormBT, PowerNorm, ScaleNorm, SeeDNorm
+from normbench.model.more_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
 from normbench.model.norms import build_norm
 from normbench.optim import build_optimizer
 
@@ -60,6 +60,58 @@ def test_scalenorm_affine_false_fixes_g():
     assert not list(n.parameters())
     x = torch.tensor([1.0, 1.0, 1.0, 1.0], dtype=F64)
     assert torch.allclose(n(x), x)  # sqrt(4) * x / 2
+
+
+# ------------------------------------------------------------------------------------------ CRMSNorm
+def test_crmsnorm_equation_by_hand_and_layernorm_identity():
+    n = CRMSNorm(2, eps=1e-5).double()
+    assert not list(n.parameters())  # affine-free, as the reference
+    x = torch.tensor([1.0, 2.0], dtype=F64)  # compressed z = [1, 2, -3]
+    want = x / math.sqrt((1 + 4 + 9) / 3 + 1e-5)
+    assert torch.allclose(n(x), want, rtol=1e-15)
+    z = torch.randn(4, 7, 9, dtype=F64, generator=torch.Generator().manual_seed(4)) * 2
+    z = z - z.mean(-1, keepdim=True)
+    ln = F.layer_norm(z, (9,), eps=1e-5)
+    assert torch.allclose(CRMSNorm(8, eps=1e-5).double()(z[..., :-1]), ln[..., :-1], rtol=1e-12)
+    g = CRMSNorm(8, affine=True).double()
+    with torch.no_grad():
+        g.weight.copy_(torch.linspace(0.5, 1.5, 8))
+    assert torch.allclose(g(z[..., :-1]), ln[..., :-1] * g.weight, rtol=1e-12)
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_pre_crmsnorm_gpt_is_exactly_a_pre_ln_gpt_one_coordinate_wider(affine):
+    """norm=crmsnorm (width d) computes the logits of a Pre-LN model with a zero-mean residual of width d + 1:
+    embeddings [E, -sum E], input projections [W, 0], output projections [W; -sum of rows], head [E, 0]."""
+    cfg = compose(["model=tiny", "arch=pre_ln", "norm=crmsnorm", f"norm.affine={str(affine).lower()}"])
+    torch.manual_seed(0)
+    model = build_model(cfg, 64).double()
+    norms = [b.attn.norm_in for b in model.blocks] + [b.mlp.norm_in for b in model.blocks] + [model.ln_f]
+    assert all(isinstance(m, CRMSNorm) for m in norms)
+    if affine:  # a trained gain: the wide model's LayerNorm gain is [g, anything]
+        with torch.no_grad():
+            for i, m in enumerate(norms):
+                m.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(i))
+    d = cfg.model.d_model
+    idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        logits, _ = model(idx)
+
+        def expand(y):
+            return torch.cat([y, -y.sum(-1, keepdim=True)], -1)
+
+        def ln(z, m):  # LayerNorm at width d + 1 (eps 1e-5), its gain's first d entries = the CRMSNorm gain
+            y = F.layer_norm(z, (d + 1,), eps=1e-5)[..., :d]
+            return y * m.weight if affine else y
+
+        rope = model.rope(idx.device, F64)
+        z = expand(model.wte(idx))
+        for b in model.blocks:
+            z = z + expand(b.attn.core(ln(z, b.attn.norm_in), rope))
+            z = z + expand(b.mlp.core(ln(z, b.mlp.norm_in)))
+        assert z.sum(-1).abs().max() < 1e-10  # the wide residual stays zero-mean
+        ref = ln(z, model.ln_f) @ model.wte.weight.T
+    assert torch.allclose(logits, ref, rtol=1e-10, atol=1e-12)
 
 
 # ------------------------------------------------------------------------------------------ SeeDNorm
@@ -195,12 +247,21 @@ def test_fixnorm_unit_embeddings_and_cosine_logits():
 
 
 # -------------------------------------------------------------------------------- kinds and weight decay
-NEW = ["norm=scalenorm", "norm=seednorm", "norm=powernorm", "norm=batchnorm"]
+NEW = ["norm=scalenorm", "norm=seednorm", "norm=powernorm", "norm=batchnorm", "norm=crmsnorm"]
 
 
 @pytest.mark.parametrize("norm", NEW)
 def test_kinds_and_weight_decay(norm):
-    cfg = compose(["model=tiny", "arch=peri_ln", norm, "optim.decay_norm_out=true", "optim.decay_scalars=true"])
+    cfg = compose(
+        [
+            "model=tiny",
+            "arch=peri_ln",
+            norm,
+            "norm.affine=true",
+            "optim.decay_norm_out=true",
+            "optim.decay_scalars=true",
+        ]
+    )
     torch.manual_seed(0)
     model = build_model(cfg, 256)
     kinds = param_kinds(model)
@@ -231,6 +292,8 @@ def test_kinds_and_weight_decay(norm):
         (["norm=seednorm", "norm.seed_heads=3"], "norm.seed_heads=3"),
         (["norm=seednorm", "norm.seed_heads=0"], "norm.seed_heads=0"),
         (["norm=seednorm", "norm.affine=false"], "norm.affine=false"),
+        (["norm=crmsnorm", "arch.qk_norm=true"], "arch.qk_norm=true"),
+        (["norm=crmsnorm", "arch=hybridnorm"], "arch=hybridnorm"),
     ],
 )
 def test_bad_values_are_one_line(capsys, overrides, needle):
@@ -254,6 +317,7 @@ def test_list_norm_shows_each_with_its_paper(capsys):
     out = capsys.readouterr().out
     for name, paper in [
         ("scalenorm", "arXiv:1910.05895"),
+        ("crmsnorm", "arXiv:2305.14858"),
         ("seednorm", "arXiv:2510.22777"),
         ("batchnorm", "Shen et al. 2020"),
         ("powernorm", "arXiv:2003.07845"),
@@ -271,8 +335,8 @@ def test_builders_follow_config():
 
 
 # ------------------------------------------------------------------------------------------ training
-@pytest.mark.parametrize("overrides", [[n] for n in NEW[:3]] + [["norm=batchnorm", "norm.allow_leak=true"]] + [
-    ["norm=scalenorm", "model.fixnorm=true"]])  # fmt: skip
+@pytest.mark.parametrize("overrides", [[n] for n in NEW if n != "norm=batchnorm"] + [
+    ["norm=batchnorm", "norm.allow_leak=true"], ["norm=scalenorm", "model.fixnorm=true"]])  # fmt: skip
 def test_tiny_model_learns(overrides):
     cfg = compose(["model=tiny", "arch=pre_ln", "model.seq_len=32", *overrides])
     torch.manual_seed(0)

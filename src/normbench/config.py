@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from normbench.errors import ConfigError
 
 ARCHS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt")
-NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none", "scalenorm", "seednorm", "batchnorm", "powernorm")
+NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
 OPTIMS = ("adamw", "sgd", "lion", "muon", "adafactor")
 SCHEDS = ("cosine", "wsd", "constant")
 DATAS = ("kjv", "files", "hf", "synthetic")
@@ -230,6 +230,11 @@ def _check_more_norms(n: Any, m: Any, a: Any) -> None:
         raise ConfigError(f"norm.pn_warmup={n.pn_warmup} {LEAK}; the causal-safe powernorm has pn_warmup=0")
     if n.name in ("batchnorm", "powernorm") and a.qk_norm:
         raise ConfigError(f"arch.qk_norm=true with norm={n.name}: batch-statistic norms replace the block norms only")
+    if n.name == "crmsnorm" and (a.qk_norm or a.name in ("hybridnorm", "hybridnorm_star")):
+        raise ConfigError(
+            f"norm=crmsnorm with {'arch.qk_norm=true' if a.qk_norm else f'arch={a.name}'}: CRMSNorm reads its input "
+            "as a compressed zero-mean residual, which q/k/v are not; allowed: arch.qk_norm=false, not hybridnorm*"
+        )
     if n.name == "seednorm" and not n.affine:
         raise ConfigError("norm.affine=false with norm=seednorm: gamma, alpha, beta are the method; allowed: true")
     for key in ("seed_heads", "pn_groups"):

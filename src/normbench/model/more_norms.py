@@ -1,4 +1,4 @@
-"""Further norm layers from the papers: ScaleNorm, SeeDNorm, BatchNorm (leaks), PowerNorm (causal-safe).
+"""Further norm layers from the papers: ScaleNorm, CRMSNorm, SeeDNorm, BatchNorm (leaks), PowerNorm (causal-safe).
 
 Each registers its ``norm=`` name with :func:`register_norm` and declares its parameters' kinds
 (model/kinds.py). Equations, defaults and deviations: docs/architectures.md §2.
@@ -7,6 +7,15 @@ Each registers its ``norm=`` name with :func:`register_norm` and declares its pa
   tnq177/transformers_without_tears layers.py ``ScaleNorm``: ``g * x / max(||x||_2, eps)`` with ONE
   learnable scalar g per site, init sqrt(d), eps a clamp on the norm (not added to the sum of squares).
   Deviation: the norm is computed in at least fp32 (the reference uses the input dtype).
+- CRMSNorm: Jiang et al. 2023, "Pre-RMSNorm and Pre-CRMSNorm Transformers" (arXiv:2305.14858);
+  ZixuanJiang/pre-rmsnorm-transformer torch/customized_layer.py ``CRMSNorm``: ``x`` (width n) is the
+  compressed form of a zero-mean ``z = [x, -sum(x)]`` (width n + 1), and
+  ``CRMSNorm(x) = x / sqrt((sum(x^2) + sum(x)^2) / (n + 1) + eps) = LayerNorm(z)[:n]``. ``norm=crmsnorm`` is
+  the reference's ``pre-crms-same-dim`` method: the residual stays d_model wide, so the model is exactly a
+  Pre-LN model whose residual is d_model + 1 wide (zero-mean) with the same attention/MLP widths. The
+  reference's ``pre-crms`` (residual d - 1, equal to Pre-LN at width d) needs a residual narrower than the
+  attention, which our GPT does not have. Optional gain (the reference is affine-free: a gain folds into
+  the next linear layer), computed in at least fp32 as the reference.
 - SeeDNorm: arXiv:2510.22777 (no official code; we follow the paper's equations):
   ``[tanh(<x, beta>) * alpha + gamma] * x / RMS(x)``, ``alpha, beta, gamma`` in R^d, the seed
   ``<x, beta>`` taken from the raw x, one per token (or per contiguous slice with ``norm.seed_heads``).
@@ -48,6 +57,23 @@ class ScaleNorm(nn.Module):
         xf = upcast(x)
         y = (xf / torch.linalg.vector_norm(xf, dim=-1, keepdim=True).clamp_min(self.eps)).type_as(x)
         return y * self.weight if self.weight is not None else y * self.fixed_g
+
+
+class CRMSNorm(nn.Module):
+    """``x / sqrt((sum(x^2) + sum(x)^2) / (n + 1) + eps)`` (times an optional gain): LayerNorm of ``[x, -sum(x)]``."""
+
+    PARAM_KINDS = {"weight": "norm"}
+
+    def __init__(self, dim: int, eps: float = 1e-5, affine: bool = False):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = upcast(x)
+        power = (xf.pow(2).sum(-1, keepdim=True) + xf.sum(-1, keepdim=True).pow(2)) / (x.shape[-1] + 1)
+        y = (xf * torch.rsqrt(power + self.eps)).type_as(x)
+        return y * self.weight if self.weight is not None else y
 
 
 class SeeDNorm(nn.Module):
@@ -188,6 +214,7 @@ class PowerNorm(nn.Module):
 
 
 register_norm("scalenorm")(lambda cfg, dim, alpha: ScaleNorm(dim, eps=cfg.eps, affine=cfg.affine))
+register_norm("crmsnorm")(lambda cfg, dim, alpha: CRMSNorm(dim, eps=cfg.eps, affine=cfg.affine))
 register_norm("seednorm")(
     lambda cfg, dim, alpha: SeeDNorm(dim, eps=cfg.eps, heads=cfg.seed_heads, alpha_init=cfg.seed_alpha_init)
 )
