@@ -57,7 +57,7 @@ def assert_one_line_error(code, err: str, *needles: str) -> None:
 CASES = [
     # (overrides, what the line must say); {d} is the directory of the data files above
     (["arch=foo"], ["arch=foo is not an option; choose one of: deepnorm", "pre_ln"]),
-    (["norm=batchnorm"], ["norm=batchnorm is not an option", "rmsnorm"]),
+    (["norm=groupnorm"], ["norm=groupnorm is not an option", "rmsnorm"]),
     (["optim=adam"], ["optim=adam is not an option", "adamw"]),
     (["sched=linear"], ["sched=linear is not an option", "cosine"]),
     (["data=web"], ["data=web is not an option", "kjv"]),

@@ -51,7 +51,11 @@ SUMMARY_KEYS = {
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in cli.GROUPS if g != "experiment" for o in cli.options(g)])
 def test_every_group_option_composes_and_validates(group, option):
-    extra = {"files": ["data.paths=[x.txt]"], "hf": ["data.hf_path=some/dataset"]}.get(option, [])
+    extra = {
+        "files": ["data.paths=[x.txt]"],
+        "hf": ["data.hf_path=some/dataset"],
+        "batchnorm": ["norm.allow_leak=true"],  # refused without it (tests/test_more_norms.py)
+    }.get(option, [])
     cfg = compose([f"{group}={option}", *extra])
     node = cfg[group]
     assert node.name == option

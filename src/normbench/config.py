@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from normbench.errors import ConfigError
 
 ARCHS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt")
-NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none")
+NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
 OPTIMS = ("adamw", "sgd", "lion", "muon", "adafactor")
 SCHEDS = ("cosine", "wsd", "constant")
 DATAS = ("kjv", "files", "hf", "synthetic")
@@ -49,6 +49,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     init_std: float = 0.02
     dropout: float = 0.0
+    fixnorm: bool = False  # unit-L2 word embeddings x sqrt(d); a tied head uses them too (Nguyen & Salazar 2019)
 
 
 @dataclass
@@ -83,6 +84,15 @@ class NormConfig:
     shift_init: float = 0.0  # derf: initial scalar shift
     embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
     width_init: bool = False  # dyt/derf/none: weights and embedding N(0, 1/d_model), not model.init_std
+    # model/more_norms.py (docs/architectures.md §2)
+    seed_heads: int = 1  # seednorm: slices with their own seed <x_i, beta_i> (the paper's multi-head form)
+    seed_alpha_init: float = 1.0  # seednorm: alpha init (gamma = 1, beta = 0)
+    bn_momentum: float = 0.05  # batchnorm: running-stat momentum (the PowerNorm repo's BN baseline)
+    pn_alpha_fwd: float = 0.9  # powernorm: EMA of the running quadratic mean phi
+    pn_alpha_bkw: float = 0.9  # powernorm: EMA factor of the approximate backward
+    pn_groups: int = 1  # powernorm: groups of the per-token group scaling (reference NormSelect: n_head)
+    pn_warmup: int = 0  # powernorm: steps on batch statistics first (leaks the future; needs allow_leak)
+    allow_leak: bool = False  # batchnorm / powernorm warmup: train with statistics over future positions
 
 
 @dataclass
@@ -209,6 +219,41 @@ def _positive(key: str, value: Any, zero_ok: bool = False) -> None:
         raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
 
 
+LEAK = (
+    "lets each token see later positions through batch statistics over batch x time "
+    "(docs/architectures.md §2); set norm.allow_leak=true to train with it anyway"
+)
+
+
+def _check_more_norms(n: Any, m: Any, a: Any) -> None:
+    """Keys of the norms in model/more_norms.py (ConfigError, one line)."""
+    if n.name == "batchnorm" and not n.allow_leak:
+        raise ConfigError(f"norm=batchnorm {LEAK}")
+    if n.name == "powernorm" and n.pn_warmup > 0 and not n.allow_leak:
+        raise ConfigError(f"norm.pn_warmup={n.pn_warmup} {LEAK}; the causal-safe powernorm has pn_warmup=0")
+    if n.name in ("batchnorm", "powernorm") and a.qk_norm:
+        raise ConfigError(f"arch.qk_norm=true with norm={n.name}: batch-statistic norms replace the block norms only")
+    if n.name == "crmsnorm" and (a.qk_norm or a.name in ("hybridnorm", "hybridnorm_star")):
+        raise ConfigError(
+            f"norm=crmsnorm with {'arch.qk_norm=true' if a.qk_norm else f'arch={a.name}'}: CRMSNorm reads its input "
+            "as a compressed zero-mean residual, which q/k/v are not; allowed: arch.qk_norm=false, not hybridnorm*"
+        )
+    if n.name == "seednorm" and not n.affine:
+        raise ConfigError("norm.affine=false with norm=seednorm: gamma, alpha, beta are the method; allowed: true")
+    for key in ("seed_heads", "pn_groups"):
+        _positive(f"norm.{key}", getattr(n, key))
+    _positive("norm.pn_warmup", n.pn_warmup, zero_ok=True)
+    for key in ("bn_momentum", "pn_alpha_fwd", "pn_alpha_bkw"):
+        if not 0.0 <= getattr(n, key) <= 1.0:
+            raise ConfigError(f"norm.{key}={getattr(n, key)} must be in [0, 1]")
+    if n.name == "seednorm":
+        widths = [m.d_model] + ([m.d_model // m.n_head] if a.qk_norm else [])
+        if any(w % n.seed_heads for w in widths):
+            raise ConfigError(f"norm.seed_heads={n.seed_heads} must divide the normalized widths {widths}")
+    if n.name == "powernorm" and m.d_model % n.pn_groups:
+        raise ConfigError(f"norm.pn_groups={n.pn_groups} must divide model.d_model={m.d_model}")
+
+
 def run_steps(cfg: Any) -> int:
     """Optimizer steps the run takes: ``trainer.max_steps``, or fewer when ``trainer.max_tokens``
     (at ``batch_size x grad_accum x seq_len`` tokens per step) comes first."""
@@ -256,6 +301,7 @@ def validate(cfg: Any) -> None:
     _positive("norm.eps", n.eps)
     for site in ("attn", "ffn", "final"):
         _positive(f"norm.alpha_init_{site}", getattr(n, f"alpha_init_{site}"))
+    _check_more_norms(n, m, a)
     _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
     _positive("optim.eps", o.eps, zero_ok=True)
     _positive("optim.ns_steps", o.ns_steps)

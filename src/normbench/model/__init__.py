@@ -6,6 +6,7 @@ import math
 
 import torch.nn as nn
 
+import normbench.model.more_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
@@ -72,6 +73,7 @@ def check_combination(cfg) -> list[str]:
                 ("model.mlp", m.mlp, "swiglu"),
                 ("model.bias", m.bias, False),
                 ("model.dropout", m.dropout, 0.0),
+                ("model.fixnorm", m.fixnorm, False),
                 ("arch.qk_norm", a.qk_norm, False),
                 ("arch.final_norm", a.final_norm, False),
                 ("arch.embed_norm", a.embed_norm, False),

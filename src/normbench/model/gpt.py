@@ -261,6 +261,7 @@ class GPT(CausalLM, nn.Module):
         self.rope_theta = mcfg.rope_theta
         self.use_rope = mcfg.pos == "rope"
         self.seq_len = mcfg.seq_len
+        self.fixnorm = mcfg.fixnorm
         self._rope = None
         self._init_weights(mcfg, arch, width_init=norm_cfg.width_init)
 
@@ -310,7 +311,10 @@ class GPT(CausalLM, nn.Module):
     # ----- forward -----
 
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        x = self.wte(idx)
+        if self.fixnorm:  # FixNorm (Nguyen & Salazar 2019): unit-L2 word embeddings times sqrt(d)
+            x = F.embedding(idx, F.normalize(self.wte.weight, dim=-1)) * math.sqrt(self.d_model)
+        else:
+            x = self.wte(idx)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(start, start + idx.shape[1], device=idx.device))
         if self.emb_scale is not None:
@@ -336,7 +340,10 @@ class GPT(CausalLM, nn.Module):
                 hidden.append(x)
         if self.ln_f is not None:
             x = self.ln_f(x)
-        logits = self.lm_head(x)
+        if self.fixnorm and self.lm_head.weight is self.wte.weight:  # tied: the head uses the unit-norm rows
+            logits = F.linear(x, F.normalize(self.lm_head.weight, dim=-1))
+        else:
+            logits = self.lm_head(x)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(upcast(logits).view(-1, logits.size(-1)), targets.reshape(-1))
