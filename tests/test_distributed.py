@@ -10,12 +10,15 @@ is ``batch_size=4 x grad_accum=2``: one micro-batch per rank, synced once per st
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -129,15 +132,49 @@ def test_checkpoint_state_round_trip(tiny_cfg):
 
 
 # ------------------------------------------------------------------ torchrun, 2 processes
-def torchrun(args: list[str], cwd: Path, module: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+def torchrun(args: list[str], cwd: Path, module: bool = True, timeout: float = 150) -> subprocess.CompletedProcess:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     cmd = [*launcher, "-m", "normbench", "train", *args] if module else [*launcher, *args]
     env = {**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        (cwd / "torchrun.log").write_text(proc.stdout + "\n" + proc.stderr)
-        raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return proc
+    # own process group: a hung launch is killed with every worker, none left holding a run dir
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        (cwd / "torchrun-hung.log").write_text(out + "\n" + err)
+        raise TorchrunHung(f"torchrun did not end within {timeout:.0f} s: {' '.join(args[-2:])}") from None
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if done.returncode != 0:
+        (cwd / "torchrun.log").write_text(out + "\n" + err)
+        raise AssertionError(f"torchrun failed ({done.returncode}):\n{out[-3000:]}\n{err[-6000:]}")
+    return done
+
+
+class TorchrunHung(Exception):
+    pass
+
+
+def retry_once_if_hung(test):
+    """A torchrun launch on the 2-core CI machine hung once (of many suites; cause not yet found):
+    such a test is run again once in a fresh directory, with a warning, instead of failing the suite."""
+
+    @functools.wraps(test)
+    def wrapper(*args, tmp_path, **kwargs):
+        try:
+            return test(*args, tmp_path=_fresh(tmp_path / "try1"), **kwargs)
+        except TorchrunHung as exc:
+            warnings.warn(f"{exc}; retrying {test.__name__} once", stacklevel=1)
+            return test(*args, tmp_path=_fresh(tmp_path / "try2"), **kwargs)
+
+    return wrapper
+
+
+def _fresh(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def records(run_dir: Path) -> dict[int, dict]:
@@ -188,6 +225,7 @@ def single(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@retry_once_if_hung
 def test_torchrun_matches_single_process(mode, single, tmp_path):
     ref = single("pre_ln")
     run_dir = tmp_path / "run"
@@ -216,6 +254,7 @@ def test_torchrun_matches_single_process(mode, single, tmp_path):
 
 
 @pytest.mark.slow
+@retry_once_if_hung
 def test_ddp_resume_and_resume_across_world_sizes(single, tmp_path):
     """Stop a 2-process DDP run at step 2; resume it under DDP, FSDP2 and in one process."""
     from normbench import trainer
@@ -238,6 +277,7 @@ def test_ddp_resume_and_resume_across_world_sizes(single, tmp_path):
 
 
 @pytest.mark.slow
+@retry_once_if_hung
 def test_ddp_resume_with_dropout_continues_each_ranks_stream(tmp_path):
     """Dropout draws a different mask on each rank: a resume restores every rank's own RNG, not rank 0's."""
     drop = [*BASE, "model.dropout=0.2", "parallel=ddp", "diag=off"]
@@ -291,6 +331,7 @@ SIGNAL_WORKER = textwrap.dedent(
 
 
 @pytest.mark.slow
+@retry_once_if_hung
 def test_a_signal_on_one_rank_stops_every_rank_at_the_next_step(tmp_path):
     """Not only at log steps (log_every=10): the stop vote rides in every step's loss all-reduce."""
     script = tmp_path / "signal_worker.py"
@@ -370,6 +411,7 @@ WORKER = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@retry_once_if_hung
 def test_ngpt_ranks_agree_and_renormalize_sharded(mode, single, tmp_path):
     ref = single("ngpt")
     script = tmp_path / "worker.py"
