@@ -10,6 +10,7 @@ is ``batch_size=4 x grad_accum=2``: one micro-batch per rank, synced once per st
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -136,14 +137,19 @@ def torchrun(args: list[str], cwd: Path, module: bool = True, timeout: float = 1
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     cmd = [*launcher, "-m", "normbench", "train", *args] if module else [*launcher, *args]
     env = {**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1"}
-    # own process group: a hung launch is killed with every worker, none left holding a run dir
+    # a hung launch is killed with every worker (none left holding a run dir or the CPU)
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        for pid in [*_descendants(proc.pid), proc.pid]:  # torchrun starts its workers in their own sessions
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out, err = "", "(output lost: a pipe stayed open)"
         (cwd / "torchrun-hung.log").write_text(out + "\n" + err)
         raise TorchrunHung(f"torchrun did not end within {timeout:.0f} s: {' '.join(args[-2:])}") from None
     done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
@@ -151,6 +157,20 @@ def torchrun(args: list[str], cwd: Path, module: bool = True, timeout: float = 1
         (cwd / "torchrun.log").write_text(out + "\n" + err)
         raise AssertionError(f"torchrun failed ({done.returncode}):\n{out[-3000:]}\n{err[-6000:]}")
     return done
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc: torchrun's workers are not in its process group)."""
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                kids.append(int(entry.name))
+    return kids + [d for k in kids for d in _descendants(k)]
 
 
 class TorchrunHung(Exception):
