@@ -39,13 +39,13 @@ class ScaleNorm(nn.Module):
 
 @pytest.fixture
 def scalenorm(monkeypatch):
-    monkeypatch.setitem(NORMS, "scalenorm", None)  # removed again after the test
-    register_norm("scalenorm")(lambda cfg, dim, alpha: ScaleNorm(dim, cfg.eps))
+    monkeypatch.setitem(NORMS, "test_scalenorm", None)  # removed again after the test
+    register_norm("test_scalenorm")(lambda cfg, dim, alpha: ScaleNorm(dim, cfg.eps))
 
 
 def _model(arch: str, *overrides: str):
     cfg = compose(["model=tiny", f"arch={arch}", "norm=rmsnorm", *overrides])
-    cfg.norm.name = "scalenorm"
+    cfg.norm.name = "test_scalenorm"
     torch.manual_seed(0)
     return build_model(cfg, 256), cfg
 
