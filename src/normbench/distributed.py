@@ -306,4 +306,14 @@ def shutdown(wait: bool = True) -> None:
         if wait:
             with contextlib.suppress(Exception):
                 dist.barrier()
+        _RETIRED_GROUPS.append(dist.group.WORLD)
         dist.destroy_process_group()
+
+
+# Process groups outlive ``shutdown`` until the process exits (torchrun workers leave by os._exit).
+# Otherwise the last reference dies with the DDP/FSDP model (when the trainer is freed), and
+# ~ProcessGroupGloo joins its worker threads while holding the GIL; a worker thread that is still
+# freeing a finished collective (its tensors are Python objects) waits for the GIL: a deadlock,
+# seen as a finished rank 1 that never exits (py-spy: Reducer dealloc -> ~ProcessGroupGloo ->
+# thread::join, and runLoop -> ~AsyncBarrierWork -> ~AsyncGatherWork -> gil_scoped_acquire).
+_RETIRED_GROUPS: list = []
