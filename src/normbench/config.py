@@ -16,6 +16,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from normbench import stabilizers
 from normbench.errors import ConfigError
 
 ARCHS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt")
@@ -113,6 +114,8 @@ class OptimConfig:
     decay_bias: bool = False
     decay_embed: bool = False
     decay_scalars: bool = False
+    qk_clip: bool = False  # QK-Clip after each step (Kimi K2 MuonClip; normbench/stabilizers.py)
+    qk_clip_tau: float = 100.0  # the max pre-softmax logit a head may reach
 
 
 @dataclass
@@ -302,6 +305,7 @@ def validate(cfg: Any) -> None:
     for site in ("attn", "ffn", "final"):
         _positive(f"norm.alpha_init_{site}", getattr(n, f"alpha_init_{site}"))
     _check_more_norms(n, m, a)
+    stabilizers.check_config(cfg)
     _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
     _positive("optim.eps", o.eps, zero_ok=True)
     _positive("optim.ns_steps", o.ns_steps)
