@@ -88,7 +88,7 @@ class NormConfig:
     # model/more_norms.py (docs/architectures.md §2)
     seed_heads: int = 1  # seednorm: slices with their own seed <x_i, beta_i> (the paper's multi-head form)
     seed_alpha_init: float = 1.0  # seednorm: alpha init (gamma = 1, beta = 0)
-    seed_final: bool = True  # seednorm: also the final norm (false: RMSNorm there; docs/architectures.md §2)
+    seed_final: bool = False  # seednorm: also the final norm (false: RMSNorm there; docs/architectures.md §2)
     bn_momentum: float = 0.05  # batchnorm: running-stat momentum (the PowerNorm repo's BN baseline)
     pn_alpha_fwd: float = 0.9  # powernorm: EMA of the running quadratic mean phi
     pn_alpha_bkw: float = 0.9  # powernorm: EMA factor of the approximate backward

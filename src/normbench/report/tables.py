@@ -46,12 +46,9 @@ LEAK_NOTE = "leaks the future: batch statistics over later positions (norm.allow
 
 def leaked(run: Run) -> bool:
     """A run trained with a forward that sees later positions: norm=batchnorm, or powernorm with a
-    batch-statistic warmup, allowed by norm.allow_leak=true (docs/architectures.md §2)."""
+    batch-statistic warmup (both train only with norm.allow_leak=true; docs/architectures.md §2)."""
     norm = setting(run, "norm")
-    warmup = setting(run, "norm.pn_warmup")
-    return setting(run, "norm.allow_leak") == "true" and (
-        norm == "batchnorm" or (norm == "powernorm" and warmup not in (None, "0"))
-    )
+    return norm == "batchnorm" or (norm == "powernorm" and setting(run, "norm.pn_warmup") not in (None, "0"))
 
 
 def _of_n(text: str, k: int, n: int) -> str:
