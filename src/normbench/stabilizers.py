@@ -19,7 +19,7 @@ The interface is three calls: :meth:`QKClip.from_config` (None when ``optim.qk_c
 module takes part by having a ``logit_max`` attribute (None = off) and updating it in its training
 forward with :func:`head_logit_max`.
 
-Deviations and limits (docs/architectures.md §6):
+Deviations and limits (docs/architectures.md §6.1):
 - Every normbench head has its own W_k (no GQA), so the clip is per query head, as for MHA in the
   paper (Megatron clips a GQA group together). With ``model.bias=true`` the q/k biases are scaled
   with their rows, so the head's logits scale by exactly gamma (Megatron leaves biases alone; K2
