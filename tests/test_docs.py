@@ -153,7 +153,8 @@ def test_contract_lists_every_metrics_key(runs):
     documented = always | _table_keys(rest)
     written = set()
     for records, _ in runs.values():
-        plain = [r for r in records if set(r) - {"qk_clip_logit_max", "qk_clip_heads"} == always]  # QK-Clip: every record
+        # a QK-Clip run writes its two keys on every record
+        plain = [r for r in records if set(r) - {"qk_clip_logit_max", "qk_clip_heads"} == always]
         assert plain, "some records carry only the every-record keys"
         written |= {k for r in records for k in r}
     assert written - documented == set(), "keys the trainer writes that docs/contract.md does not list"
