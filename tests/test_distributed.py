@@ -307,6 +307,27 @@ def test_ddp_resume_with_dropout_continues_each_ranks_stream(tmp_path):
     assert_same_weights(weights(part), weights(whole), atol=0)
 
 
+@pytest.mark.slow
+@retry_once_if_hung
+def test_ddp_qk_clip_takes_the_max_over_ranks(tmp_path):
+    """Each rank sees one micro-batch; the clip must act on the MAX over both (all-reduced), as one
+    process does over its two micro-batches: same measured logits, same clipped weights."""
+    from normbench import trainer
+
+    clip = [*BASE, "trainer.max_steps=3", "diag=off", "optim.qk_clip=true", "optim.qk_clip_tau=0.1"]
+    ref = tmp_path / "single"
+    trainer.run(compose(clip), ref)
+    run_dir = tmp_path / "ddp"
+    torchrun([*clip, "parallel=ddp", f"hydra.run.dir={run_dir}"], tmp_path)
+    got, want = records(run_dir), records(ref)
+    assert sum(sum(want[s]["qk_clip_heads"]) for s in (1, 2, 3)) > 0  # tau 0.1: it acted
+    for s in (1, 2, 3):
+        assert got[s]["qk_clip_logit_max"] == pytest.approx(want[s]["qk_clip_logit_max"], rel=1e-5), s
+        assert got[s]["qk_clip_heads"] == want[s]["qk_clip_heads"], s
+    assert_same_run(got, want, (1, 2, 3))
+    assert_same_weights(weights(run_dir), weights(ref))
+
+
 SIGNAL_WORKER = textwrap.dedent(
     """
     # torchrun worker: rank 1 alone catches SIGTERM during step 3; every rank must stop at the same step.

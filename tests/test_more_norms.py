@@ -152,6 +152,15 @@ def test_seednorm_at_init_is_rmsnorm_and_only_beta_learns_first():
     assert n.seed_beta.grad.abs().max() > 0
 
 
+def test_seednorm_seed_final_false_keeps_rmsnorm_at_the_final_site_only():
+    from normbench.model.norms import RMSNorm
+
+    for final in (True, False):
+        model = build_model(compose(["model=tiny", "norm=seednorm", f"norm.seed_final={str(final).lower()}"]), 256)
+        assert type(model.ln_f) is (SeeDNorm if final else RMSNorm)
+        assert all(isinstance(b.attn.norm_in, SeeDNorm) and isinstance(b.mlp.norm_in, SeeDNorm) for b in model.blocks)
+
+
 # --------------------------------------------------------------------------------- BatchNorm / PowerNorm
 def _seq(seed=2, B=2, T=6, C=8):
     return torch.randn(B, T, C, dtype=F64, generator=torch.Generator().manual_seed(seed)) * 2 + 0.3

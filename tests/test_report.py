@@ -608,3 +608,19 @@ def test_baseline_difference_with_welch_interval(tmp_path):
     assert rows["arch=peri_ln"]["Δ best val loss [95% CI]"] == f"{0.9 - 1.2:+.4f} (n=1 vs 3: no interval)"
     d = report.welch_interval([1.0, 1.0], [2.0, 2.0])  # no spread: a point interval
     assert (d.diff, d.low, d.high) == (-1.0, -1.0, -1.0)
+
+
+def test_a_batchnorm_run_row_says_it_leaked(tmp_path):
+    """norm=batchnorm trains only with norm.allow_leak=true; its report rows say the result leaked."""
+    for job, norm in enumerate(("batchnorm", "rmsnorm")):
+        recs = fake_records(1.0 + job)
+        cfg = {**config(), "norm": {"name": norm, "allow_leak": norm == "batchnorm"}}
+        overrides = [f"norm={norm}"] + (["norm.allow_leak=true"] if norm == "batchnorm" else [])
+        make_run(tmp_path / str(job), overrides, cfg, recs, {**summary_for(recs, "pre_ln", 0), "norm": norm})
+    md = report.make_report(tmp_path, figures_too=False).read_text()
+    rows = table(md, "group")
+    leak = next(row for label, row in rows.items() if "batchnorm" in label)
+    assert "leaks the future" in leak["notes"] and "allow_leak" in leak["notes"]
+    assert next(row for label, row in rows.items() if "rmsnorm" in label)["notes"] == ""
+    runs = table(md, "run")
+    assert "leaks the future" in runs["0"]["reason"] and "leaks" not in runs["1"]["reason"]

@@ -11,6 +11,7 @@ import yaml
 
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs
+from normbench.reproduce import claims
 from normbench.reproduce import verdict as V
 from normbench.reproduce.claims import claim_ids, load_claim
 from normbench.reproduce.measure import judge_claim
@@ -29,6 +30,7 @@ CONTRACT = [
     "qknorm_lr",
     "rmsnorm_parity",
 ]
+CONTRACT = sorted([*CONTRACT, "crmsnorm_parity", "seednorm_gain", "powernorm_gap", "qkclip_logits"])
 
 
 # ----------------------------------------------------------------------------- the rule on numbers
@@ -350,3 +352,45 @@ def test_reproduce_end_to_end_writes_verdict_and_reuses_runs(tmp_path, monkeypat
     monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
     again = runner.reproduce(claim, "cpu", None, [], out, min_seeds=2, log=lambda *_: None)
     assert again["effect"] == res["effect"] and again["verdict"] == res["verdict"]
+
+
+@pytest.mark.parametrize("cid", ["crmsnorm_parity", "seednorm_gain", "powernorm_gap", "qkclip_logits"])
+def test_issue17_claims_compose_to_valid_configs(cid):
+    """Every grid point of the claims added with the further norms and QK-Clip is a valid training config."""
+    import itertools
+
+    from normbench.config import validate
+
+    from conftest import compose
+
+    claim = load_claim(cid)
+    for scale in ("cpu", "gpu"):
+        s = claim.sweep(scale)
+        for grid in s["sweeps"]:
+            for values in itertools.product(*grid.values()):
+                point = [f"{k}={claims.as_str(v)}" for k, v in zip(grid, values)]
+                validate(compose([*s["fixed"], *point]))
+
+
+def test_qkclip_claim_on_made_up_runs(tmp_path):
+    """attn_logit_peak(_tau): the largest diag attn_logit_max over blocks and steps (/ the run's tau)."""
+    claim = load_claim("qkclip_logits")
+
+    def make(clip: bool, seed: int, peaks: list[float], loss: float):
+        path = tmp_path / f"{clip}{seed}"
+        fake_run(path, "pre_ln", seed, loss=loss, extra=[f"optim.qk_clip={str(clip).lower()}", "optim.qk_clip_tau=10"])
+        recs = [{"step": 50 * (i + 1), "loss": 3.0, "attn_logit_max": [p / 2, p]} for i, p in enumerate(peaks)]
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    for seed in range(3):
+        make(False, seed, [8.0, 20.0 + seed, 23.0], 2.0 + 0.01 * seed)
+        make(True, seed, [8.0, 10.1, 9.9 + 0.1 * seed], 2.005 + 0.01 * seed)
+    res = judge_claim(claim, find_runs(tmp_path), "cpu")
+    peak, held, loss = res["tests"]
+    assert peak["groups"]["optim.qk_clip=true"]["values"] == [10.1, 10.1, 10.1]
+    assert peak["groups"]["optim.qk_clip=false"]["values"] == [23.0, 23.0, 23.0]
+    assert held["groups"]["optim.qk_clip=true"]["values"] == pytest.approx([1.01, 1.01, 1.01])
+    assert [t["verdict"] for t in res["tests"]] == [V.HOLDS, V.HOLDS, V.HOLDS] and res["verdict"] == V.HOLDS
+    make(True, 3, [8.0, 15.0], 2.0)  # a fourth clipped seed over 1.1 tau: the "held" test can no longer hold
+    make(False, 3, [8.0, 23.0], 2.0)
+    assert judge_claim(claim, find_runs(tmp_path), "cpu")["tests"][1]["verdict"] != V.HOLDS

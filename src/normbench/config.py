@@ -16,6 +16,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from normbench import stabilizers
 from normbench.errors import ConfigError
 
 ARCHS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt")
@@ -87,6 +88,7 @@ class NormConfig:
     # model/more_norms.py (docs/architectures.md §2)
     seed_heads: int = 1  # seednorm: slices with their own seed <x_i, beta_i> (the paper's multi-head form)
     seed_alpha_init: float = 1.0  # seednorm: alpha init (gamma = 1, beta = 0)
+    seed_final: bool = False  # seednorm: also the final norm (false: RMSNorm there; docs/architectures.md §2)
     bn_momentum: float = 0.05  # batchnorm: running-stat momentum (the PowerNorm repo's BN baseline)
     pn_alpha_fwd: float = 0.9  # powernorm: EMA of the running quadratic mean phi
     pn_alpha_bkw: float = 0.9  # powernorm: EMA factor of the approximate backward
@@ -113,6 +115,8 @@ class OptimConfig:
     decay_bias: bool = False
     decay_embed: bool = False
     decay_scalars: bool = False
+    qk_clip: bool = False  # QK-Clip after each step (Kimi K2 MuonClip; normbench/stabilizers.py)
+    qk_clip_tau: float = 100.0  # the max pre-softmax logit a head may reach
 
 
 @dataclass
@@ -302,6 +306,7 @@ def validate(cfg: Any) -> None:
     for site in ("attn", "ffn", "final"):
         _positive(f"norm.alpha_init_{site}", getattr(n, f"alpha_init_{site}"))
     _check_more_norms(n, m, a)
+    stabilizers.check_config(cfg)
     _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
     _positive("optim.eps", o.eps, zero_ok=True)
     _positive("optim.ns_steps", o.ns_steps)

@@ -40,6 +40,7 @@ from normbench.model import build_model, check_combination, padded_vocab
 from normbench.optim import build_optimizer, lr_factor, set_lr
 from normbench.rundir import RunLock, check_resume_config, flat_config
 from normbench.signals import STOP, preemption_signals, write_json_now
+from normbench.stabilizers import QKClip
 from normbench.wandb_logger import WandbLogger
 
 log = logging.getLogger("normbench")
@@ -178,6 +179,7 @@ class Trainer:
         if self.world > 1:
             torch.manual_seed(cfg.seed + 1_000_003 * self.rank)  # dropout differs per rank; init did not
         self.optimizer = build_optimizer(self.raw_model, cfg, log=log.info)
+        self.qk_clip = QKClip.from_config(cfg, self.raw_model)  # None unless optim.qk_clip=true
         self.scaler = self._make_scaler()
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
@@ -441,6 +443,8 @@ class Trainer:
             stepped = True
         if stepped:
             self.raw_model.after_step()  # nGPT re-normalization: outside any compiled graph
+        if self.qk_clip is not None:  # every step (a skipped one only resets), so DDP ranks stay in step
+            self.qk_clip.step(apply=stepped)
         self.optimizer.zero_grad(set_to_none=True)
         return stepped
 
@@ -540,6 +544,7 @@ class Trainer:
                     "peak_mem_gb": peak_memory_gb(self.device),
                     "spikes": self.spike.count,  # loss spikes so far (diagnostics.SpikeDetector)
                 }
+                record.update(self.qk_clip.metrics() if self.qk_clip is not None else {})
                 if spike_steps := self.spike.pop_steps():
                     record["spike_steps"] = spike_steps
                 if diag_now:  # the diagnostic forward is training-time cost: counted in tokens/s

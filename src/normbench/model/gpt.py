@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from normbench.model.norms import EmbedScale, build_norm, upcast
 from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
+from normbench.stabilizers import head_logit_max
 
 
 def rope_cache(
@@ -65,6 +66,7 @@ class Attention(nn.Module):
         self.k_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if qk_norm else None
         self.v_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if v_norm else None
         self.stats = None  # set by diagnostics: dict to receive attention statistics
+        self.logit_max = None  # set by stabilizers.QKClip: (H,) running max of the training logits
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, kv=None) -> torch.Tensor:
         B, T, C = x.shape
@@ -85,6 +87,8 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         if self.stats is not None:
             record_attention_stats(self.stats, q, k, 1.0 / math.sqrt(self.head_dim))
+        if self.logit_max is not None and self.training:
+            self.logit_max.copy_(torch.maximum(self.logit_max, head_logit_max(q, k, 1.0 / math.sqrt(self.head_dim))))
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 

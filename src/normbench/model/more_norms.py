@@ -19,7 +19,9 @@ Each registers its ``norm=`` name with :func:`register_norm` and declares its pa
 - SeeDNorm: arXiv:2510.22777 (no official code; we follow the paper's equations):
   ``[tanh(<x, beta>) * alpha + gamma] * x / RMS(x)``, ``alpha, beta, gamma`` in R^d, the seed
   ``<x, beta>`` taken from the raw x, one per token (or per contiguous slice with ``norm.seed_heads``).
-  Init gamma = 1, beta = 0, alpha = 1: exactly RMSNorm at init.
+  Init gamma = 1, beta = 0, alpha = 1: exactly RMSNorm at init. The paper does not say whether the
+  final norm was replaced; ``norm.seed_final=false`` (default, our choice on a measurement) keeps
+  RMSNorm there (model/norms.py build_norm), ``true`` puts SeeDNorm there too.
 - BatchNorm: the PowerNorm paper's baseline (sIncerass/powernorm ``MaskSyncBatchNorm``): a per-token
   RMS scaling, then batch statistics over batch x time (momentum 0.05, eps 1e-5). Its training forward
   lets a token see the future (the batch mean and variance include later positions), so training with

@@ -179,6 +179,8 @@ def build_norm(cfg, dim: int, site: str = "attn", d_model: int | None = None) ->
     if cfg.name not in NORMS:
         raise ConfigError(f"norm.name={cfg.name!r} is not allowed; choose one of: {', '.join(NORMS)}")
     alpha = site_alphas(cfg, d_model or dim)["final" if site == "embed" else site]
+    if site == "final" and cfg.name == "seednorm" and not getattr(cfg, "seed_final", True):
+        return NORMS["rmsnorm"](cfg, dim, alpha)  # norm.seed_final=false: SeeDNorm in the blocks only
     return NORMS[cfg.name](cfg, dim, alpha)
 
 

@@ -41,6 +41,16 @@ def _reached(runs: list[Run], target, defaults) -> tuple[list, int]:
     return hits, len(runs)
 
 
+LEAK_NOTE = "leaks the future: batch statistics over later positions (norm.allow_leak=true), not a causal-LM result"
+
+
+def leaked(run: Run) -> bool:
+    """A run trained with a forward that sees later positions: norm=batchnorm, or powernorm with a
+    batch-statistic warmup (both train only with norm.allow_leak=true; docs/architectures.md §2)."""
+    norm = setting(run, "norm")
+    return norm == "batchnorm" or (norm == "powernorm" and setting(run, "norm.pn_warmup") not in (None, "0"))
+
+
 def _of_n(text: str, k: int, n: int) -> str:
     return text if k == n or text == DASH else f"{text} ({k}/{n})"
 
@@ -63,6 +73,8 @@ def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
         tps = [t for r in pool if finite(t := (r.summary or {}).get("tokens_per_s"))]
         spikes = [int(c) for r in g.runs if finite(c := (r.summary or {}).get("spikes"))]
         notes = dict.fromkeys(f"{r.status}: {r.reason}" for r in g.runs if r.status != "completed")
+        if any(leaked(r) for r in g.runs):
+            notes = {LEAK_NOTE: None, **notes}
         rows.append([g.label, str(len(g.runs)), outcome_counts(g.runs), status_counts(g.runs),
                      mean_std(finals, suffix=mark), mean_std(bests, suffix=mark), steps,
                      f"{statistics.fmean(tps):,.0f}" if tps else DASH, str(sum(spikes)) if spikes else DASH,
@@ -177,5 +189,6 @@ def runs_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
                          f"{best:.4f}" if best is not None else DASH,
                          f"{hit.steps:.0f}" if hit else not_reached, f"{hit.tokens:.3g}" if hit else not_reached,
                          f"{hit.seconds:.1f}" if hit else not_reached,
-                         str(int(spikes)) if finite(spikes) else DASH, r.reason])  # fmt: skip
+                         str(int(spikes)) if finite(spikes) else DASH,
+                         "; ".join(x for x in (LEAK_NOTE if leaked(r) else "", r.reason) if x)])  # fmt: skip
     return header, rows

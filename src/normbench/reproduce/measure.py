@@ -38,6 +38,10 @@ def metric_value(run: Run, metric: str, target: float | None) -> float | None:
         return statistics.fmean(inc[len(inc) // 2 :]) if inc else None
     if metric == "learned":
         return 1.0 if run.outcome in LEARNED else 0.0
+    if metric in ("attn_logit_peak", "attn_logit_peak_tau"):  # largest attn_logit_max (diag=full) over
+        peaks = [max(v) for r in run.records if (v := r.get("attn_logit_max"))]  # blocks and diagnostic steps
+        tau = float(setting(run, "optim.qk_clip_tau") or 100.0) if metric.endswith("_tau") else 1.0
+        return max(peaks) / tau if peaks else None
     v = run_layer_stats(run).get(metric)
     return float(v) if finite(v) else None
 
