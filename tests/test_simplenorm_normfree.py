@@ -319,3 +319,33 @@ def test_learns_on_tiny_in_200_steps(tmp_path, arch, norm):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["outcome"] == "learned", summary
     assert summary["best_val_loss"] < summary["baseline_loss"] - 0.3  # well clear of the unigram plateau
+
+
+@pytest.mark.parametrize("arch", NEW)
+def test_export_refuses_in_one_line(arch):
+    from normbench.export import build_hf_model
+
+    cfg = compose(["model=tiny", f"arch={arch}"])
+    with pytest.raises(ConfigError) as exc:
+        build_hf_model(build_model(cfg, 64), cfg, 64)
+    assert str(exc.value) == f"export: arch={arch} is not supported (no exported class has its blocks)"
+
+
+@pytest.mark.parametrize("cid", ["simplenorm_lr", "normfree_stable"])
+def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
+    from normbench.config import validate
+    from normbench.reproduce import runner
+    from normbench.reproduce.claims import load_claim
+
+    claim = load_claim(cid)
+    assert set(claim.scales) == {"cpu", "gpu"} and claim.tests
+    for scale in ("cpu", "gpu"):
+        _, _, jobs = runner.plan(claim, scale, None, [], tmp_path)
+        settings = claim.sweep(scale)["fixed"]
+        distinct = {tuple(sorted((k, v) for k, v in j.items() if k != "seed")) for grid in jobs for j in grid}
+        for job in sorted(distinct):  # the seed cannot make a config invalid
+            cfg = compose([*settings, *(f"{k}={v}" for k, v in job)])
+            validate(cfg)
+            check_combination(cfg)  # no ConfigError: every run of the sweep can start
+        archs = {j["arch"] for grid in jobs for j in grid}
+        assert {t.group["arch"] for t in claim.tests} | {t.baseline["arch"] for t in claim.tests} <= archs

@@ -1,5 +1,7 @@
 """Norm-free residual GPTs: ReZero, Fixup and T-Fixup (no norm layer anywhere, no final norm).
 
+Equations and deviations: docs/architectures.md §8 (8.2-8.4; what ``norm=`` means here: 8.5).
+
 Each block keeps the GPT attention and MLP (``model.mlp``, RoPE, causal SDPA) and drops every norm;
 what replaces them is a residual scale or a depth-scaled init:
 
@@ -28,7 +30,7 @@ what replaces them is a residual scale or a depth-scaled init:
   ``(9L)^(-1/4)``, v times ``(9L)^(-1/4) sqrt(2)``, q and k unchanged; token embedding
   N(0, d^-1/2) times ``(9L)^(-1/4)`` and times sqrt(d) in the forward; an untied head N(0, d^-1/2).
 
-Deviations, on purpose (also in docs/architectures.md):
+Deviations, on purpose:
 - Fixup/T-Fixup are defined for ReLU FFNs. With ``model.mlp=swiglu`` (the default) the two halves
   of W_up (up and gate) are initialised as two FFN input matrices, each with its own xavier fans and
   the same factor; Fixup's shift ``b_1`` is subtracted from both halves before the activation.
@@ -156,6 +158,8 @@ def _xavier_rows(w: torch.Tensor, parts: int, gain: float = 1.0) -> None:
 
 class NormFreeGPT(GPT):
     """GPT with norm-free blocks and the ReZero / Fixup / T-Fixup init (module docstring)."""
+
+    EXPORTABLE = False  # export refuses it in one line (normbench/export)
 
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         no_norm = copy.deepcopy(norm_cfg)  # norm= is ignored (start-up note): nothing here is a norm

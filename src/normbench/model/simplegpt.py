@@ -1,5 +1,7 @@
 """SimpleGPT: a norm after every linear map (SimpleNorm, arXiv:2602.01212; code: Ocram7/SimpleGPT).
 
+Equations and deviations: docs/architectures.md §8.1.
+
 Reference: Ocram7/SimpleGPT src/torchtitan/models/llama/simplegpt_model.py (``SimpleNorm``,
 ``Attention``, ``FeedForward``, ``TransformerBlock``, ``SimpleGPT.init_weights``) @ 3ebabaf,
 the Llama/torchtitan variant, the only one released. ``arch=simplenorm`` computes, with
@@ -130,6 +132,8 @@ class SimpleBlock(nn.Module):
 
 class SimpleGPT(GPT):
     """GPT with SimpleGPT blocks, an untied head and SimpleGPT's init (module docstring)."""
+
+    EXPORTABLE = False  # export refuses it in one line (normbench/export)
 
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         if mcfg.tie_embeddings:
