@@ -349,3 +349,21 @@ def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
             check_combination(cfg)  # no ConfigError: every run of the sweep can start
         archs = {j["arch"] for grid in jobs for j in grid}
         assert {t.group["arch"] for t in claim.tests} | {t.baseline["arch"] for t in claim.tests} <= archs
+
+
+@pytest.mark.parametrize("arch", NEW)
+def test_kv_cache_decoding_matches_the_full_forward(arch):
+    """Sampling's cached path: feeding tokens one at a time gives the full forward's logits."""
+    from normbench.model.gpt import KVCache
+
+    torch.manual_seed(0)
+    model = build_model(compose(["model=tiny", f"arch={arch}"]), 64).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # move off the identity init so every branch contributes
+            p.add_(0.05 * torch.randn_like(p))
+        idx = torch.randint(0, 64, (2, 9))
+        full, _ = model(idx)
+        cache = KVCache(len(model.blocks))
+        first, _ = model(idx[:, :5], cache=cache)
+        steps = [model(idx[:, t : t + 1], cache=cache)[0] for t in range(5, 9)]
+    assert torch.allclose(torch.cat([first, *steps], dim=1), full, atol=1e-4)
