@@ -290,6 +290,8 @@ def test_start_up_notes():
     notes = check_combination(compose(["model=tiny", "arch=rezero", "norm=rmsnorm"]))
     assert notes == ["arch=rezero ignores norm=rmsnorm: it has no norm layer (use norm=none in sweeps)"]
     assert check_combination(compose(["model=tiny", "arch=fixup", "norm=none"])) == []
+    notes = check_combination(compose(["model=tiny", "arch=tfixup", "norm=none", "model.init_std=0.1"]))
+    assert notes == ["arch=tfixup ignores model.init_std=0.1: its paper's init sets every weight"]
     notes = check_combination(compose(["model=tiny", "arch=simplenorm", "norm=layernorm"]))
     assert len(notes) == 1 and "unties embeddings" in notes[0]
     notes = check_combination(compose(["model=tiny", "arch=simplenorm", "model.tie_embeddings=false"]))

@@ -159,6 +159,12 @@ def check_norm_free_and_simplenorm(cfg) -> list[str]:
             raise ConfigError(f"model.fixnorm=true with arch={arch}: it sets its own embedding scale; allowed: false")
         if norm != "none":
             notes.append(f"arch={arch} ignores norm={norm}: it has no norm layer (use norm=none in sweeps)")
+        keys = (("arch.small_init", a.small_init, False), ("arch.embed_init_std", a.embed_init_std, None))
+        own_init = [f"{k}={v}" for k, v, default in (*keys, ("model.init_std", m.init_std, 0.02)) if v != default]
+        if own_init:
+            notes.append(f"arch={arch} ignores {', '.join(own_init)}: its paper's init sets every weight")
+    if arch == "simplenorm" and a.small_init:
+        notes.append("arch=simplenorm ignores arch.small_init=true: SimpleGPT's init sets every weight")
     return notes
 
 
