@@ -41,7 +41,7 @@ def test_every_arch_compiles_to_one_graph_with_eager_gradients(arch):
     """compile=true for every arch: dynamo captures forward and backward whole (fullgraph: no
     graph break, so nothing falls back to Python per step) and the gradients equal eager mode.
     The aot_eager backend traces exactly what inductor would receive, without its codegen."""
-    norm = "none" if arch == "ngpt" else "dyt"  # dyt: scalar parameters in the graph
+    norm = {"ngpt": "none", "simplenorm": "rmsnorm"}.get(arch, "dyt")  # dyt: scalar parameters in the graph
     torch.manual_seed(0)
     model = build_model(compose([*TINY, f"arch={arch}", f"norm={norm}", "model.n_layer=4"]), 256)
     idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))

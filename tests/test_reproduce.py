@@ -24,11 +24,13 @@ CONTRACT = [
     "massive_early",
     "ngpt_speed",
     "norm_gain_wd",
+    "normfree_stable",
     "optimizer_lr",
     "peri_variance",
     "postln_warmup",
     "qknorm_lr",
     "rmsnorm_parity",
+    "simplenorm_lr",
 ]
 CONTRACT = sorted([*CONTRACT, "crmsnorm_parity", "seednorm_gain", "powernorm_gap", "qkclip_logits"])
 

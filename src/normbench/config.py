@@ -20,6 +20,7 @@ from normbench import stabilizers
 from normbench.errors import ConfigError
 
 ARCHS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt")
+ARCHS += ("simplenorm", "rezero", "fixup", "tfixup")  # model/simplegpt.py, model/normfree.py
 NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
 OPTIMS = ("adamw", "sgd", "lion", "muon", "adafactor")
 SCHEDS = ("cosine", "wsd", "constant")

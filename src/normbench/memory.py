@@ -47,6 +47,8 @@ from normbench.errors import ConfigError
 GB = 1024**3
 # extra norm sites per layer, each saving input and output (2 d) for backward
 _EXTRA_NORMS = {"peri_ln": 2, "hybridnorm": 2, "hybridnorm_star": 2, "ngpt": 10}
+# SimpleGPT: norms after q, k, v, o, down (d each) and gate, up (d_ff ~ 8d/3 each), none on inputs: ~8 more
+_EXTRA_NORMS["simplenorm"] = 8
 _BACKWARD_LAYERS = 2  # backward's working set: about two layers' worth of activation gradients and temporaries
 
 

@@ -28,6 +28,8 @@ def build_hf_model(model, cfg, vocab_size: int, custom: bool = False):
     from normbench.export.custom import config_dict, template_classes
     from normbench.export.stock import build_stock, stock_kind
 
+    if not getattr(model, "EXPORTABLE", True):  # SimpleGPT and the norm-free GPTs: blocks no exported class has
+        raise ConfigError(f"export: arch={cfg.arch.name} is not supported (no exported class has its blocks)")
     if getattr(model, "fixnorm", False):  # neither stock classes nor the template normalize embedding rows
         raise ConfigError("export: model.fixnorm=true is not supported (no exported class has unit-norm embeddings)")
     kind = None if custom else stock_kind(model, cfg)

@@ -10,7 +10,9 @@ import normbench.model.more_norms  # noqa: F401 (registers scalenorm, seednorm, 
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
+from normbench.model.normfree import NORM_FREE, NormFreeGPT
 from normbench.model.norms import site_alphas
+from normbench.model.simplegpt import SIMPLENORM_NORMS, SimpleGPT
 
 __all__ = ["GPT", "NANOGPT_SHAPE", "NGPT", "build_model", "check_combination", "padded_vocab"]
 
@@ -57,6 +59,10 @@ def check_combination(cfg) -> list[str]:
         notes.append(f"arch={arch} ignores arch.alpha/arch.beta (DeepNorm's residual scale and init gain)")
     if arch != "mix_ln" and a.post_ratio != 0.25:
         notes.append(f"arch={arch} ignores arch.post_ratio={a.post_ratio} (Mix-LN's share of Post-LN blocks)")
+    if arch in NORM_FREE or arch == "simplenorm":
+        notes += check_norm_free_and_simplenorm(cfg)
+        if arch in NORM_FREE:  # no norm: the norm.* checks below have nothing to check
+            return notes
     if arch == "ngpt":
         if norm != "none":
             notes.append(f"arch=ngpt ignores norm={norm}: nGPT normalizes by L2 projection onto the unit sphere")
@@ -122,7 +128,51 @@ def check_combination(cfg) -> list[str]:
     return notes
 
 
+def check_norm_free_and_simplenorm(cfg) -> list[str]:
+    """Combinations of ``arch=simplenorm`` and the norm-free archs (rezero, fixup, tfixup): ConfigError
+    (one line) for what they cannot build, start-up notes for what they ignore (docs/contract.md)."""
+    arch, norm, a, m = cfg.arch.name, cfg.norm.name, cfg.arch, cfg.model
+    notes = []
+    if arch == "simplenorm":
+        if norm not in SIMPLENORM_NORMS:
+            raise ConfigError(
+                f"norm={norm} with arch=simplenorm: SimpleNorm puts a statistic norm after every linear map "
+                f"(Ocram7/SimpleGPT offers RMSNorm and LayerNorm); allowed: {', '.join(SIMPLENORM_NORMS)}"
+            )
+        if m.fixnorm:
+            raise ConfigError(
+                "model.fixnorm=true with arch=simplenorm: SimpleGPT's embedding is N(0, 1); allowed: false"
+            )
+        if m.tie_embeddings:
+            notes.append("arch=simplenorm unties embeddings (SimpleGPT's head is its own matrix, trunc-normal d^-0.5)")
+        if a.qk_norm:
+            notes.append(
+                "arch=simplenorm normalizes q, k and v (whole width) by construction; arch.qk_norm=true adds nothing"
+            )
+    elif arch in NORM_FREE:
+        for key in ("qk_norm", "final_norm", "embed_norm"):
+            if getattr(a, key):
+                raise ConfigError(
+                    f"arch.{key}=true with arch={arch}: a norm-free net has no norm layer; allowed: false"
+                )
+        if arch != "rezero" and m.fixnorm:
+            raise ConfigError(f"model.fixnorm=true with arch={arch}: it sets its own embedding scale; allowed: false")
+        if norm != "none":
+            notes.append(f"arch={arch} ignores norm={norm}: it has no norm layer (use norm=none in sweeps)")
+        keys = (("arch.small_init", a.small_init, False), ("arch.embed_init_std", a.embed_init_std, None))
+        own_init = [f"{k}={v}" for k, v, default in (*keys, ("model.init_std", m.init_std, 0.02)) if v != default]
+        if own_init:
+            notes.append(f"arch={arch} ignores {', '.join(own_init)}: its paper's init sets every weight")
+    if arch == "simplenorm" and a.small_init:
+        notes.append("arch=simplenorm ignores arch.small_init=true: SimpleGPT's init sets every weight")
+    return notes
+
+
 def build_model(cfg, vocab_size: int) -> nn.Module:
     if cfg.arch.name == "ngpt":
         return NGPT(cfg.model, cfg.arch, vocab_size)
+    if cfg.arch.name == "simplenorm":
+        return SimpleGPT(cfg.model, cfg.arch, cfg.norm, vocab_size)
+    if cfg.arch.name in NORM_FREE:
+        return NormFreeGPT(cfg.model, cfg.arch, cfg.norm, vocab_size)
     return GPT(cfg.model, cfg.arch, cfg.norm, vocab_size)

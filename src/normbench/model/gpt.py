@@ -256,7 +256,7 @@ class GPT(CausalLM, nn.Module):
         self.emb_scale = EmbedScale(d) if norm_cfg.embed_scale else None
         self.emb_norm = build_norm(norm_cfg, d, "embed") if arch.embed_norm else None
         self.drop = nn.Dropout(mcfg.dropout) if mcfg.dropout > 0 else nn.Identity()
-        self.blocks = nn.ModuleList(Block(s, mcfg, norm_cfg, default_d_ff(mcfg)) for s in self.specs)
+        self.blocks = nn.ModuleList(self.make_block(i, s, mcfg, arch, norm_cfg) for i, s in enumerate(self.specs))
         self.ln_f = build_norm(norm_cfg, d, "final") if arch.final_norm else None
         self.lm_head = LMHead(d, vocab_size, bias=False)
         if mcfg.tie_embeddings:
@@ -268,6 +268,11 @@ class GPT(CausalLM, nn.Module):
         self.fixnorm = mcfg.fixnorm
         self._rope = None
         self._init_weights(mcfg, arch, width_init=norm_cfg.width_init)
+
+    def make_block(self, index: int, spec: BlockSpec, mcfg, arch, norm_cfg) -> nn.Module:
+        """Block ``index`` of the stack; a model whose blocks have their own geometry overrides this
+        (model/simplegpt.py, model/normfree.py). Called once per block, before the weights are initialised."""
+        return Block(spec, mcfg, norm_cfg, default_d_ff(mcfg))
 
     # ----- init -----
     def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
