@@ -158,6 +158,7 @@ def test_trains_with_muon_and_adamw_and_holds_the_logit(tmp_path, optim, lr, tau
         (["arch=ngpt"], "optim.qk_clip=true with arch=ngpt"),
         (["arch.qk_norm=true"], "a norm after W_q/W_k cancels the rescale"),
         (["arch=hybridnorm"], "arch=hybridnorm (always has q/k norms)"),
+        (["arch=simplenorm"], "arch=simplenorm (always has q/k norms)"),
         (["parallel=fsdp"], "with parallel=fsdp"),
         (["optim.qk_clip_tau=0"], "optim.qk_clip_tau=0.0 must be > 0"),
     ],

@@ -60,6 +60,10 @@ def _qk_norm_on(arch: Any) -> bool:
     return value is not None and str(value).lower() not in ("false", "none")
 
 
+# archs whose q and k always pass through a norm after W_q/W_k (SimpleNorm: one after every linear map)
+QK_NORMED_ARCHS = ("hybridnorm", "hybridnorm_star", "simplenorm")
+
+
 def check_config(cfg: Any) -> None:
     """``optim.qk_clip`` combinations that cannot work: one-line ConfigError."""
     o, a = cfg.optim, cfg.arch
@@ -72,11 +76,11 @@ def check_config(cfg: Any) -> None:
             "optim.qk_clip=true with arch=ngpt: nGPT L2-normalizes q and k, so rescaling W_q/W_k changes no "
             "logit (its logits are set by s_qk); allowed: any other arch"
         )
-    if _qk_norm_on(a) or a.name in ("hybridnorm", "hybridnorm_star"):
+    if _qk_norm_on(a) or a.name in QK_NORMED_ARCHS:
         why = f"arch.qk_norm={a.qk_norm}" if _qk_norm_on(a) else f"arch={a.name} (always has q/k norms)"
         raise ConfigError(
             f"optim.qk_clip=true with {why}: a norm after W_q/W_k cancels the rescale; "
-            "allowed: arch.qk_norm off and an arch other than hybridnorm, hybridnorm_star"
+            f"allowed: arch.qk_norm off and an arch other than {', '.join(QK_NORMED_ARCHS)}"
         )
     if cfg.parallel == "fsdp":
         raise ConfigError(
