@@ -308,7 +308,6 @@ def test_ddp_resume_with_dropout_continues_each_ranks_stream(tmp_path):
 
 
 @pytest.mark.slow
-@retry_once_if_hung
 def test_ddp_qk_clip_takes_the_max_over_ranks(tmp_path):
     """Each rank sees one micro-batch; the clip must act on the MAX over both (all-reduced), as one
     process does over its two micro-batches: same measured logits, same clipped weights."""
