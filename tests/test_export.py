@@ -184,7 +184,8 @@ def test_kv_cache_logits_equal_full_forward(arch, norm, extra):
         parts += [model(idx[:, t : t + 1], cache=cache)[0] for t in range(6, 12)]
         parts.append(model(idx[:, 12:], cache=cache)[0])
     assert cache.length == 20
-    assert (torch.cat(parts, dim=1) - full).abs().max() <= 1e-5
+    # float32 rounding, relative to the logits' scale (a wrong cache is off by O(1))
+    assert (torch.cat(parts, dim=1) - full).abs().max() <= 1e-5 * full.abs().max().clamp(min=1)
 
 
 def test_kv_cache_leaves_training_untouched():
