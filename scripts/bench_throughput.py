@@ -241,13 +241,42 @@ def worker(spec: dict) -> dict:
     else:
         reset = _reset_peak_rss()
         before = _proc_status("VmRSS") if reset else None
+    cpu_time = _count_cpu_time() if not cuda else None
     summary = normbench_run(overrides, steps)
+    if cpu_time is not None and cpu_time["steps"]:
+        tokens = cfg.trainer.batch_size * cfg.trainer.grad_accum * cfg.model.seq_len * cpu_time["steps"]
+        summary["cpu_tokens_per_s"] = tokens / cpu_time["seconds"]
     if cuda:
         peak = float(torch.cuda.max_memory_allocated())
     else:
         hwm = _proc_status("VmHWM")
         peak = hwm - before if hwm is not None and before is not None else None
     return {"summary": summary, "peak_mem": peak, "mem_estimate": est}
+
+
+def _count_cpu_time() -> dict:
+    """Count this process's CPU time (``time.process_time``) over the steady-state steps (after
+    ``WARMUP``): forward, backward, clip, optimizer step and nGPT's re-normalization, as the
+    wall-clock tokens/s does. With one torch thread, tokens per CPU-second hardly depends on what
+    else the machine runs, where tokens per wall-second does (both are printed)."""
+    acc = {"steps": 0, "seconds": 0.0, "calls": 0, "t0": 0.0}
+    cls = nb_trainer.Trainer
+    train_step, optimizer_step = cls.train_step, cls.optimizer_step
+
+    def timed_train_step(self, *a, **k):
+        acc["t0"] = time.process_time()
+        return train_step(self, *a, **k)
+
+    def timed_optimizer_step(self, *a, **k):
+        out = optimizer_step(self, *a, **k)
+        acc["calls"] += 1
+        if acc["calls"] > WARMUP:
+            acc["steps"] += 1
+            acc["seconds"] += time.process_time() - acc["t0"]
+        return out
+
+    cls.train_step, cls.optimizer_step = timed_train_step, timed_optimizer_step
+    return acc
 
 
 def isolated(overrides: list[str], steps: int, env: dict | None = None) -> dict:
@@ -297,6 +326,7 @@ def suite_archs(args) -> None:
         return statistics.median(vals) if vals else None
 
     tps = {a: med(a, lambda r: r["summary"]["tokens_per_s"]) for a in archs}
+    cpu = {a: med(a, lambda r: r["summary"].get("cpu_tokens_per_s")) for a in archs}
     fps = {a: med(a, lambda r: r["summary"]["tokens_per_s"] * r["summary"]["flops_per_token"]) for a in archs}
     mem = {a: med(a, lambda r: r["peak_mem"]) for a in archs}
     ref = "pre_ln" if "pre_ln" in archs else archs[0]
@@ -310,6 +340,7 @@ def suite_archs(args) -> None:
         f"| mem vs {ref} | measured / estimate |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    cpu_rows = []
     for a in archs:
         s0 = results[a][0]["summary"]
         mfu = med(a, lambda r: r["summary"].get("mfu"))
@@ -321,6 +352,13 @@ def suite_archs(args) -> None:
             f"| {a} | {s0['n_params']:,} | {s0['flops_per_token'] / 1e6:.2f}M | {tps[a]:,.0f} | "
             f"{tps[a] / tps[ref]:.3f} | {fps[a] / fps[ref]:.3f} | {mfu_s} | {_mb(mem[a])} | {mem_r} | {est_r} |"
         )
+        if cpu[a] and cpu[ref]:
+            flops_r = results[a][0]["summary"]["flops_per_token"] / results[ref][0]["summary"]["flops_per_token"]
+            cpu_rows.append(f"| {a} | {cpu[a]:,.0f} | {cpu[a] / cpu[ref]:.3f} | {flops_r * cpu[a] / cpu[ref]:.3f} |")
+    if cpu_rows:
+        print("\nSame runs, per CPU-second of the steady-state steps (load-robust with one thread):")
+        print(f"| arch | tokens/CPU-s | tokens vs {ref} | FLOPs vs {ref} |\n|---|---:|---:|---:|")
+        print("\n".join(cpu_rows))
     if "ngpt" in archs:
         renorm_share(args)
 
@@ -347,10 +385,16 @@ def suite_compile(args) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     fps = {}
     rows = []
+    notes: list[str] = []
     for a in archs:
         e = [r["summary"] for r in runs[(a, False)]]
         c = [r["summary"] for r in runs[(a, True)]]
         te, tc = statistics.median(s["tokens_per_s"] for s in e), statistics.median(s["tokens_per_s"] for s in c)
+        if all(s.get("cpu_tokens_per_s") for s in e + c):
+            cpu_speedup = statistics.median(s["cpu_tokens_per_s"] for s in c) / statistics.median(
+                s["cpu_tokens_per_s"] for s in e
+            )
+            notes.append(f"{a}: compiled/eager tokens per CPU-second (steady state, load-robust): {cpu_speedup:.2f}x")
         se, sc = statistics.median(s["step_time_s"] for s in e), statistics.median(s["step_time_s"] for s in c)
         # wall time difference, plus what the compiled steady state saved over the timed steps
         comp_s = statistics.median(
@@ -369,6 +413,7 @@ def suite_compile(args) -> None:
             f"| {a} | {te:,.0f} | {tc:,.0f} | {tc / te:.2f}x | {100 * saving:.0f}% | {comp_s:.0f} s | {even} | "
             f"{fps[a] / fps[ref]:.3f} | {mem_r} |"
         )
+    print("\n".join(["", *notes]) if notes else "")
 
 
 def renorm_share(args) -> None:
