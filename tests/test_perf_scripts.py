@@ -37,6 +37,7 @@ def num(cell: str) -> float:
     return float(re.sub(r"[^\d.]", "", cell))
 
 
+@pytest.mark.slow  # three training processes (two tiny runs, nGPT's re-normalization share on model=small)
 def test_bench_archs_suite_reports_flops_and_memory_relative_to_pre_ln(tmp_path):
     out = bench(["--suite", "archs", "--archs", "pre_ln,ngpt", "--steps", "7", "--threads", "1"], tmp_path)
     rows = table_rows(out, 10)
