@@ -11,15 +11,17 @@ it when the run is long enough for the per-step saving to repay that time:
 - ``SAVING``: the fraction of the eager step time compile removes;
 - ``COMPILE_S``: seconds of compiling (both graphs) before the run reaches its steady state.
 
-The constants per device type are in :data:`PROFILES`. On CPU they are measured with
-``scripts/bench_throughput.py --suite compile`` (docs/performance.md): eager model FLOP/s
-per thread, the median step-time saving over the architectures, and the median compile
-time of ``model=small``. On CUDA nothing has been measured yet (no GPU was lent when this
-was written): the eager throughput is taken as 25% of the bf16 peak (:func:`flops.peak_flops`,
-or 100 TFLOP/s for an unknown GPU), the saving as 30% (nanoGPT reports 250 -> 135 ms per
-step for GPT-2 124M, i.e. 46%; 30% is on the safe side) and the compile time as 90 s
-(about a minute per graph for gpt2_124m). ``scripts/gpu_check.sh`` prints the measured
-values on a GPU, so the CUDA row can be replaced by measurements.
+The constants per device type are in :data:`PROFILES` (sources in docs/performance.md §3).
+CPU: eager model FLOP/s per torch thread from the torch.profiler run of ``model=small`` Pre-LN
+(about 1e10, on a loaded machine, so on the low side), the saving of the Pre-LN compile speed-up
+measured when compile=true was added (1.22x, i.e. 18%; nGPT's 1.40x saves more), and the upper
+end of the 20-60 s compile times seen for small models. CUDA: nothing measured yet (no GPU was
+lent when this was written): the eager throughput is taken as 25% of the bf16 peak
+(:func:`flops.peak_flops`, or 100 TFLOP/s for an unknown GPU), the saving as 30% (nanoGPT
+reports 250 -> 135 ms per step for GPT-2 124M, i.e. 46%; 30% is on the safe side) and the
+compile time as 90 s (about a minute per graph for gpt2_124m). ``scripts/gpu_check.sh`` prints
+the compile time per arch and Pre-LN's compile speed-up on a GPU, so that row can be replaced
+by measurements.
 
 The rule is an estimate, logged with its numbers at start-up; ``compile=true`` and
 ``compile=false`` bypass it. The default stays ``false``: a compiled run's losses agree with
@@ -47,8 +49,8 @@ class Profile:
 
 
 PROFILES = {
-    # measured on 2 CPU cores (loaded machine), model=small, torch 2.13: docs/performance.md
-    "cpu": Profile(eager_flops=2.0e9, saving=0.15, compile_s=60.0),
+    # 2-core CPU, model=small, torch 2.13 (module docstring; docs/performance.md §3)
+    "cpu": Profile(eager_flops=1.0e10, saving=0.18, compile_s=60.0),
     # assumptions until measured on a GPU (module docstring)
     "cuda": Profile(eager_flops=0.25, saving=0.30, compile_s=90.0),
 }
