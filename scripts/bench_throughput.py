@@ -1,21 +1,29 @@
 """Throughput benchmarks, measured side by side in one process and reported as ratios.
 
-Suites (``--suite``, comma-separated; default all that fit the device):
+Suites (``--suite``, comma-separated; default baseline,archs,diag):
 - ``baseline``: normbench's trainer (pre_ln + layernorm, nanoGPT shape) against a
   minimal plain-PyTorch GPT training loop of the same shape written below
   (nanoGPT-style: random windows, AdamW, clip, step). Target >= 0.95x.
-- ``archs``: tokens/s of every architecture relative to pre_ln on the same shape,
-  and the share of nGPT's step time spent in its weight re-normalization.
+- ``archs``: every registered architecture (``normbench.config.ARCHS``) relative to pre_ln:
+  tokens/s, model FLOP/s (tokens/s x FLOPs per token, ``normbench.flops``: a bigger MLP is
+  not counted against an arch), peak memory (RSS growth of the run on CPU,
+  ``torch.cuda.max_memory_allocated`` on CUDA) and the ratio of that peak to
+  ``normbench.memory``'s estimate; then the share of nGPT's step spent re-normalizing weights.
+- ``compile``: per architecture, eager against ``compile=true``: steady-state tokens/s and
+  the compile time (the extra wall time a compiled run takes to reach its steady state,
+  with a cold inductor cache); the numbers behind ``compile=auto`` (normbench/compiling.py).
 - ``diag``: diag=default and diag=full (every 10 steps) against diag=off.
-On CUDA (``--device cuda``): model gpt2_124m, bf16, optional ``--compile``,
-tokens/s and MFU per architecture.
+On CUDA (``--device cuda``): model gpt2_124m, bf16, optional ``--compile``, and MFU.
 
 Each configuration runs ``--repeats`` times, interleaved (A B A B ...) so that
 machine noise hits all alike; the median is reported. Timing excludes the first
 ``WARMUP`` steps, evaluation and checkpointing, as summary.json's tokens_per_s does.
+The archs and compile suites run each training in a fresh process (``--worker``), so that
+peak memory and compile time are those of that run alone.
 
-    python scripts/bench_throughput.py                      # CPU, all suites
+    python scripts/bench_throughput.py                      # CPU, baseline, archs, diag
     python scripts/bench_throughput.py --suite baseline --repeats 5
+    python scripts/bench_throughput.py --suite compile --archs pre_ln,ngpt
     python scripts/bench_throughput.py --device cuda --compile --suite archs
 """
 
@@ -23,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,11 +52,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from normbench import trainer as nb_trainer  # noqa: E402
 from normbench.cli import compose_config as compose  # noqa: E402
+from normbench.config import ARCHS  # noqa: E402
 from normbench.data import load_data  # noqa: E402
 from normbench.model import NANOGPT_SHAPE, padded_vocab  # noqa: E402
 
 WARMUP = 5
-ARCHS = ["pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt"]
+RESULT = "BENCH_RESULT "  # the line a --worker prints its result on
 
 
 # --------------------------------------------------------------- the plain loop
@@ -187,33 +198,222 @@ def suite_baseline(args) -> None:
         print(f"| {name} | {tps:,.0f} | {tps / res['plain loop']:.3f} |")
 
 
-def suite_archs(args) -> None:
-    common = [
+# ------------------------------------------------------- isolated runs (worker)
+def _proc_status(key: str) -> float | None:
+    """A /proc/self/status field in bytes (VmRSS, VmHWM), None where there is no /proc."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux: clear_refs 5)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def worker(spec: dict) -> dict:
+    """One training run in this (fresh) process: its summary, peak memory and memory estimate.
+
+    Peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on CPU the growth of the
+    resident set (peak RSS during the run minus RSS before it: the interpreter and torch are
+    not counted), which is what the estimate of ``normbench.memory`` covers.
+    """
+    from normbench import memory
+    from normbench.data import load_data
+
+    quiet_logs()
+    overrides, steps = spec["overrides"], spec["steps"]
+    cfg = compose(overrides)
+    vocab = padded_vocab(cfg, load_data(cfg.data, log=lambda *a: None).vocab_size)
+    est = memory.estimate(cfg, vocab, cfg.device if cfg.device != "auto" else "cpu").total
+    cuda = cfg.device == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        before = 0.0
+    else:
+        reset = _reset_peak_rss()
+        before = _proc_status("VmRSS") if reset else None
+    cpu_time = _count_cpu_time() if not cuda else None
+    summary = normbench_run(overrides, steps)
+    if cpu_time is not None and cpu_time["steps"]:
+        tokens = cfg.trainer.batch_size * cfg.trainer.grad_accum * cfg.model.seq_len * cpu_time["steps"]
+        summary["cpu_tokens_per_s"] = tokens / cpu_time["seconds"]
+    if cuda:
+        peak = float(torch.cuda.max_memory_allocated())
+    else:
+        hwm = _proc_status("VmHWM")
+        peak = hwm - before if hwm is not None and before is not None else None
+    return {"summary": summary, "peak_mem": peak, "mem_estimate": est}
+
+
+def _count_cpu_time() -> dict:
+    """Count this process's CPU time (``time.process_time``) over the steady-state steps (after
+    ``WARMUP``): forward, backward, clip, optimizer step and nGPT's re-normalization, as the
+    wall-clock tokens/s does. With one torch thread, tokens per CPU-second hardly depends on what
+    else the machine runs, where tokens per wall-second does (both are printed)."""
+    acc = {"steps": 0, "seconds": 0.0, "calls": 0, "t0": 0.0}
+    cls = nb_trainer.Trainer
+    train_step, optimizer_step = cls.train_step, cls.optimizer_step
+
+    def timed_train_step(self, *a, **k):
+        acc["t0"] = time.process_time()
+        return train_step(self, *a, **k)
+
+    def timed_optimizer_step(self, *a, **k):
+        out = optimizer_step(self, *a, **k)
+        acc["calls"] += 1
+        if acc["calls"] > WARMUP:
+            acc["steps"] += 1
+            acc["seconds"] += time.process_time() - acc["t0"]
+        return out
+
+    cls.train_step, cls.optimizer_step = timed_train_step, timed_optimizer_step
+    return acc
+
+
+def isolated(overrides: list[str], steps: int, env: dict | None = None) -> dict:
+    """:func:`worker` in a subprocess; raises with its output when it fails."""
+    spec = json.dumps({"overrides": overrides, "steps": steps})
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", spec],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT) :])
+    raise RuntimeError(f"worker {overrides} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+
+
+def _common(args, compile_: bool | None = None) -> list[str]:
+    out = [
         f"model={args.model}",
         "norm=rmsnorm",
         "diag=off",
         f"trainer.batch_size={args.batch}",
         f"device={args.device}",
         f"precision={args.precision}",
-        f"compile={str(args.compile).lower()}",
+        f"compile={str(args.compile if compile_ is None else compile_).lower()}",
     ]
     if args.device == "cuda":
-        common.append("data.tokenizer=gpt2")
-    summaries: dict[str, list[dict]] = {a: [] for a in ARCHS}
+        out.append("data.tokenizer=gpt2")
+    return out
+
+
+def _mb(b: float | None) -> str:
+    return "n/a" if b is None else f"{b / 2**20:,.0f} MB"
+
+
+def suite_archs(args) -> None:
+    archs = args.archs
+    common = _common(args)
+    results: dict[str, list[dict]] = {a: [] for a in archs}
     for _ in range(args.repeats):
-        for arch in ARCHS:
-            summaries[arch].append(normbench_run([*common, f"arch={arch}"], args.steps))
-    tps = {a: statistics.median(s["tokens_per_s"] for s in summaries[a]) for a in ARCHS}
+        for arch in archs:
+            results[arch].append(isolated([*common, f"arch={arch}"], args.steps))
+
+    def med(arch, fn):
+        vals = [v for v in (fn(r) for r in results[arch]) if v is not None]
+        return statistics.median(vals) if vals else None
+
+    tps = {a: med(a, lambda r: r["summary"]["tokens_per_s"]) for a in archs}
+    cpu = {a: med(a, lambda r: r["summary"].get("cpu_tokens_per_s")) for a in archs}
+    fps = {a: med(a, lambda r: r["summary"]["tokens_per_s"] * r["summary"]["flops_per_token"]) for a in archs}
+    mem = {a: med(a, lambda r: r["peak_mem"]) for a in archs}
+    ref = "pre_ln" if "pre_ln" in archs else archs[0]
+    what = "peak RSS growth" if args.device == "cpu" else "max_memory_allocated"
     print(
-        f"\n## archs: tokens/s relative to pre_ln (model={args.model}, norm=rmsnorm, batch {args.batch}, "
-        f"median of {args.repeats})"
+        f"\n## archs: relative to {ref} (model={args.model}, norm=rmsnorm, batch {args.batch}, {args.steps} steps, "
+        f"compile={str(args.compile).lower()}, median of {args.repeats}, interleaved)"
     )
-    print("| arch | params | tokens/s | vs pre_ln | MFU |\n|---|---:|---:|---:|---:|")
-    for a in ARCHS:
-        mfu = statistics.median((s.get("mfu") or 0.0) for s in summaries[a])
+    print(
+        f"| arch | params | FLOPs/token | tokens/s | tokens/s vs {ref} | FLOP/s vs {ref} | MFU | peak mem ({what}) "
+        f"| mem vs {ref} | measured / estimate |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    cpu_rows = []
+    for a in archs:
+        s0 = results[a][0]["summary"]
+        mfu = med(a, lambda r: r["summary"].get("mfu"))
         mfu_s = f"{100 * mfu:.1f}%" if mfu else "n/a"
-        print(f"| {a} | {summaries[a][0]['n_params']:,} | {tps[a]:,.0f} | {tps[a] / tps['pre_ln']:.3f} | {mfu_s} |")
-    renorm_share(args)
+        mem_r = f"{mem[a] / mem[ref]:.2f}" if mem[a] and mem[ref] else "n/a"
+        est = results[a][0]["mem_estimate"]
+        est_r = f"{mem[a] / est:.2f}" if mem[a] else "n/a"
+        print(
+            f"| {a} | {s0['n_params']:,} | {s0['flops_per_token'] / 1e6:.2f}M | {tps[a]:,.0f} | "
+            f"{tps[a] / tps[ref]:.3f} | {fps[a] / fps[ref]:.3f} | {mfu_s} | {_mb(mem[a])} | {mem_r} | {est_r} |"
+        )
+        if cpu[a] and cpu[ref]:
+            flops_r = results[a][0]["summary"]["flops_per_token"] / results[ref][0]["summary"]["flops_per_token"]
+            cpu_rows.append(f"| {a} | {cpu[a]:,.0f} | {cpu[a] / cpu[ref]:.3f} | {flops_r * cpu[a] / cpu[ref]:.3f} |")
+    if cpu_rows:
+        print("\nSame runs, per CPU-second of the steady-state steps (load-robust with one thread):")
+        print(f"| arch | tokens/CPU-s | tokens vs {ref} | FLOPs vs {ref} |\n|---|---:|---:|---:|")
+        print("\n".join(cpu_rows))
+    if "ngpt" in archs:
+        renorm_share(args)
+
+
+def suite_compile(args) -> None:
+    """Eager vs compile=true per arch; compile time = extra wall time to the compiled steady state."""
+    archs = args.archs
+    runs: dict[tuple[str, bool], list[dict]] = {(a, c): [] for a in archs for c in (False, True)}
+    for _ in range(args.repeats):
+        for arch in archs:
+            for comp in (False, True):
+                with tempfile.TemporaryDirectory() as cache:  # a cold inductor cache: the full compile
+                    env = {"TORCHINDUCTOR_CACHE_DIR": cache}
+                    runs[(arch, comp)].append(isolated([*_common(args, comp), f"arch={arch}"], args.steps, env))
+    timed = args.steps - WARMUP
+    print(
+        f"\n## compile: compile=true vs eager (model={args.model}, norm=rmsnorm, batch {args.batch}, "
+        f"{args.steps} steps, cold inductor cache, median of {args.repeats}, interleaved)"
+    )
+    print(
+        "| arch | eager tokens/s | compiled tokens/s | speed-up | step saving | compile time | "
+        "break-even steps | compiled FLOP/s vs pre_ln | peak mem compiled / eager |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    fps = {}
+    rows = []
+    notes: list[str] = []
+    for a in archs:
+        e = [r["summary"] for r in runs[(a, False)]]
+        c = [r["summary"] for r in runs[(a, True)]]
+        te, tc = statistics.median(s["tokens_per_s"] for s in e), statistics.median(s["tokens_per_s"] for s in c)
+        if all(s.get("cpu_tokens_per_s") for s in e + c):
+            cpu_speedup = statistics.median(s["cpu_tokens_per_s"] for s in c) / statistics.median(
+                s["cpu_tokens_per_s"] for s in e
+            )
+            notes.append(f"{a}: compiled/eager tokens per CPU-second (steady state, load-robust): {cpu_speedup:.2f}x")
+        se, sc = statistics.median(s["step_time_s"] for s in e), statistics.median(s["step_time_s"] for s in c)
+        # wall time difference, plus what the compiled steady state saved over the timed steps
+        comp_s = statistics.median(
+            ce["wall_s"] - ee["wall_s"] + timed * (ee["step_time_s"] - cc["step_time_s"]) for ee, cc, ce in zip(e, c, c)
+        )
+        me = statistics.median(r["peak_mem"] or 0 for r in runs[(a, False)])
+        mc = statistics.median(r["peak_mem"] or 0 for r in runs[(a, True)])
+        fps[a] = tc * c[0]["flops_per_token"]
+        rows.append((a, te, tc, se, sc, comp_s, me, mc))
+    ref = "pre_ln" if "pre_ln" in fps else archs[0]
+    for a, te, tc, se, sc, comp_s, me, mc in rows:
+        saving = 1 - sc / se
+        even = f"{comp_s / (se - sc):,.0f}" if se > sc else "never"
+        mem_r = f"{mc / me:.2f}" if me and mc else "n/a"
+        print(
+            f"| {a} | {te:,.0f} | {tc:,.0f} | {tc / te:.2f}x | {100 * saving:.0f}% | {comp_s:.0f} s | {even} | "
+            f"{fps[a] / fps[ref]:.3f} | {mem_r} |"
+        )
+    print("\n".join(["", *notes]) if notes else "")
 
 
 def renorm_share(args) -> None:
@@ -279,7 +479,10 @@ def suite_diag(args) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--suite", default="baseline,archs,diag", help="comma-separated: baseline,archs,diag")
+    p.add_argument("--suite", default="baseline,archs,diag", help="comma-separated: baseline,archs,compile,diag")
+    p.add_argument("--archs", default=",".join(ARCHS), help="archs and compile suites: comma-separated (default all)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: one isolated run (JSON spec)
     p.add_argument("--model", default=None, help="model config (default: small on CPU, gpt2_124m on CUDA)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--steps", type=int, default=None)
@@ -287,6 +490,15 @@ def main() -> int:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp16"])
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the workers inherit it
+    if args.worker:
+        print(RESULT + json.dumps(worker(json.loads(args.worker))), flush=True)
+        return 0
+    args.archs = args.archs.split(",")
+    if bad := [a for a in args.archs if a not in ARCHS]:
+        p.error(f"unknown arch(s) {', '.join(bad)}; choose from {', '.join(ARCHS)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_throughput: error: --device cuda but no CUDA GPU is available", file=sys.stderr)
         return 2
@@ -301,10 +513,11 @@ def main() -> int:
         f"torch {torch.__version__}, threads {torch.get_num_threads()}"
     )
     suites = args.suite.split(",")
-    if bad := [s for s in suites if s not in ("baseline", "archs", "diag")]:
-        p.error(f"unknown suite(s) {', '.join(bad)}; choose from baseline, archs, diag")
+    table = {"baseline": suite_baseline, "archs": suite_archs, "compile": suite_compile, "diag": suite_diag}
+    if bad := [s for s in suites if s not in table]:
+        p.error(f"unknown suite(s) {', '.join(bad)}; choose from {', '.join(table)}")
     for name in suites:
-        {"baseline": suite_baseline, "archs": suite_archs, "diag": suite_diag}[name](args)
+        table[name](args)
     return 0
 
 

@@ -1,22 +1,51 @@
 #!/usr/bin/env bash
-# GPU throughput check: gpt2_124m (GPT-2 BPE), bf16 + torch.compile, ~50 steps per architecture,
-# then a table of tokens/s, step time, MFU and peak memory per arch, read from each run's summary.json.
+# GPU check, one command on a fresh CUDA machine: gpt2_124m (GPT-2 BPE), bf16 + torch.compile +
+# flash attention, ~50 steps per architecture (every one in normbench's registry), then a table of
+# tokens/s, MFU, peak memory (and its ratio to pre_ln and to normbench.memory's estimate) and the
+# compile time per arch, read from each run's summary.json; one eager pre_ln run for the compile
+# speed-up (the numbers compile=auto needs, normbench/compiling.py); with 2+ GPUs a DDP
+# 2-process smoke run.
 #
-#   bash scripts/gpu_check.sh                       # every arch, one GPU, under 10 minutes on an H100/H200
+#   bash scripts/gpu_check.sh                       # everything, one GPU, ~10 minutes on an H100/H200
 #   ARCHS="pre_ln ngpt" STEPS=30 bash scripts/gpu_check.sh
-#   NPROC=8 bash scripts/gpu_check.sh               # DDP over 8 GPUs (torchrun), same global batch
+#   NPROC=8 bash scripts/gpu_check.sh               # the arch runs with DDP over 8 GPUs (torchrun)
+#   DRY_RUN=1 bash scripts/gpu_check.sh             # print the plan (commands), no GPU needed
+#   TABLE_ONLY=1 OUT=outputs/gpu_check/X bash scripts/gpu_check.sh   # the table of finished runs
 #
-# Knobs (environment): ARCHS, STEPS (50), BATCH (micro-batch, 32), ACCUM (grad accumulation, 2),
-# NPROC (1), BUDGET_S (total time budget, 540: archs that would not fit are skipped and
-# reported), RUN_TIMEOUT_S (per run, 300), OUT (output dir), PYTHON, PEAK_FLOPS (override the
-# peak table: needed for GPUs other than A100/H100/H200), EXTRA (more Hydra overrides).
+# Knobs (environment): ARCHS (default: every registered arch), STEPS (50), BATCH (micro-batch, 32),
+# ACCUM (grad accumulation, 2), NPROC (1), BUDGET_S (total time budget, 540: archs that would not
+# fit are skipped and reported), RUN_TIMEOUT_S (per run, 300), OUT (output dir), PYTHON, PEAK_FLOPS
+# (override the peak table: needed for GPUs other than A100/H100/H200), EXTRA (more Hydra
+# overrides), EAGER_REF (1: the eager pre_ln run; 0: skip it), DDP_SMOKE (1: the 2-GPU DDP run when
+# 2+ GPUs exist; 0: skip), NO_INSTALL (1: never run `make install`), DRY_RUN_GPUS (GPUs a dry run
+# pretends to see, default 2).
+# Without a usable Python (no .venv, normbench not importable) it runs `make install` first (which
+# picks PyPI's CUDA build of torch when nvidia-smi exists).
 # Exit status: 0 all runs completed, 1 a run failed, 2 no usable GPU / setup error.
 # MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/flops.py.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 2
-PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
-ARCHS=${ARCHS:-"pre_ln ngpt post_ln peri_ln mix_ln hybridnorm hybridnorm_star deepnorm"}
+DRY_RUN=${DRY_RUN:-0}
+TABLE_ONLY=${TABLE_ONLY:-0}
+die() { echo "gpu_check: error: $*" >&2; exit 2; }
+
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x .venv/bin/python ]; then
+        PYTHON=.venv/bin/python
+    elif python3 -c "import normbench" >/dev/null 2>&1; then
+        PYTHON=python3
+    elif [ "${NO_INSTALL:-0}" = 1 ] || [ "$DRY_RUN" = 1 ]; then
+        die "no .venv and normbench is not importable by python3 (run make install, or set PYTHON=)"
+    else
+        echo "gpu_check: no .venv: running make install (torch with CUDA from PyPI, then normbench)"
+        make install >&2 || die "make install failed"
+        PYTHON=.venv/bin/python
+    fi
+fi
+ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.config import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
+    || die "cannot read the arch registry with $PYTHON"
+[ -n "$ARCHS" ] || die "cannot read the arch registry with $PYTHON"
 STEPS=${STEPS:-50}
 BATCH=${BATCH:-32}
 ACCUM=${ACCUM:-2}
@@ -25,13 +54,102 @@ BUDGET_S=${BUDGET_S:-540}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-300}
 OUT=${OUT:-outputs/gpu_check/$(date +%Y%m%d-%H%M%S)}
 EXTRA=${EXTRA:-}
+EAGER_REF=${EAGER_REF:-1}
+DDP_SMOKE=${DDP_SMOKE:-1}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1}
 export TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} WANDB_MODE=${WANDB_MODE:-disabled}
+[ "$(( ACCUM % NPROC ))" -eq 0 ] || die "ACCUM=$ACCUM must be a multiple of NPROC=$NPROC"
 
-die() { echo "gpu_check: error: $*" >&2; exit 2; }
+# the overrides every arch run shares (the table recomputes the memory estimate from them)
+COMMON="model=gpt2_124m data.tokenizer=gpt2 precision=bf16 device=cuda diag=off \
+trainer.batch_size=$BATCH trainer.grad_accum=$ACCUM trainer.max_steps=$STEPS \
+trainer.log_every=10 trainer.eval_every=100000 trainer.eval_batches=1 trainer.ckpt_every=100000 \
+sched.warmup_steps=5${PEAK_FLOPS:+ peak_flops=$PEAK_FLOPS}"
 
-# ---- fail fast: a CUDA GPU, torch built with CUDA, normbench importable
-info=$("$PYTHON" - "$NPROC" <<'EOF' 2>&1
+# ---- the table, from each run's summary.json
+table() {
+    "$PYTHON" - "$OUT" "$COMMON $EXTRA" $ARCHS <<'EOF'
+import json, sys
+from pathlib import Path
+
+out, common, archs = Path(sys.argv[1]), sys.argv[2].split(), sys.argv[3:]
+TARGET = 0.45  # pre_ln MFU on an H100/H200 (llm-foundry reports 43-45% for 125M)
+
+
+def load(name):
+    path = out / name / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def estimate_gb(arch):
+    try:
+        from normbench.cli import compose_config
+        from normbench.memory import estimate
+        from normbench.model import padded_vocab
+
+        cfg = compose_config([*common, f"arch={arch}"])
+        return estimate(cfg, padded_vocab(cfg, 50257), "cuda").total / 1e9
+    except Exception:  # noqa: BLE001 -- the table is still useful without the estimate
+        return None
+
+
+rows = {a: load(a) for a in archs}
+ref = rows.get("pre_ln") or {}
+fmt = "{:<16} {:>10} {:>10} {:>8} {:>7} {:>9} {:>7} {:>8} {:>9} {:>8} {:>7}"
+print()
+print(fmt.format("arch", "status", "tokens/s", "FLOP/s/x", "MFU", "mem (GB)", "mem/x", "mem/est",
+                 "compile s", "step (s)", "loss"))
+print("(x = pre_ln; compile s = wall time - steps x steady step time: compiling and set-up)")
+print("-" * 111)
+bad = False
+for arch, s in rows.items():
+    s = s or {"status": "no summary"}
+    def f(key, spec):
+        v = s.get(key)
+        return "-" if v is None else format(v, spec)
+    def ratio(value):
+        a, b = value(s), value(ref)
+        return "-" if not a or not b else f"{a / b:.2f}"
+    flops = lambda d: (d.get("tokens_per_s") or 0) * (d.get("flops_per_token") or 0)
+    mfu = "-" if s.get("mfu") is None else f"{100 * s['mfu']:.1f}%"
+    est = estimate_gb(arch)
+    mem_est = "-" if not est or s.get("peak_mem_gb") is None else f"{s['peak_mem_gb'] / est:.2f}"
+    comp = "-"
+    if s.get("wall_s") and s.get("step_time_s") and s.get("max_steps"):
+        comp = f"{s['wall_s'] - s['max_steps'] * s['step_time_s']:.0f}"
+    print(fmt.format(arch, str(s.get("status")), f("tokens_per_s", ",.0f"), ratio(flops), mfu,
+                     f("peak_mem_gb", ".1f"), ratio(lambda d: d.get("peak_mem_gb")), mem_est, comp, f("step_time_s", ".3f"),
+                     f("final_loss", ".3f")))
+    bad |= s.get("status") != "completed"
+eager = load("pre_ln_eager")
+if eager and ref.get("tokens_per_s") and eager.get("tokens_per_s"):
+    print(f"\ncompile speed-up, pre_ln: {ref['tokens_per_s'] / eager['tokens_per_s']:.2f}x "
+          f"(eager {eager['tokens_per_s']:,.0f} tokens/s, MFU "
+          f"{100 * (eager.get('mfu') or 0):.1f}%): the 'saving' of compile=auto's CUDA profile is "
+          f"{1 - eager['tokens_per_s'] / ref['tokens_per_s']:.0%}")
+if ref.get("mfu") is not None:
+    verdict = "met" if ref["mfu"] >= TARGET else "NOT met"
+    print(f"target MFU >= {TARGET:.0%} for pre_ln: {verdict} ({100 * ref['mfu']:.1f}%)")
+ddp = load("ddp_smoke")
+if ddp is not None:
+    print(f"DDP 2-process smoke run: {ddp.get('status')} (world size {ddp.get('world_size')}, "
+          f"loss {ddp.get('final_loss')})")
+    bad |= ddp.get("status") != "completed"
+sys.exit(1 if bad else 0)
+EOF
+}
+
+if [ "$TABLE_ONLY" = 1 ]; then
+    table
+    exit $?
+fi
+
+# ---- fail fast: a CUDA GPU, torch built with CUDA, normbench importable, flash attention usable
+if [ "$DRY_RUN" = 1 ]; then
+    gpus=${DRY_RUN_GPUS:-2}
+    echo "gpu_check: dry run (no GPU used), pretending $gpus GPU(s)"
+else
+    info=$("$PYTHON" - "$NPROC" <<'EOF' 2>&1
 import sys
 try:
     import torch
@@ -44,18 +162,26 @@ if not torch.cuda.is_available():
 need = int(sys.argv[1])
 if torch.cuda.device_count() < need:
     sys.exit(f"NPROC={need} but only {torch.cuda.device_count()} GPU(s) visible")
+# flash attention for the runs' shape (12 heads of 64, bf16, causal): the kernel SDPA picks first
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+q = torch.randn(2, 12, 1024, 64, device="cuda", dtype=torch.bfloat16)
+try:
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        F.scaled_dot_product_attention(q, q, q, is_causal=True, scale=8.0)  # nGPT's softmax scale
+except RuntimeError as exc:
+    sys.exit(f"flash attention is not usable here for bf16, head_dim 64 ({str(exc).splitlines()[0]})")
 from normbench.flops import gpu_peak_flops
 name = torch.cuda.get_device_name(0)
 peak = gpu_peak_flops(name)
-print(f"{name} | torch {torch.__version__} | CUDA {torch.version.cuda} | bf16 peak "
-      f"{'%.0f TFLOP/s' % (peak / 1e12) if peak else 'unknown (set PEAK_FLOPS=)'} | bf16 ok: {torch.cuda.is_bf16_supported()}")
+print(f"{torch.cuda.device_count()}|{name} | torch {torch.__version__} | CUDA {torch.version.cuda} | bf16 peak "
+      f"{'%.0f TFLOP/s' % (peak / 1e12) if peak else 'unknown (set PEAK_FLOPS=)'} | flash attention ok")
 EOF
 ) || die "$info"
-echo "gpu_check: $info"
-[ "$(( ACCUM % NPROC ))" -eq 0 ] || die "ACCUM=$ACCUM must be a multiple of NPROC=$NPROC"
-
-mkdir -p "$OUT" || die "cannot create $OUT"
-echo "gpu_check: gpt2_124m, ${STEPS} steps/arch, micro-batch ${BATCH} x accum ${ACCUM} x 1024 tokens, bf16, compile, ${NPROC} GPU(s) -> $OUT"
+    gpus=${info%%|*}
+    echo "gpu_check: ${info#*|}"
+fi
 
 launcher=("$PYTHON" -m normbench)
 parallel=none
@@ -63,77 +189,101 @@ if [ "$NPROC" -gt 1 ]; then
     launcher=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" -m normbench)
     parallel=ddp
 fi
-peak=()
-[ -n "${PEAK_FLOPS:-}" ] && peak=("peak_flops=$PEAK_FLOPS")
+echo "gpu_check: gpt2_124m, ${STEPS} steps/arch, micro-batch ${BATCH} x accum ${ACCUM} x 1024 tokens, bf16, compile, ${NPROC} GPU(s) -> $OUT"
+echo "gpu_check: archs: $ARCHS"
 
+# one run: run NAME TIMEOUT LAUNCHER... -- OVERRIDES...; DRY_RUN prints the command instead
+run() {
+    local name=$1 limit=$2
+    shift 2
+    local cmd=("$@" hydra.run.dir="$OUT/$name")
+    if [ "$DRY_RUN" = 1 ]; then
+        echo "gpu_check: [$name] would run: ${cmd[*]}"
+        local i
+        for i in "${!cmd[@]}"; do  # the overrides after `train`, checked below as the trainer would
+            if [ "${cmd[$i]}" = train ]; then
+                planned+=("${cmd[*]:$((i + 1))}")
+                break
+            fi
+        done
+        return 0
+    fi
+    timeout --signal=TERM --kill-after=30 "$limit" "${cmd[@]}" >"$OUT/$name.log" 2>&1
+}
+
+[ "$DRY_RUN" = 1 ] || mkdir -p "$OUT" || die "cannot create $OUT"
+planned=()
 start=$(date +%s)
 slowest=0
 failed=0
-ran=()
 skipped=()
 first=1
 for arch in $ARCHS; do
-    now=$(date +%s)
-    elapsed=$(( now - start ))
+    elapsed=$(( $(date +%s) - start ))
     if [ "$first" -eq 0 ] && [ $(( elapsed + slowest )) -gt "$BUDGET_S" ]; then
         skipped+=("$arch")
         continue
     fi
-    run_dir="$OUT/$arch"
-    echo "gpu_check: [$arch] training ... (log: $run_dir.log)"
+    [ "$DRY_RUN" = 1 ] || echo "gpu_check: [$arch] training ... (log: $OUT/$arch.log)"
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    timeout --signal=TERM --kill-after=30 "$RUN_TIMEOUT_S" "${launcher[@]}" train \
-        model=gpt2_124m data.tokenizer=gpt2 arch="$arch" \
-        precision=bf16 compile=true device=cuda parallel="$parallel" diag=off \
-        trainer.batch_size="$BATCH" trainer.grad_accum="$ACCUM" trainer.max_steps="$STEPS" \
-        trainer.log_every=10 trainer.eval_every=100000 trainer.eval_batches=1 trainer.ckpt_every=100000 \
-        sched.warmup_steps=5 "${peak[@]}" $EXTRA hydra.run.dir="$run_dir" >"$run_dir.log" 2>&1
+    run "$arch" "$RUN_TIMEOUT_S" "${launcher[@]}" train $COMMON arch="$arch" compile=true parallel="$parallel" $EXTRA
     rc=$?
     took=$(( $(date +%s) - t0 ))
     [ "$took" -gt "$slowest" ] && slowest=$took
-    ran+=("$arch")
     if [ "$rc" -ne 0 ]; then
         failed=1
-        echo "gpu_check: [$arch] FAILED (exit $rc after ${took}s); last lines of $run_dir.log:" >&2
-        tail -n 15 "$run_dir.log" >&2
+        echo "gpu_check: [$arch] FAILED (exit $rc after ${took}s); last lines of $OUT/$arch.log:" >&2
+        tail -n 15 "$OUT/$arch.log" >&2
         if [ "$first" -eq 1 ]; then
             echo "gpu_check: the first run failed: stopping here (fix the setup, then rerun)" >&2
-            break
+            exit 1
         fi
-    else
+    elif [ "$DRY_RUN" != 1 ]; then
         echo "gpu_check: [$arch] done in ${took}s"
     fi
     first=0
 done
 
-# ---- the table, from each run's summary.json
-"$PYTHON" - "$OUT" "${ran[@]}" <<'EOF'
-import json, sys
-from pathlib import Path
+# eager pre_ln: how much compile buys on this GPU (outside BUDGET_S: one run)
+if [ "$EAGER_REF" = 1 ] && [[ " $ARCHS " == *" pre_ln "* ]]; then
+    # shellcheck disable=SC2086
+    run pre_ln_eager "$RUN_TIMEOUT_S" "${launcher[@]}" train $COMMON arch=pre_ln compile=false parallel="$parallel" $EXTRA \
+        || { failed=1; echo "gpu_check: [pre_ln_eager] FAILED; see $OUT/pre_ln_eager.log" >&2; }
+fi
 
-out, archs = Path(sys.argv[1]), sys.argv[2:]
-fmt = "{:<16} {:>10} {:>12} {:>10} {:>7} {:>10} {:>10}"
-print()
-print(fmt.format("arch", "status", "tokens/s", "step (s)", "MFU", "mem (GB)", "loss"))
-print("-" * 81)
-bad = False
-for arch in archs:
-    path = out / arch / "summary.json"
-    s = json.loads(path.read_text()) if path.exists() else {"status": "no summary"}
-    def f(key, spec):
-        v = s.get(key)
-        return "-" if v is None else format(v, spec)
-    mfu = "-" if s.get("mfu") is None else f"{100 * s['mfu']:.1f}%"
-    print(fmt.format(arch, str(s.get("status")), f("tokens_per_s", ",.0f"), f("step_time_s", ".3f"), mfu,
-                     f("peak_mem_gb", ".1f"), f("final_loss", ".3f")))
-    bad |= s.get("status") != "completed"
-    if arch == "pre_ln" and s.get("mfu") is not None:
-        verdict = "met" if s["mfu"] >= 0.40 else "NOT met"
-        target_line = f"target MFU >= 40% for pre_ln: {verdict} ({100 * s['mfu']:.1f}%)"
-        print(target_line, file=sys.stderr)
-sys.exit(1 if bad else 0)
+# DDP smoke run: 2 processes, 10 steps, when 2+ GPUs exist
+if [ "$DDP_SMOKE" = 1 ] && [ "$gpus" -ge 2 ]; then
+    # shellcheck disable=SC2086
+    run ddp_smoke "$RUN_TIMEOUT_S" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node=2 -m normbench \
+        train $COMMON arch=pre_ln compile=true parallel=ddp trainer.max_steps=10 $EXTRA \
+        || { failed=1; echo "gpu_check: [ddp_smoke] FAILED; see $OUT/ddp_smoke.log" >&2; }
+elif [ "$DDP_SMOKE" = 1 ]; then
+    echo "gpu_check: one GPU: no DDP smoke run (it needs 2)"
+fi
+
+if [ "$DRY_RUN" = 1 ]; then
+    # every planned run's config composes and passes normbench's checks (the CPU side of each run)
+    "$PYTHON" - "${planned[@]}" <<'EOF' || die "a planned run's config is refused (above)"
+import sys
+from normbench.cli import compose_config
+from normbench.config import validate
+from normbench.errors import ConfigError
+from normbench.model import check_combination
+
+for line in sys.argv[1:]:
+    overrides = [o for o in line.split() if not o.startswith("hydra.")]
+    try:
+        cfg = compose_config(overrides)
+        validate(cfg)
+        check_combination(cfg)
+    except ConfigError as exc:
+        sys.exit(f"gpu_check: {exc} (in: {line})")
+print(f"gpu_check: dry run done: {len(sys.argv) - 1} run configs compose and pass the config checks")
 EOF
+    exit 0
+fi
+table
 table_rc=$?
 [ "${#skipped[@]}" -gt 0 ] && echo "gpu_check: skipped to stay within BUDGET_S=${BUDGET_S}s: ${skipped[*]} (rerun with ARCHS=...)"
 echo "gpu_check: total $(( $(date +%s) - start ))s; runs in $OUT"

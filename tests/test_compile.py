@@ -1,17 +1,21 @@
-"""Speed features on CPU: ``compile=true`` (slow: inductor compiles for ~20-60 s) and ``precision=bf16``."""
+"""Speed features on CPU: ``compile=true|auto`` (inductor compiles for ~20-60 s: the graph checks use
+dynamo's capture with the aot_eager backend instead) and ``precision=bf16``."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._dynamo.backends.debugging import aot_eager
+from torch._dynamo.utils import counters
 
-from normbench import trainer
-from normbench.config import ARCHS
+from normbench import compiling, trainer
+from normbench.config import ARCHS, NORMS, validate
 from normbench.errors import ConfigError
-from normbench.model import build_model
+from normbench.model import build_model, check_combination
 
 from conftest import TINY, compose
 
@@ -94,3 +98,106 @@ def test_bf16_autocast_norm_statistics_in_fp32(arch, norm, monkeypatch):
 def test_fp16_refused_on_cpu():
     with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):
         trainer.resolve_device(compose([*TINY, "precision=fp16", "device=cpu"]))
+
+
+# ----------------------------------------------------------- graphs: no breaks, no recompiles
+def train_compiled(tmp_path, monkeypatch, arch: str, norm: str, aot: bool = True) -> list:
+    """A compile=true, diag=default training run whose torch.compile captures with aot_eager
+    (what inductor would receive, forward and backward, without its codegen) or, ``aot=False``,
+    with dynamo alone (graph breaks and guards are dynamo's; faster); returns the graphs compiled."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return aot_eager(gm, example_inputs) if aot else gm.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
+    torch._dynamo.reset()
+    counters.clear()
+    overrides = [*TINY, f"arch={arch}", f"norm={norm}", "compile=true", "diag=default", "diag.every=2"]
+    overrides += ["trainer.batch_size=2", "trainer.max_steps=5", "trainer.eval_every=2", "trainer.eval_batches=1"]
+    summary = trainer.run(compose(overrides), tmp_path)
+    assert summary["status"] == "completed"
+    return graphs
+
+
+def assert_two_graphs(graphs) -> None:
+    """One training graph and one evaluation (no-grad) graph, each whole: a graph break would add
+    graphs and break counts; a recompile after warm-up (a guard on something that changes per step)
+    would add a graph at every later train/eval switch or diagnostic step."""
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert len(graphs) == 2, [g.code[:200] for g in graphs]
+
+
+# q/k/v norms with DyT's scalar parameters; nGPT's scaled vectors and its re-normalization after the step
+REPRESENTATIVE = [("hybridnorm", "dyt"), ("ngpt", "rmsnorm")]
+
+
+@pytest.mark.parametrize(("arch", "norm"), REPRESENTATIVE)
+def test_compiled_training_has_no_graph_break_or_recompile(arch, norm, tmp_path, monkeypatch):
+    """compile=true + diag=default: 5 steps with evaluations every 2 steps and diagnostics every 2
+    (they run on the uncompiled module) compile exactly two graphs."""
+    assert_two_graphs(train_compiled(tmp_path, monkeypatch, arch, norm))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_compiled_training_every_arch_and_norm(arch, tmp_path, monkeypatch):
+    """The full registry (archs and norms added later included): the same check for every arch x
+    norm that a config accepts (nGPT has no norm layers: its default only; batchnorm without
+    norm.allow_leak is refused, so never compiled)."""
+    checked = []
+    for norm in ["rmsnorm"] if arch == "ngpt" else NORMS:
+        if (arch, norm) in REPRESENTATIVE:
+            continue
+        try:
+            cfg = compose([*TINY, f"arch={arch}", f"norm={norm}"])
+            validate(cfg)
+            check_combination(cfg)
+        except ConfigError:
+            continue
+        graphs = train_compiled(tmp_path / norm, monkeypatch, arch, norm, aot=False)
+        try:
+            assert_two_graphs(graphs)
+        except AssertionError as exc:
+            raise AssertionError(f"arch={arch} norm={norm}: {exc}") from None
+        checked.append(norm)
+    assert checked or arch == "ngpt"
+
+
+# -------------------------------------------------------------------------- compile=auto
+def test_compile_auto_compiles_only_runs_that_repay_it():
+    """The rule of normbench/compiling.py, computed by hand from its constants."""
+    model = build_model(compose([*TINY]), 256)
+    prof = compiling.PROFILES["cpu"]
+    threads = torch.get_num_threads()
+    step_s = compiling.model_flops_per_token(model, compose(TINY).model) * 8 * 64 / (prof.eager_flops * threads)
+    even = prof.compile_s / (step_s * prof.saving)  # steps at which the saving equals the compile time
+    short = compose([*TINY, "compile=auto", f"trainer.max_steps={int(even * 0.9)}"])
+    long = compose([*TINY, "compile=auto", f"trainer.max_steps={int(even * 1.1) + 1}"])
+    cpu = torch.device("cpu")
+    assert compiling.decide(short, model, cpu).compile is False
+    decision = compiling.decide(long, model, cpu)
+    assert decision.compile is True and decision.reason.startswith("compile=auto:")
+    assert "compiling on cpu" in decision.reason
+    for value, expected in ((True, True), (False, False)):
+        assert compiling.decide(compose([*TINY, f"compile={str(value).lower()}"]), model, cpu).compile is expected
+
+
+def test_compile_auto_on_cuda_uses_the_peak():
+    """CUDA: 25% of the bf16 peak as eager throughput; a faster GPU makes a run shorter, so less worth it."""
+    model = build_model(compose(TINY), 256)
+    cuda = torch.device("cuda")  # decide() only reads the type and the peak (given: no CUDA call)
+    prof = compiling.PROFILES["cuda"]
+    fpt = compiling.model_flops_per_token(model, compose(TINY).model)
+    peak = 1e12
+    steps = int(prof.compile_s / (fpt * 8 * 64 / (prof.eager_flops * peak) * prof.saving)) + 10
+    cfg = [*TINY, "compile=auto", f"trainer.max_steps={steps}"]
+    assert compiling.decide(compose([*cfg, f"peak_flops={peak}"]), model, cuda).compile is True
+    assert compiling.decide(compose([*cfg, f"peak_flops={peak * 2}"]), model, cuda).compile is False
+
+
+def test_compile_value_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"^compile='maybe' is not allowed; choose one of: true, false, auto$"):
+        validate(compose([*TINY, "compile=maybe"]))
+    validate(compose([*TINY, "compile=auto"]))  # accepted

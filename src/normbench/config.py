@@ -203,7 +203,7 @@ class Config:
     seed: int = 0
     device: str = "auto"
     precision: str = "fp32"
-    compile: bool = False
+    compile: Any = False  # true, false or "auto" (normbench/compiling.py)
     parallel: str = "none"
     peak_flops: float | None = None  # for MFU; None -> known value for the GPU, if any
 
@@ -281,6 +281,8 @@ def validate(cfg: Any) -> None:
     _choice("model.mlp", m.mlp, MLPS)
     _choice("device", cfg.device, DEVICES)
     _choice("precision", cfg.precision, PRECISIONS)
+    if cfg.compile is not True and cfg.compile is not False and cfg.compile != "auto":
+        raise ConfigError(f"compile={cfg.compile!r} is not allowed; choose one of: true, false, auto")
     _choice("parallel", cfg.parallel, PARALLELS)
     _choice("diag.name", cfg.diag.name, DIAGS)
     _choice("logger.name", cfg.logger.name, ("jsonl", "wandb"))

@@ -119,15 +119,21 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
         log(f"note: parallel={cfg.parallel} ignored in a single process (launch with torchrun --nproc_per_node=N)")
     if mode != "none" and cfg.parallel == "none":
         log(f"note: WORLD_SIZE={world_size()} with parallel=none: using DDP")
-    if cfg.compile:
+    from normbench.compiling import decide
+
+    decision = decide(cfg, model, device)
+    if cfg.compile == "auto":
+        log(decision.reason)
+    use_compile = decision.compile
+    if use_compile:
         _prime_caches(model, device)
     if mode == "none":
-        return torch.compile(model) if cfg.compile else model
+        return torch.compile(model) if use_compile else model
     init(device)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        inner = torch.compile(model) if cfg.compile else model
+        inner = torch.compile(model) if use_compile else model
         log(f"parallel: DDP over {world_size()} processes ({dist.get_backend()})")
         return DDP(inner, device_ids=[device.index] if device.type == "cuda" else None)
     from torch.distributed.device_mesh import init_device_mesh
@@ -135,7 +141,7 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
 
     mesh = init_device_mesh(device.type, (world_size(),))
     for block in model.blocks:
-        if cfg.compile:
+        if use_compile:
             block.compile()  # in place: parameter names (and checkpoints) stay the same
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)

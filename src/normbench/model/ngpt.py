@@ -52,7 +52,9 @@ class ScaledVector(nn.Module):
         self.param = nn.Parameter(torch.full((dim,), self.scale))
 
     def forward(self) -> torch.Tensor:
-        return self.param * (self.init / self.scale)
+        factor = self.init / self.scale
+        # a factor of exactly 1 (s_uv): the product is the parameter itself, bit for bit, one op fewer
+        return self.param if factor == 1.0 else self.param * factor
 
 
 class NGPTBlock(nn.Module):
@@ -72,6 +74,8 @@ class NGPTBlock(nn.Module):
         self.stats = None  # attention statistics for diagnostics
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # the casts below are no-ops in fp32: skip their dispatch
+            return F.normalize(x, dim=-1, eps=self.eps)
         return F.normalize(upcast(x), dim=-1, eps=self.eps).type_as(x)
 
     def forward(self, h: torch.Tensor, rope, kv=None) -> torch.Tensor:
@@ -139,7 +143,10 @@ class NGPT(CausalLM, nn.Module):
     @torch.no_grad()
     def normalize_matrices(self) -> None:
         for w, dim in self.matrices():
-            w.copy_(F.normalize(upcast(w), dim=dim, eps=self.eps).to(w.dtype))
+            if w.dtype == torch.float32:  # in place, the same division F.normalize does: no copy
+                w.div_(w.norm(2, dim, keepdim=True).clamp_min_(self.eps))
+            else:
+                w.copy_(F.normalize(upcast(w), dim=dim, eps=self.eps).to(w.dtype))
 
     def after_step(self) -> None:
         self.normalize_matrices()

@@ -1,0 +1,119 @@
+"""The performance scripts' CPU-side logic: bench_throughput.py's archs/compile suites (isolated
+runs, FLOP/s and peak-memory ratios) and gpu_check.sh's plan (dry run) and table."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from normbench.config import ARCHS
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def bench(args: list[str], cwd: Path, timeout: float = 600) -> str:
+    cmd = [sys.executable, str(SCRIPTS / "bench_throughput.py"), "--model", "tiny", "--repeats", "1", *args]
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
+def table_rows(out: str, ncols: int) -> dict[str, list[str]]:
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == ncols and cells[0] in ARCHS:
+            rows[cells[0]] = cells
+    return rows
+
+
+def num(cell: str) -> float:
+    return float(re.sub(r"[^\d.]", "", cell))
+
+
+@pytest.mark.slow  # three training processes (two tiny runs, nGPT's re-normalization share on model=small)
+def test_bench_archs_suite_reports_flops_and_memory_relative_to_pre_ln(tmp_path):
+    out = bench(["--suite", "archs", "--archs", "pre_ln,ngpt", "--steps", "7", "--threads", "1"], tmp_path)
+    rows = table_rows(out, 10)
+    assert set(rows) == {"pre_ln", "ngpt"}, out
+    pre, ngpt = rows["pre_ln"], rows["ngpt"]
+    # columns: arch, params, FLOPs/token, tokens/s, tokens/s ratio, FLOP/s ratio, MFU, peak mem, mem ratio, mem/est
+    assert pre[4] == pre[5] == "1.000" and pre[8] == "1.00"
+    assert pre[6] == "n/a"  # no MFU on CPU
+    # FLOP/s ratio = tokens/s ratio x FLOPs-per-token ratio (nGPT's 4d SwiGLU does more per token)
+    flops_ratio = num(ngpt[2]) / num(pre[2])
+    assert flops_ratio > 1.1
+    assert num(ngpt[5]) == pytest.approx(num(ngpt[4]) * flops_ratio, rel=0.02)
+    for row in rows.values():  # a peak RSS growth of the run itself (MB), and its ratio to the estimate
+        assert num(row[7]) > 0 and 0.05 < num(row[9]) < 20
+    assert "nGPT weight re-normalization" in out
+
+
+@pytest.mark.slow
+def test_bench_compile_suite_reports_speedup_and_compile_time(tmp_path):
+    out = bench(["--suite", "compile", "--archs", "pre_ln", "--steps", "8"], tmp_path, timeout=900)
+    rows = table_rows(out, 9)
+    assert set(rows) == {"pre_ln"}, out
+    row = rows["pre_ln"]
+    assert num(row[1]) > 0 and num(row[2]) > 0 and row[3].endswith("x")
+    assert num(row[5]) > 1  # seconds of compiling (inductor, cold cache): more than a second on any CPU
+    assert row[7] == "1.000"
+
+
+# --------------------------------------------------------------------------- gpu_check.sh
+def gpu_check(env: dict, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHON": sys.executable, "NO_INSTALL": "1", **env}
+    return subprocess.run(
+        ["bash", str(SCRIPTS / "gpu_check.sh")], env=full, capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def test_gpu_check_dry_run_plans_every_arch_and_a_ddp_smoke_run():
+    proc = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "2", "OUT": "/nonexistent/gpu_check"})
+    assert proc.returncode == 0, proc.stderr
+    planned = dict(re.findall(r"^gpu_check: \[(\w+)\] would run: (.*)$", proc.stdout, re.M))
+    assert set(planned) == {*ARCHS, "pre_ln_eager", "ddp_smoke"}  # the registry: later archs too
+    for arch in ARCHS:
+        cmd = planned[arch].split()
+        assert {f"arch={arch}", "model=gpt2_124m", "precision=bf16", "compile=true", "device=cuda"} <= set(cmd)
+    assert "compile=false" in planned["pre_ln_eager"].split()
+    assert "--nproc_per_node=2" in planned["ddp_smoke"] and "parallel=ddp" in planned["ddp_smoke"]
+    assert f"{len(ARCHS) + 2} run configs compose and pass the config checks" in proc.stdout
+    one = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "1", "ARCHS": "ngpt"})
+    assert one.returncode == 0 and "no DDP smoke run" in one.stdout and "ddp_smoke" not in one.stdout
+    bad = gpu_check({"DRY_RUN": "1", "ARCHS": "ngpt", "EXTRA": "norm.eps=-1"})
+    assert bad.returncode == 2 and "norm.eps" in bad.stderr + bad.stdout
+
+
+def summary(status="completed", tps=1000.0, fpt=1e9, mfu=0.5, mem=10.0, **kw) -> dict:
+    return {"status": status, "tokens_per_s": tps, "flops_per_token": fpt, "mfu": mfu, "peak_mem_gb": mem,
+            "wall_s": 100.0, "step_time_s": 1.0, "max_steps": 50, "final_loss": 7.0, **kw}  # fmt: skip
+
+
+def test_gpu_check_table_reads_summaries(tmp_path):
+    runs = {
+        "pre_ln": summary(),
+        "ngpt": summary(tps=800.0, fpt=1.25e9, mem=12.0),
+        "pre_ln_eager": summary(tps=500.0, mfu=0.25),
+        "ddp_smoke": summary(world_size=2),
+    }
+    for name, s in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    proc = gpu_check({"TABLE_ONLY": "1", "OUT": str(tmp_path), "ARCHS": "pre_ln ngpt"})
+    assert proc.returncode == 0, proc.stderr
+    ngpt = next(line.split() for line in proc.stdout.splitlines() if line.startswith("ngpt "))
+    # status, tokens/s, FLOP/s vs pre_ln (800 x 1.25 / 1000), MFU, mem, mem vs pre_ln, mem/estimate, compile s
+    assert ngpt[1:7] == ["completed", "800", "1.00", "50.0%", "12.0", "1.20"]
+    assert float(ngpt[7]) > 0 and ngpt[8] == "50"  # 100 s wall - 50 steps x 1 s
+    assert "compile speed-up, pre_ln: 2.00x" in proc.stdout
+    assert "target MFU >= 45% for pre_ln: met (50.0%)" in proc.stdout
+    assert "DDP 2-process smoke run: completed (world size 2" in proc.stdout
+    (tmp_path / "ngpt" / "summary.json").write_text(json.dumps(summary(status="failed")))
+    assert gpu_check({"TABLE_ONLY": "1", "OUT": str(tmp_path), "ARCHS": "pre_ln ngpt"}).returncode == 1
