@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from normbench.config import qk_norm_mode
 from normbench.errors import ConfigError
 
 GB = 1024**3
@@ -110,7 +111,7 @@ def _per_token(cfg) -> float:
     d_ff = m.d_ff or (32 * math.ceil(8 * d / 3 / 32) if m.mlp == "swiglu" else 4 * d)
     attn = 11.5 * d
     mlp = 2 * d + (4 * d_ff if m.mlp == "swiglu" or cfg.arch.name == "ngpt" else 2 * d_ff)
-    extra = 2 * d * (_EXTRA_NORMS.get(cfg.arch.name, 0) + (1 if cfg.arch.qk_norm else 0))
+    extra = 2 * d * (_EXTRA_NORMS.get(cfg.arch.name, 0) + (1 if qk_norm_mode(cfg.arch.qk_norm) != "none" else 0))
     masks = 2 * d / 4 if m.dropout > 0 else 0  # bool dropout masks, 1 byte each
     return attn + mlp + extra + masks
 

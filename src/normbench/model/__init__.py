@@ -7,6 +7,7 @@ import math
 import torch.nn as nn
 
 import normbench.model.more_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
+from normbench.config import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
@@ -41,7 +42,7 @@ def check_combination(cfg) -> list[str]:
     """Refuse arch x norm combinations that make no sense (ConfigError, one line); return start-up notes.
 
     Refused: ``norm=none`` with any arch but ``pre_ln`` (the other archs would lose the
-    norms that define them); ``arch.qk_norm=true`` with ``norm=none``; ``norm.embed_scale``
+    norms that define them); ``arch.qk_norm=head|width`` with ``norm=none``; ``norm.embed_scale``
     with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe),
     ``norm.width_init`` with one other than dyt/derf/none (the small-scale init of the norms
     that do not rescale the stream);
@@ -74,7 +75,7 @@ def check_combination(cfg) -> list[str]:
                 ("model.bias", m.bias, False),
                 ("model.dropout", m.dropout, 0.0),
                 ("model.fixnorm", m.fixnorm, False),
-                ("arch.qk_norm", a.qk_norm, False),
+                ("arch.qk_norm", a.qk_norm if qk_norm_mode(a.qk_norm) != "none" else False, False),
                 ("arch.final_norm", a.final_norm, False),
                 ("arch.embed_norm", a.embed_norm, False),
             )
@@ -88,8 +89,9 @@ def check_combination(cfg) -> list[str]:
         return notes
     if arch == "mix_ln" and not a.final_norm:
         raise ConfigError("arch.final_norm=false: mix_ln always applies the final norm (Li et al. 2024); allowed: true")
-    if arch in ("hybridnorm", "hybridnorm_star") and a.qk_norm:
-        notes.append(f"arch={arch} normalizes q, k and v by construction; arch.qk_norm=true adds nothing")
+    qk = qk_norm_mode(a.qk_norm)
+    if arch in ("hybridnorm", "hybridnorm_star") and qk != "none":
+        notes.append(f"arch={arch} normalizes q, k and v by construction; arch.qk_norm={qk} adds nothing")
     if arch == "peri_ln" and not cfg.norm.affine:
         notes.append("norm.affine=false removes Peri-LN's Output-norm gains, which its paper keeps learnable")
     if norm == "none" and arch in _NEEDS_NORM:
@@ -97,9 +99,9 @@ def check_combination(cfg) -> list[str]:
             f"norm=none with arch={arch} removes every norm the arch places, which is arch=pre_ln norm=none; "
             "allowed with norm=none: pre_ln"
         )
-    if norm == "none" and cfg.arch.qk_norm:
+    if norm == "none" and qk != "none":
         raise ConfigError(
-            "arch.qk_norm=true needs a norm layer; norm=none has none (choose layernorm/rmsnorm/dyt/derf)"
+            f"arch.qk_norm={qk} needs a norm layer; norm=none has none (choose layernorm/rmsnorm/dyt/derf)"
         )
     if cfg.norm.embed_scale and norm not in ("dyt", "derf"):
         raise ConfigError(

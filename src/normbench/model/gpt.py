@@ -55,22 +55,32 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    def __init__(self, d: int, n_head: int, bias: bool, dropout: float, norm_cfg, qk_norm: bool, v_norm: bool):
+    def __init__(
+        self, d: int, n_head: int, bias: bool, dropout: float, norm_cfg, qk_norm: bool, v_norm: bool,
+        qk_width: bool = False,
+    ):  # fmt: skip
         super().__init__()
         self.n_head, self.head_dim, self.dropout = n_head, d // n_head, dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)
         self.c_proj = nn.Linear(d, d, bias=bias)
-        # per-head norms over head_dim (HybridNorm/Qwen3 style), before RoPE
-        self.q_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if qk_norm else None
-        self.k_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if qk_norm else None
+        # q/k norms before RoPE: per head over head_dim (HybridNorm/Qwen3), or over all of q, k (OLMo 2)
+        self.qk_width = qk_width
+        qk_dim = d if qk_width else self.head_dim
+        self.q_norm = build_norm(norm_cfg, qk_dim, "attn", d) if qk_norm else None
+        self.k_norm = build_norm(norm_cfg, qk_dim, "attn", d) if qk_norm else None
         self.v_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if v_norm else None
         self.stats = None  # set by diagnostics: dict to receive attention statistics
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, kv=None) -> torch.Tensor:
         B, T, C = x.shape
         pos = 0 if kv is None else kv.length  # sampling with a KV cache: x holds positions pos..pos+T-1
-        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
-        if self.q_norm is not None:
+        if self.qk_width:  # OLMo 2: norm each whole projection, then split into heads
+            q, k, v = self.c_attn(x).split(C, dim=-1)
+            q, k = self.q_norm(q), self.k_norm(k)
+            q, k, v = (t.view(B, T, self.n_head, self.head_dim) for t in (q, k, v))
+        else:
+            q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+        if self.q_norm is not None and not self.qk_width:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.v_norm is not None:
             v = self.v_norm(v)
@@ -198,7 +208,7 @@ class Block(nn.Module):
     def __init__(self, spec: BlockSpec, mcfg, norm_cfg, d_ff: int):
         super().__init__()
         d = mcfg.d_model
-        attn = Attention(d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm)
+        attn = Attention(d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm, spec.qk_width)
         self.attn = Sublayer(spec.attn, attn, norm_cfg, d, "attn", mcfg.dropout)
         mlp = MLP(d, d_ff, mcfg.mlp, mcfg.bias)  # dropout on both sublayer outputs, after any output norm
         self.mlp = Sublayer(spec.mlp, mlp, norm_cfg, d, "ffn", mcfg.dropout)
