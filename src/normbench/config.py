@@ -18,7 +18,11 @@ from hydra.core.config_store import ConfigStore
 
 from normbench.errors import ConfigError
 
-ARCHS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt")
+ARCHS = (
+    "pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt",
+    "lns", "reordered", "sandwich", "sandwich_depth", "normformer",
+)  # fmt: skip
+ATTN_GATES = ("none", "headwise", "elementwise")
 NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
 OPTIMS = ("adamw", "sgd", "lion", "muon", "adafactor")
 SCHEDS = ("cosine", "wsd", "constant")
@@ -81,6 +85,13 @@ class ArchConfig:
     s_uv_init: float = 1.0
     s_z_init: float = 1.0
     norm_eps: float = 1e-6  # eps of nGPT's L2 normalisations
+    # model/more_placements.py (docs/architectures.md §3.9-3.14)
+    attn_gate: str = "none"  # none | headwise | elementwise: sigmoid gate before the out-projection (any softmax arch)
+    scale_resids: bool = False  # normformer: learned lambda (init 1) on the FFN residual
+    gain_offset: bool = False  # sandwich: norm gains stored as 1 + w, w init 0 (Gemma)
+    dssn_c_attn: float | None = None  # sandwich_depth: attention output-norm gain init c / sqrt(L)
+    dssn_c_mlp: float | None = None  # sandwich_depth: MLP output-norm gain init c / sqrt(L)
+    tiny_init: bool = False  # Pangu Ultra TinyInit: weights N(0, 1/(2 d L)) (variance), embedding std 0.5
 
 
 @dataclass
@@ -280,6 +291,9 @@ def validate(cfg: Any) -> None:
     m, a, n, o, s, d, t = cfg.model, cfg.arch, cfg.norm, cfg.optim, cfg.sched, cfg.data, cfg.trainer
     _choice("arch.name", a.name, ARCHS)
     _choice("arch.qk_norm", qk_norm_mode(a.qk_norm), QK_NORMS)  # true/false: the old boolean form
+    _choice("arch.attn_gate", a.attn_gate, ATTN_GATES)
+    _positive("arch.dssn_c_attn", a.dssn_c_attn)
+    _positive("arch.dssn_c_mlp", a.dssn_c_mlp)
     _choice("norm.name", n.name, NORMS)
     _choice("optim.name", o.name, OPTIMS)
     _choice("sched.name", s.name, SCHEDS)

@@ -7,6 +7,7 @@ import math
 import torch.nn as nn
 
 import normbench.model.more_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
+import normbench.model.more_placements  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
 from normbench.config import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
@@ -27,7 +28,12 @@ NANOGPT_SHAPE = (
 )
 
 # Architectures whose blocks keep a norm even when norm=none would remove it are refused.
-_NEEDS_NORM = ("post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm")
+_NEEDS_NORM = (
+    "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm",
+    "lns", "reordered", "sandwich", "sandwich_depth", "normformer",
+)  # fmt: skip
+# Norms with a per-channel gain vector: what arch.gain_offset (1 + w) and sandwich_depth's gain init act on.
+_GAIN_NORMS = ("layernorm", "rmsnorm", "dyt", "derf")
 
 
 def padded_vocab(cfg, data_vocab: int) -> int:
@@ -103,6 +109,7 @@ def check_combination(cfg) -> list[str]:
         raise ConfigError(
             f"arch.qk_norm={qk} needs a norm layer; norm=none has none (choose layernorm/rmsnorm/dyt/derf)"
         )
+    notes += _check_more_placements(cfg)
     if cfg.norm.embed_scale and norm not in ("dyt", "derf"):
         raise ConfigError(
             f"norm.embed_scale=true belongs to the DyT/Derf recipe; norm={norm} has no embedding scalar "
@@ -121,6 +128,32 @@ def check_combination(cfg) -> list[str]:
         init = f"weights N(0, d^-0.5 = {d**-0.5:.3g}) (norm.width_init)" if cfg.norm.width_init else "model.init_std"
         alphas = f"{a['attn']:g}/{a['ffn']:g}/{a['final']:g}"
         notes.append(f"norm={norm}: alpha0 attn/ffn/final {alphas} (d_model={d}); {init}")
+    return notes
+
+
+def _check_more_placements(cfg) -> list[str]:
+    """The keys of model/more_placements.py: refused where they cannot act, noted where ignored."""
+    arch, norm, a, notes = cfg.arch.name, cfg.norm.name, cfg.arch, []
+    for key, value, owner in (("scale_resids", a.scale_resids, "normformer"), ("dssn_c_attn", a.dssn_c_attn,
+                              "sandwich_depth"), ("dssn_c_mlp", a.dssn_c_mlp, "sandwich_depth")):  # fmt: skip
+        if value not in (None, False) and arch != owner:
+            notes.append(f"arch={arch} ignores arch.{key}={value} ({owner} only)")
+    gains = "(layernorm/rmsnorm/dyt/derf with norm.affine=true)"
+    if a.gain_offset and (norm not in _GAIN_NORMS or not cfg.norm.affine):
+        raise ConfigError(
+            f"arch.gain_offset=true stores each norm gain as 1 + w; norm={norm}"
+            f"{' with norm.affine=false' if norm in _GAIN_NORMS else ''} has no gain vector {gains}"
+        )
+    if arch == "sandwich_depth" and (norm not in _GAIN_NORMS or not cfg.norm.affine):
+        raise ConfigError(
+            f"arch=sandwich_depth initialises the output-norm gains to c/sqrt(L); norm={norm}"
+            f"{' with norm.affine=false' if norm in _GAIN_NORMS else ''} has no gain vector {gains}"
+        )
+    if a.tiny_init and (a.small_init or cfg.norm.width_init):
+        which = "arch.small_init" if a.small_init else "norm.width_init"
+        raise ConfigError(f"arch.tiny_init=true and {which}=true both set the init std; choose one")
+    if arch == "lns" and a.scaled_init:
+        notes.append("arch=lns with arch.scaled_init=true: the LNS authors advise against depth-scaled init")
     return notes
 
 

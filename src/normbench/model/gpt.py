@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.norms import EmbedScale, build_norm, upcast
+from normbench.model.norms import EmbedScale, build_norm, offset_gain, upcast
 from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
 
 
@@ -55,11 +55,26 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
+    """Causal self-attention; optional q/k/v norms, gate (``arch.attn_gate``) and head scale (NormFormer).
+
+    Gate (Qiu et al. 2025, arXiv:2505.06708; qiuzh20/gated_attention, OLMo-core ``GateConfig``):
+    ``Y' = Y * sigmoid(x W_g)`` after SDPA and before ``c_proj``, from the same input x as q/k/v;
+    ``headwise`` one gate per head (W_g: d -> H), ``elementwise`` one per output element (d -> d);
+    a separate Linear initialised like the others (the official code fuses it into q_proj); the
+    sigmoid in fp32. Head scale (NormFormer, arXiv:2110.09456 eq. HeadScale): head i times c_i
+    (init 1) before ``c_proj``, the paper's position (fairseq scales after out_proj).
+    """
+
+    PARAM_KINDS = {"head_scale": "scalar"}  # model/kinds.py
+
     def __init__(
         self, d: int, n_head: int, bias: bool, dropout: float, norm_cfg, qk_norm: bool, v_norm: bool,
-        qk_width: bool = False,
+        qk_width: bool = False, gate: str = "none", head_scale: bool = False,
     ):  # fmt: skip
         super().__init__()
+        gate_width = {"none": 0, "headwise": n_head, "elementwise": d}[gate]
+        self.gate = nn.Linear(d, gate_width, bias=bias) if gate_width else None
+        self.head_scale = nn.Parameter(torch.ones(n_head)) if head_scale else None
         self.n_head, self.head_dim, self.dropout = n_head, d // n_head, dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)
         self.c_proj = nn.Linear(d, d, bias=bias)
@@ -90,12 +105,22 @@ class Attention(nn.Module):
             cos, sin = cos[pos : pos + T], sin[pos : pos + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if kv is not None:
-            return self.c_proj(cached_attention(q, *kv.update(k, v)).transpose(1, 2).reshape(B, T, C))
+            return self.project(cached_attention(q, *kv.update(k, v)).transpose(1, 2), x)
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         if self.stats is not None:
             record_attention_stats(self.stats, q, k, 1.0 / math.sqrt(self.head_dim))
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.project(y.transpose(1, 2), x)
+
+    def project(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Heads ``y`` (B, T, H, d_h) -> gate, head scale -> concat -> ``c_proj``; ``x`` feeds the gate."""
+        B, T, H, hd = y.shape
+        if self.gate is not None:
+            g = torch.sigmoid(upcast(self.gate(x))).type_as(y)
+            y = y * (g.unsqueeze(-1) if g.shape[-1] == H else g.view(B, T, H, hd))
+        if self.head_scale is not None:
+            y = y * self.head_scale.unsqueeze(-1)
+        return self.c_proj(y.reshape(B, T, H * hd))
 
 
 class LayerKV:
@@ -149,9 +174,10 @@ def record_attention_stats(stats: dict, q: torch.Tensor, k: torch.Tensor, scale:
 
 
 class MLP(nn.Module):
-    def __init__(self, d: int, d_ff: int, kind: str, bias: bool):
+    def __init__(self, d: int, d_ff: int, kind: str, bias: bool, mid_norm: nn.Module | None = None):
         super().__init__()
         self.kind = kind
+        self.mid_norm = mid_norm  # NormFormer: a norm over d_ff after the activation, before c_proj
         self.c_fc = nn.Linear(d, 2 * d_ff if kind == "swiglu" else d_ff, bias=bias)
         self.c_proj = nn.Linear(d_ff, d, bias=bias)
 
@@ -164,11 +190,15 @@ class MLP(nn.Module):
             h = F.gelu(h)
         else:
             h = F.relu(h)
+        if self.mid_norm is not None:
+            h = self.mid_norm(h)
         return self.c_proj(h)
 
 
 class Sublayer(nn.Module):
     """One residual sublayer with its norms placed as ``spec`` says (see placement.py)."""
+
+    PARAM_KINDS = {"resid_scale": "scalar"}  # NormFormer's lambda (model/kinds.py)
 
     def __init__(self, spec: SublayerSpec, core: nn.Module, norm_cfg, d: int, site: str, dropout: float):
         super().__init__()
@@ -176,6 +206,11 @@ class Sublayer(nn.Module):
         self.core = core
         self.norm_in = build_norm(norm_cfg, d, site) if spec.in_norm else None
         self.norm_out = build_norm(norm_cfg, d, site) if spec.out_norm else None
+        if self.norm_out is not None and spec.out_gain != 1.0:  # depth-scaled sandwich: gain init c/sqrt(L)
+            with torch.no_grad():
+                self.norm_out.weight.fill_(spec.out_gain)
+        self.in_scale = float(spec.in_scale)  # LNS 1/sqrt(l): a Python float, survives to_empty
+        self.resid_scale = nn.Parameter(torch.ones(d)) if spec.resid_scale else None
         self.norm_post = build_norm(norm_cfg, d, site) if spec.post_norm else None
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.alpha = float(spec.alpha)  # a Python float: survives meta-device init / to_empty
@@ -189,12 +224,17 @@ class Sublayer(nn.Module):
         h = self.norm_in(x) if self.norm_in is not None else x
         if self.spec.residual_after_norm:
             x = h
+        if self.in_scale != 1.0:
+            h = h * self.in_scale
         y = self.core(h, *args)
         if self.norm_out is not None:
             y = self.norm_out(y)
         if self.resid_dropout is not None:
             y = self.resid_dropout(y)
-        x = x + y if self.alpha == 1.0 else x * self.alpha + y
+        if self.resid_scale is not None:
+            x = x * self.resid_scale + y
+        else:
+            x = x + y if self.alpha == 1.0 else x * self.alpha + y
         return self.norm_post(x) if self.norm_post is not None else x
 
 
@@ -205,12 +245,16 @@ class LMHead(nn.Linear):
 
 
 class Block(nn.Module):
-    def __init__(self, spec: BlockSpec, mcfg, norm_cfg, d_ff: int):
+    def __init__(self, spec: BlockSpec, mcfg, norm_cfg, d_ff: int, gate: str = "none"):
         super().__init__()
         d = mcfg.d_model
-        attn = Attention(d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm, spec.qk_width)
+        attn = Attention(
+            d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm, spec.qk_width, gate,
+            spec.head_scale,
+        )  # fmt: skip
         self.attn = Sublayer(spec.attn, attn, norm_cfg, d, "attn", mcfg.dropout)
-        mlp = MLP(d, d_ff, mcfg.mlp, mcfg.bias)  # dropout on both sublayer outputs, after any output norm
+        mid = build_norm(norm_cfg, d_ff, "ffn", d) if spec.mlp.mid_norm else None
+        mlp = MLP(d, d_ff, mcfg.mlp, mcfg.bias, mid)  # dropout on both sublayer outputs, after any output norm
         self.mlp = Sublayer(spec.mlp, mlp, norm_cfg, d, "ffn", mcfg.dropout)
 
     def forward(self, x: torch.Tensor, rope, kv=None) -> torch.Tensor:
@@ -262,7 +306,8 @@ class GPT(CausalLM, nn.Module):
         self.emb_scale = EmbedScale(d) if norm_cfg.embed_scale else None
         self.emb_norm = build_norm(norm_cfg, d, "embed") if arch.embed_norm else None
         self.drop = nn.Dropout(mcfg.dropout) if mcfg.dropout > 0 else nn.Identity()
-        self.blocks = nn.ModuleList(Block(s, mcfg, norm_cfg, default_d_ff(mcfg)) for s in self.specs)
+        gate = getattr(arch, "attn_gate", "none")
+        self.blocks = nn.ModuleList(Block(s, mcfg, norm_cfg, default_d_ff(mcfg), gate) for s in self.specs)
         self.ln_f = build_norm(norm_cfg, d, "final") if arch.final_norm else None
         self.lm_head = LMHead(d, vocab_size, bias=False)
         if mcfg.tie_embeddings:
@@ -274,15 +319,21 @@ class GPT(CausalLM, nn.Module):
         self.fixnorm = mcfg.fixnorm
         self._rope = None
         self._init_weights(mcfg, arch, width_init=norm_cfg.width_init)
+        if getattr(arch, "gain_offset", False):  # Gemma: every norm gain stored as 1 + w, w = 0 at init
+            for mod in [m for m in self.modules() if getattr(m, "weight", None) is not None and hasattr(m, "offset")]:
+                offset_gain(mod)
 
     # ----- init -----
     def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
+        tiny = getattr(arch, "tiny_init", False)
         if width_init:  # norm.width_init (DyT/Derf/none default, docs/dyt-derf.md), small_init included
             std = d**-0.5
+        elif tiny:  # Pangu Ultra's TinyInit: variance 1/(2dL), embedding std 0.5 (model/more_placements.py)
+            std = math.sqrt(1.0 / (2.0 * d * L))
         else:
             std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else mcfg.init_std
-        emb_std = arch.embed_init_std if arch.embed_init_std is not None else std
+        emb_std = arch.embed_init_std if arch.embed_init_std is not None else (0.5 if tiny else std)
 
         def normal(w: torch.Tensor, s: float) -> None:
             if arch.small_init:

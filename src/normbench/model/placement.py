@@ -49,6 +49,10 @@ class SublayerSpec:
     post_norm: bool = False
     residual_after_norm: bool = False
     alpha: float = 1.0
+    in_scale: float = 1.0  # the input norm's output times this constant (LNS: 1/sqrt(l))
+    out_gain: float = 1.0  # the output norm's gain at init (depth-scaled sandwich: c/sqrt(L))
+    resid_scale: bool = False  # a learned vector lambda (init 1) on the residual: lambda*x + y (NormFormer)
+    mid_norm: bool = False  # MLP only: a norm over d_ff after the activation (NormFormer)
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,12 @@ class BlockSpec:
     qk_norm: bool = False
     v_norm: bool = False
     qk_width: bool = False  # the q/k norms span the whole projection width d, not one head (OLMo 2)
+    head_scale: bool = False  # a learned scale per attention head before the out-projection (NormFormer)
 
     @property
     def n_norms(self) -> int:
         subs = (self.attn, self.mlp)
-        return sum(s.in_norm + s.out_norm + s.post_norm for s in subs) + 2 * self.qk_norm + self.v_norm
+        return sum(s.in_norm + s.out_norm + s.post_norm + s.mid_norm for s in subs) + 2 * self.qk_norm + self.v_norm
 
 
 PRE = SublayerSpec(in_norm=True)
