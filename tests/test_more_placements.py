@@ -14,6 +14,7 @@ import torch
 
 from normbench.config import qk_norm_mode
 from normbench.errors import ConfigError
+from normbench.model import build_model, check_combination
 from normbench.model.gpt import Attention
 from normbench.model.kinds import param_kinds
 from normbench.rundir import check_resume_config
@@ -422,3 +423,80 @@ def test_attn_gate_on_every_placement(arch, gate):
         got = core(x, model.rope(x.device))
     torch.testing.assert_close(got, attn_ref(x, core, 4), rtol=1e-4, atol=1e-5)
     assert param_kinds(model)["blocks.0.attn.core.gate.weight"] == "matrix"
+
+
+# ------------------------------------------------------------------- start-up checks, diagnostics
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        *[([f"arch={a}", "norm=none"], f"norm=none with arch={a}") for a in ALL_NEW],
+        (["arch=sandwich", "norm=scalenorm"], "arch.gain_offset=true stores each norm gain as 1 + w; norm=scalenorm"),
+        (["arch=sandwich", "norm.affine=false"], "norm=rmsnorm with norm.affine=false has no gain vector"),
+        (["arch=sandwich_depth", "norm=seednorm"], "arch=sandwich_depth initialises the output-norm gains"),
+        (["arch=sandwich_depth", "norm.affine=false"], "with norm.affine=false has no gain vector"),
+        (["arch=sandwich_depth", "arch.tiny_init=true", "norm=dyt", "norm.width_init=true"], "arch.tiny_init=true"),
+        (["arch=ngpt", "arch.attn_gate=headwise"], "arch.attn_gate=headwise with arch=ngpt"),
+        (["arch=reordered", "norm=crmsnorm"], "norm=crmsnorm with arch.qk_norm=width"),
+    ],
+)
+def test_bad_combinations_refused_in_one_line(overrides, needle):
+    cfg = compose(["model=tiny", *overrides])
+    with pytest.raises(ConfigError, match=r"^[^\n]*$") as exc:
+        from normbench.config import validate
+
+        validate(cfg)
+        check_combination(cfg)
+    assert needle in str(exc.value)
+
+
+def test_bad_attn_gate_value_is_one_line():
+    from normbench.config import validate
+
+    with pytest.raises(ConfigError, match=r"^arch\.attn_gate='yes' is not allowed; choose one of: none, headwise"):
+        validate(compose(["model=tiny", "arch.attn_gate=yes"]))
+
+
+def test_ignored_keys_are_noted():
+    notes = check_combination(compose(["model=tiny", "arch=pre_ln", "arch.scale_resids=true"]))
+    assert "arch=pre_ln ignores arch.scale_resids=True (normformer only)" in notes
+    assert any(
+        "advise against depth-scaled init" in n
+        for n in check_combination(compose(["arch=lns", "arch.scaled_init=true"]))
+    )
+
+
+@pytest.mark.parametrize("arch", ALL_NEW)
+def test_diagnostics_per_layer_lengths(arch):
+    from normbench.diagnostics import Diagnostics
+
+    cfg = compose(
+        ["model=tiny", "model.n_layer=3", "model.seq_len=16", f"arch={arch}", "arch.attn_gate=headwise", "diag=full"]
+    )
+    torch.manual_seed(0)
+    model = build_model(cfg, 256)
+    d = Diagnostics(cfg.diag, model, IDX)
+    _, loss = model(IDX[:, :-1], IDX[:, 1:])
+    loss.backward()
+    d.grad_norms()
+    r = d.collect()
+    for key, value in r.items():
+        if isinstance(value, list):
+            assert len(value) == (4 if key.endswith("_resid") else 3), key
+    assert {"grad_norm_layer", "grad_norm_attn", "attn_entropy", "var_resid", "angular_dist_layer"} <= set(r)
+    if arch in ("reordered", "sandwich", "sandwich_depth", "normformer"):
+        assert len(r["out_norm_gain_attn"]) == 3
+    if arch == "sandwich":  # the effective gain 1 + w, not the stored w = 0
+        assert r["out_norm_gain_attn"] == pytest.approx([1.0] * 3)
+    if arch == "sandwich_depth":
+        assert r["out_norm_gain_mlp"] == pytest.approx([0.432 / math.sqrt(3)] * 3)
+
+
+@pytest.mark.parametrize(
+    "overrides", [["arch=lns"], ["arch=sandwich"], ["arch=normformer"], ["arch.attn_gate=elementwise"]]
+)
+def test_export_refuses_what_it_cannot_compute(overrides):
+    from normbench.export import build_hf_model
+
+    model, cfg = make(*overrides, "model.n_layer=2")  # 2: LNS's first block is plain Pre-LN
+    with pytest.raises(ConfigError, match=r"^export: not supported yet: [^\n]*$"):
+        build_hf_model(model, cfg, 256)

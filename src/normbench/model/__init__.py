@@ -52,7 +52,9 @@ def check_combination(cfg) -> list[str]:
     with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe),
     ``norm.width_init`` with one other than dyt/derf/none (the small-scale init of the norms
     that do not rescale the stream);
-    ``mix_ln`` without its final norm (the paper always applies it).
+    ``mix_ln`` without its final norm (the paper always applies it); ``arch.attn_gate`` with nGPT;
+    ``arch.gain_offset`` and ``arch=sandwich_depth`` without a gain vector; ``arch.tiny_init`` with another
+    init rule (:func:`_check_more_placements`).
     Noted, never silent: keys an arch ignores (nGPT ignores ``norm=``, warmup and the model
     keys it has no use for; ``arch.alpha``/``beta`` belong to DeepNorm, ``arch.post_ratio`` to
     Mix-LN), ablations that leave a paper's recipe (Peri-LN without Output-norm gains), and the
@@ -65,6 +67,12 @@ def check_combination(cfg) -> list[str]:
     if arch != "mix_ln" and a.post_ratio != 0.25:
         notes.append(f"arch={arch} ignores arch.post_ratio={a.post_ratio} (Mix-LN's share of Post-LN blocks)")
     if arch == "ngpt":
+        if a.attn_gate != "none":
+            raise ConfigError(
+                f"arch.attn_gate={a.attn_gate} with arch=ngpt: nGPT keeps every matrix on the unit sphere, so the "
+                "gate logit x W_g would be a cosine and sigmoid could never close it (nGPT defines no scale for it); "
+                "allowed with ngpt: none"
+            )
         if norm != "none":
             notes.append(f"arch=ngpt ignores norm={norm}: nGPT normalizes by L2 projection onto the unit sphere")
         if cfg.model.tie_embeddings:
@@ -84,6 +92,9 @@ def check_combination(cfg) -> list[str]:
                 ("arch.qk_norm", a.qk_norm if qk_norm_mode(a.qk_norm) != "none" else False, False),
                 ("arch.final_norm", a.final_norm, False),
                 ("arch.embed_norm", a.embed_norm, False),
+                ("arch.gain_offset", a.gain_offset, False),
+                ("arch.tiny_init", a.tiny_init, False),
+                ("arch.scale_resids", a.scale_resids, False),
             )
             if value != default
         ]
