@@ -23,11 +23,13 @@ CONTRACT = [
     "massive_early",
     "ngpt_speed",
     "norm_gain_wd",
+    "normformer_grads",
     "optimizer_lr",
     "peri_variance",
     "postln_warmup",
     "qknorm_lr",
     "rmsnorm_parity",
+    "sandwich_spikes",
 ]
 
 
