@@ -519,8 +519,10 @@ LEARN = [([f"arch={a}", f"norm={n}"], f"{a}-{n}") for a in ALL_NEW for n in ("la
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides", [o for o, _ in LEARN], ids=[i for _, i in LEARN])
 def test_placement_learns_in_200_steps(tmp_path, overrides):
-    """Each with LayerNorm, RMSNorm, DyT, Derf; model=tiny (2 blocks, d 64), seq 16, batch 4, 200 steps: "learned" (normbench.outcomes:
-    completed, best val loss at least 0.1 nats under the unigram entropy, no loss spikes)."""
+    """Each with LayerNorm, RMSNorm, DyT, Derf; model=tiny (2 blocks, d 64), seq 16, batch 4, 200 steps.
+
+    The outcome is "learned" (normbench.outcomes: completed, best val loss at least 0.1 nats under the
+    unigram entropy, no loss spikes)."""
     from normbench import trainer
 
     summary = trainer.run(compose([*TRAIN, *overrides]), tmp_path)
