@@ -118,6 +118,13 @@ def test_old_checkpoint_with_boolean_qk_norm_resumes(tmp_path):
         check_resume_config({"arch.qk_norm": True}, {"arch.qk_norm": "width"}, [], tmp_path)
 
 
+def test_checkpoint_from_before_the_new_keys_resumes_only_under_their_defaults(tmp_path):
+    new = {"arch.attn_gate": "none", "arch.tiny_init": False, "arch.dssn_c_attn": None}
+    assert check_resume_config({}, new, [], tmp_path) == []
+    with pytest.raises(ConfigError, match=r"arch.attn_gate \(<absent> -> headwise\)"):
+        check_resume_config({}, {**new, "arch.attn_gate": "headwise"}, [], tmp_path)
+
+
 def test_report_reads_old_qk_norm_runs_as_new_names(tmp_path):
     from normbench.report.loading import Run, setting
     from normbench.reproduce.measure import select

@@ -66,9 +66,10 @@ Per-block lists are indexed by block ``l`` (0-based, ``n_layer`` entries);
   ``norm_alpha_final`` (scalar, the final norm's alpha), ``norm_alpha_embed`` (scalar,
   embedding norm), ``embed_scale`` (scalar, the DyT/Derf LLM recipe's embedding
   scalar); ``out_norm_gain_attn`` / ``out_norm_gain_mlp`` = mean gain of the output
-  norm (Peri-LN); nGPT: ``ngpt_alpha_attn`` / ``ngpt_alpha_mlp`` = mean |alpha| (the
-  effective eigen learning rates), ``ngpt_sqk``, ``ngpt_suv`` = mean effective s_qk,
-  s_uv, and ``ngpt_sz`` (scalar) = mean effective s_z.
+  norm (Peri-LN, reordered, sandwich, sandwich_depth, NormFormer's attention; the effective gain
+  1 + w where gains are stored so, ``arch.gain_offset``); nGPT: ``ngpt_alpha_attn`` /
+  ``ngpt_alpha_mlp`` = mean |alpha| (the effective eigen learning rates), ``ngpt_sqk``,
+  ``ngpt_suv`` = mean effective s_qk, s_uv, and ``ngpt_sz`` (scalar) = mean effective s_z.
 
 Loss spikes (:class:`SpikeDetector`, any ``diag=``): a step whose training loss
 exceeds ``diag.spike_factor`` x the median of the previous ``diag.spike_window``

@@ -60,7 +60,14 @@ def flat_config(cfg) -> dict:
 
 # Keys added after runs were made, with the value that computes what those runs computed: a
 # checkpoint without the key resumes under that value (and only under it).
-ADDED_KEYS: dict[str, object] = {}
+ADDED_KEYS: dict[str, object] = {
+    "arch.attn_gate": "none",
+    "arch.scale_resids": False,
+    "arch.gain_offset": False,
+    "arch.dssn_c_attn": None,
+    "arch.dssn_c_mlp": None,
+    "arch.tiny_init": False,
+}
 
 
 def _canonical(flat: dict) -> dict:
