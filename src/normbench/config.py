@@ -85,7 +85,7 @@ class ArchConfig:
     s_uv_init: float = 1.0
     s_z_init: float = 1.0
     norm_eps: float = 1e-6  # eps of nGPT's L2 normalisations
-    # model/more_placements.py (docs/architectures.md §3.9-3.14)
+    # model/more_placements.py (docs/architectures.md §3.9 to §3.14)
     attn_gate: str = "none"  # none | headwise | elementwise: sigmoid gate before the out-projection (any softmax arch)
     scale_resids: bool = False  # normformer: learned lambda (init 1) on the FFN residual
     gain_offset: bool = False  # sandwich: norm gains stored as 1 + w, w init 0 (Gemma)

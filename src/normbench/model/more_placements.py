@@ -1,6 +1,6 @@
 """Further placements from the papers: LNS, OLMo 2's reordered norm, sandwich (Gemma), depth-scaled
 sandwich (Pangu Ultra) and NormFormer. Each is one placement spec (model/placement.py) and one
-``conf/arch/<name>.yaml``; equations and deviations in docs/architectures.md §3.9-3.13.
+``conf/arch/<name>.yaml``; equations and deviations in docs/architectures.md §3.9 to §3.13.
 
 For a sublayer function f (attention A, MLP F), block index l = 1..L:
 
