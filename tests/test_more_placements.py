@@ -179,7 +179,7 @@ def mlp_ref(x, core):
 
 def gemma_norm(mod, x):
     """Gemma's norm: the statistic, then times (1 + w) (plus a bias where LayerNorm has one)."""
-    assert mod.offset == 1.0
+    assert mod.unit_offset == 1.0
     y = ref_norm(_stats_only(mod, x.shape[-1]), x) * (1.0 + mod.weight)
     return y + mod.bias if getattr(mod, "bias", None) is not None else y
 
@@ -285,8 +285,8 @@ def test_sandwich_block_equation_with_one_plus_w_gains(norm):
 def test_sandwich_init_and_kinds():
     """w = 0 at init (gain 1); input gains are norm_in, output gains norm_out; the final norm too is 1 + w."""
     model, _ = make("arch=sandwich", "model.n_layer=2")
-    norms = [m for m in model.modules() if hasattr(m, "offset") and m.weight is not None]
-    assert len(norms) == 2 * 4 + 1 and all(m.offset == 1.0 and not m.weight.any() for m in norms)
+    norms = [m for m in model.modules() if hasattr(m, "unit_offset") and m.weight is not None]
+    assert len(norms) == 2 * 4 + 1 and all(m.unit_offset == 1.0 and not m.weight.any() for m in norms)
     kinds = param_kinds(model)
     assert kinds["blocks.0.attn.norm_in.weight"] == kinds["blocks.1.mlp.norm_in.weight"] == "norm_in"
     assert kinds["blocks.0.attn.norm_out.weight"] == kinds["blocks.1.mlp.norm_out.weight"] == "norm_out"

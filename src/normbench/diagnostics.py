@@ -332,7 +332,7 @@ class Diagnostics:
                     if getattr(mods[0], "shift", None) is not None:
                         shifts.append(torch.stack([m.shift.squeeze() for m in mods]).mean())
                 if sub.norm_out is not None and getattr(sub.norm_out, "weight", None) is not None:
-                    gains.append(sub.norm_out.weight.mean() + getattr(sub.norm_out, "offset", 0.0))  # 1 + w
+                    gains.append(sub.norm_out.weight.mean() + getattr(sub.norm_out, "unit_offset", 0.0))  # 1 + w
             if alphas and len(alphas) == len(blocks):
                 g.add(f"norm_alpha_{site}", torch.stack(alphas))
                 for pos, vals in by_position.items():

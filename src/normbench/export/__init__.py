@@ -33,7 +33,7 @@ def unexportable(model) -> list[str]:
         ("NormFormer's FFN norm", lambda m: getattr(m, "mid_norm", None) is not None),
         ("arch.scale_resids (NormFormer's residual scale)", lambda m: getattr(m, "resid_scale", None) is not None),
         ("arch=lns (input norms scaled by 1/sqrt(l))", lambda m: getattr(m, "in_scale", 1.0) != 1.0),
-        ("arch.gain_offset (norm gains stored as 1 + w)", lambda m: getattr(m, "offset", 0.0) != 0.0),
+        ("arch.gain_offset (norm gains stored as 1 + w)", lambda m: getattr(m, "unit_offset", 0.0) != 0.0),
     )
     for what, hit in checks:
         if any(hit(m) for m in model.modules()):

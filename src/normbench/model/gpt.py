@@ -320,7 +320,8 @@ class GPT(CausalLM, nn.Module):
         self._rope = None
         self._init_weights(mcfg, arch, width_init=norm_cfg.width_init)
         if getattr(arch, "gain_offset", False):  # Gemma: every norm gain stored as 1 + w, w = 0 at init
-            for mod in [m for m in self.modules() if getattr(m, "weight", None) is not None and hasattr(m, "offset")]:
+            gains = [m for m in self.modules() if hasattr(m, "unit_offset") and getattr(m, "weight", None) is not None]
+            for mod in gains:
                 offset_gain(mod)
 
     # ----- init -----

@@ -52,20 +52,20 @@ def upcast(x: torch.Tensor) -> torch.Tensor:
 
 def gain(norm: nn.Module) -> torch.Tensor | None:
     """The gain a norm multiplies by: its ``weight``, plus ``offset`` where :func:`offset_gain` set one."""
-    if norm.weight is None or not norm.offset:
+    if norm.weight is None or not norm.unit_offset:
         return norm.weight
-    return norm.weight + norm.offset
+    return norm.weight + norm.unit_offset
 
 
 def offset_gain(norm: nn.Module) -> None:
     """Store the gain as ``1 + w`` (Gemma's RMSNorm, google/gemma_pytorch): the same gain at once, ``w``
     shifted by -1 (w = 0 for a gain of 1). Weight decay on ``w`` then pulls the gain toward 1, not 0.
     Only for the norms with a per-channel gain vector (LayerNorm, RMSNorm, DyT, Derf)."""
-    if not hasattr(type(norm), "offset") or getattr(norm, "weight", None) is None:
+    if not hasattr(type(norm), "unit_offset") or getattr(norm, "weight", None) is None:
         raise ValueError(f"{type(norm).__name__} has no gain vector to store as 1 + w")
     with torch.no_grad():
         norm.weight.sub_(1.0)
-    norm.offset = 1.0
+    norm.unit_offset = 1.0
 
 
 class LayerNorm(nn.Module):
@@ -77,7 +77,7 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
         self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
 
-    offset = 0.0  # gain = weight + offset (offset_gain: Gemma's 1 + w)
+    unit_offset = 0.0  # gain = weight + unit_offset (offset_gain: Gemma's 1 + w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = gain(self)
@@ -99,7 +99,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
 
-    offset = 0.0  # gain = weight + offset (offset_gain: Gemma's 1 + w)
+    unit_offset = 0.0  # gain = weight + unit_offset (offset_gain: Gemma's 1 + w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = gain(self)
@@ -114,7 +114,7 @@ class _PointwiseNorm(nn.Module):
 
     fn = staticmethod(torch.tanh)
     PARAM_KINDS = {"weight": "norm", "bias": "bias", "alpha": "scalar", "shift": "scalar"}
-    offset = 0.0  # gain = weight + offset (offset_gain)
+    unit_offset = 0.0  # gain = weight + unit_offset (offset_gain)
 
     def __init__(self, dim: int, alpha_init: float, affine: bool, bias: bool, shift_init: float | None):
         super().__init__()
