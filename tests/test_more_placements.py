@@ -377,6 +377,21 @@ def test_normformer_head_scale_by_hand():
     assert y.flatten().tolist() == pytest.approx([6.0, 8.0, 0.5, 0.5])
 
 
+def test_normformer_without_its_operations_is_pre_ln():
+    """Head scales 1, the attention-output and FFN norms removed, lambda 1: Pre-LN with the same weights."""
+    nf, _ = make("arch=normformer", "arch.scale_resids=true", "model.n_layer=2")
+    pre, _ = make("arch=pre_ln", "model.n_layer=2")
+    randomize(nf)
+    keep = (".norm_out.", ".mid_norm.", "head_scale", "resid_scale")
+    pre.load_state_dict({k: v for k, v in nf.state_dict().items() if not any(s in k for s in keep)})
+    with torch.no_grad():
+        for b in nf.blocks:
+            b.attn.norm_out = b.mlp.core.mid_norm = None
+            b.attn.core.head_scale.fill_(1.0)
+            b.mlp.resid_scale.fill_(1.0)
+    torch.testing.assert_close(run_model(nf, IDX), run_model(pre, IDX))
+
+
 def test_normformer_init_and_kinds():
     model, _ = make("arch=normformer", "arch.scale_resids=true")
     b = model.blocks[0]
