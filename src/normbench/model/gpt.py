@@ -72,12 +72,13 @@ class Attention(nn.Module):
         qk_width: bool = False, gate: str = "none", head_scale: bool = False,
     ):  # fmt: skip
         super().__init__()
-        gate_width = {"none": 0, "headwise": n_head, "elementwise": d}[gate]
-        self.gate = nn.Linear(d, gate_width, bias=bias) if gate_width else None
-        self.head_scale = nn.Parameter(torch.ones(n_head)) if head_scale else None
         self.n_head, self.head_dim, self.dropout = n_head, d // n_head, dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)
         self.c_proj = nn.Linear(d, d, bias=bias)
+        # after c_attn/c_proj, so a gated model draws the same q/k/v/out weights as an ungated one
+        gate_width = {"none": 0, "headwise": n_head, "elementwise": d}[gate]
+        self.gate = nn.Linear(d, gate_width, bias=bias) if gate_width else None
+        self.head_scale = nn.Parameter(torch.ones(n_head)) if head_scale else None
         # q/k norms before RoPE: per head over head_dim (HybridNorm/Qwen3), or over all of q, k (OLMo 2)
         self.qk_width = qk_width
         qk_dim = d if qk_width else self.head_dim
