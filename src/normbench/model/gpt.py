@@ -11,6 +11,7 @@ Init (docs/architectures.md §5):
   small-scale default) replaces model.init_std, and ``arch.small_init``'s std, by d^-0.5
   (docs/dyt-derf.md); DeepNorm's xavier matrices keep theirs.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
+- ``arch.tiny_init`` (Pangu Ultra's TinyInit, model/more_placements.py): std sqrt(1/(2dL)), embedding 0.5.
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
   The untied LM head (if any) gets the same std (OLMo's full_megatron gives it d^-0.5; the
   HybridNorm recipe ties embeddings, so this does not arise there).
