@@ -452,10 +452,13 @@ def test_optim_experiment_crosses_every_placement_with_every_optimizer():
     from normbench.cli import config_dir
     from normbench.model import check_combination
 
-    text = (config_dir() / "experiment" / "optim.yaml").read_text()
-    params = yaml.safe_load(text)["hydra"]["sweeper"]["params"]
-    archs, optims = params["arch"].split(","), params["optim"].split(",")
-    assert set(optims) == set(OPTIMS) and set(archs) == set(ARCHS)
+    def params(name):
+        return yaml.safe_load((config_dir() / "experiment" / f"{name}.yaml").read_text())["hydra"]["sweeper"]["params"]
+
+    archs, optims = params("optim")["arch"].split(","), params("optim")["optim"].split(",")
+    # the placements of experiment=placement and nGPT (the further ones: experiment=placement_more)
+    assert set(optims) == set(OPTIMS) and set(archs) == set(params("placement")["arch"].split(",")) | {"ngpt"}
+    assert set(archs) <= set(ARCHS)
     # groups compose independently: every arch once and every optimizer once cover the grid
     pairs = {(arch, optims[i % len(optims)]) for i, arch in enumerate(archs)}
     pairs |= {(archs[i % len(archs)], name) for i, name in enumerate(optims)}

@@ -25,12 +25,14 @@ CONTRACT = [
     "ngpt_speed",
     "norm_gain_wd",
     "normfree_stable",
+    "normformer_grads",
     "optimizer_lr",
     "peri_variance",
     "postln_warmup",
     "qknorm_lr",
     "rmsnorm_parity",
     "simplenorm_lr",
+    "sandwich_spikes",
 ]
 CONTRACT = sorted([*CONTRACT, "crmsnorm_parity", "seednorm_gain", "powernorm_gap", "qkclip_logits"])
 

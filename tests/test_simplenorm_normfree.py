@@ -274,7 +274,8 @@ def test_diagnostics_per_layer_lengths(arch):
     [
         (["arch=simplenorm", "norm=dyt"], ["norm=dyt", "allowed: rmsnorm, layernorm"]),
         (["arch=simplenorm", "model.fixnorm=true"], ["model.fixnorm", "allowed: false"]),
-        (["arch=rezero", "arch.qk_norm=true"], ["arch.qk_norm=true", "allowed: false"]),
+        (["arch=rezero", "arch.qk_norm=head"], ["arch.qk_norm=head", "allowed: none"]),
+        (["arch=fixup", "arch.attn_gate=headwise"], ["arch.attn_gate=headwise", "allowed: none"]),
         (["arch=fixup", "arch.final_norm=true"], ["arch.final_norm=true", "allowed: false"]),
         (["arch=tfixup", "arch.embed_norm=true"], ["arch.embed_norm=true", "allowed: false"]),
         (["arch=tfixup", "model.fixnorm=true"], ["model.fixnorm", "allowed: false"]),

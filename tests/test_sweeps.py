@@ -95,7 +95,7 @@ def test_glob_sweeps_see_only_the_options():
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(["arch=glob(*)", "norm=glob(*)"])
     expanded = {o.key_or_group: sorted(o.sweep_string_iterator()) for o in parsed}
     assert expanded == {"arch": sorted(ARCHS), "norm": sorted(NORMS)}
-    assert len(expanded["arch"]) == 8
+    assert len(expanded["arch"]) == len(ARCHS)
     # the CLI's pre-validation expands glob() the same way, and checks every architecture once
     variants = cli._expand(["arch=glob(*)", "model=tiny"])
     assert sorted(v[0] for v in variants) == [f"arch={a}" for a in sorted(ARCHS)]

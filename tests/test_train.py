@@ -260,13 +260,18 @@ def test_console_script_is_installed():
 
 
 def test_user_config_dir_overlays_conf(tmp_path):
+    import yaml
+
+    from normbench.config import qk_norm_mode
+
     (tmp_path / "mine" / "arch").mkdir(parents=True)
     (tmp_path / "mine" / "arch" / "pre_qk.yaml").write_text(
         "# Pre-LN with QK-norm (a user overlay)\nname: pre_ln\nqk_norm: true\n"
     )
     args = ["train", "--config-dir", "mine", "model=tiny", "trainer.max_steps=3", "hydra.run.dir=r"]
     run_cli([*args, "arch=pre_qk"], cwd=tmp_path, check=True)
-    assert "qk_norm: true" in (tmp_path / "r" / ".hydra" / "config.yaml").read_text()
+    saved = yaml.safe_load((tmp_path / "r" / ".hydra" / "config.yaml").read_text())
+    assert qk_norm_mode(saved["arch"]["qk_norm"]) == "head"  # the overlay's old boolean form still reads
     proc = run_cli([*args, "arch=pre_qkz"], cwd=tmp_path)
     assert proc.returncode == 2 and "pre_qk" in proc.stderr.strip().splitlines()[-1]
 

@@ -19,8 +19,12 @@ from hydra.core.config_store import ConfigStore
 from normbench import stabilizers
 from normbench.errors import ConfigError
 
-ARCHS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt")
-ARCHS += ("simplenorm", "rezero", "fixup", "tfixup")  # model/simplegpt.py, model/normfree.py
+ARCHS = (
+    "pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt",
+    "lns", "reordered", "sandwich", "sandwich_depth", "normformer",
+    "simplenorm", "rezero", "fixup", "tfixup",  # model/simplegpt.py, model/normfree.py
+)  # fmt: skip
+ATTN_GATES = ("none", "headwise", "elementwise")
 NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
 OPTIMS = ("adamw", "sgd", "lion", "muon", "adafactor")
 SCHEDS = ("cosine", "wsd", "constant")
@@ -32,6 +36,17 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLELS = ("none", "ddp", "fsdp")
 DIAGS = ("off", "default", "full")
+QK_NORMS = ("none", "head", "width")
+
+
+def qk_norm_mode(value: Any) -> str:
+    """``arch.qk_norm`` as one of :data:`QK_NORMS`; the old boolean form reads true -> head, false -> none.
+
+    Old configs (and old runs' saved configs and checkpoints) hold a bool; through the typed
+    schema it arrives as the string ``True``/``False``.
+    """
+    text = str(value).lower()
+    return {"true": "head", "false": "none"}.get(text, text)
 
 
 @dataclass
@@ -62,7 +77,7 @@ class ArchConfig:
     post_ratio: float = 0.25  # mix_ln: first floor(post_ratio * L) blocks are Post-LN
     alpha: float | None = None  # deepnorm residual scale; None -> (2L)^(1/4)
     beta: float | None = None  # deepnorm init gain; None -> (8L)^(-1/4)
-    qk_norm: bool = False  # per-head norm of q and k before RoPE (any softmax arch)
+    qk_norm: str = "none"  # none | head (per-head, over d_h) | width (OLMo 2: over all of q, k); before RoPE
     scaled_init: bool = True  # output projections std/sqrt(2L) (GPT-2/nanoGPT)
     small_init: bool = False  # hybridnorm: std = sqrt(2/(5d)) (Megatron "small init")
     embed_init_std: float | None = None  # None -> the model's init std
@@ -72,6 +87,13 @@ class ArchConfig:
     s_uv_init: float = 1.0
     s_z_init: float = 1.0
     norm_eps: float = 1e-6  # eps of nGPT's L2 normalisations
+    # model/more_placements.py (docs/architectures.md §3.9 to §3.14)
+    attn_gate: str = "none"  # none | headwise | elementwise: sigmoid gate before the out-projection (any softmax arch)
+    scale_resids: bool = False  # normformer: learned lambda (init 1) on the FFN residual
+    gain_offset: bool = False  # sandwich: norm gains stored as 1 + w, w init 0 (Gemma)
+    dssn_c_attn: float | None = None  # sandwich_depth: attention output-norm gain init c / sqrt(L)
+    dssn_c_mlp: float | None = None  # sandwich_depth: MLP output-norm gain init c / sqrt(L)
+    tiny_init: bool = False  # Pangu Ultra TinyInit: weights N(0, 1/(2 d L)) (variance), embedding std 0.5
 
 
 @dataclass
@@ -236,12 +258,13 @@ def _check_more_norms(n: Any, m: Any, a: Any) -> None:
         raise ConfigError(f"norm=batchnorm {LEAK}")
     if n.name == "powernorm" and n.pn_warmup > 0 and not n.allow_leak:
         raise ConfigError(f"norm.pn_warmup={n.pn_warmup} {LEAK}; the causal-safe powernorm has pn_warmup=0")
-    if n.name in ("batchnorm", "powernorm") and a.qk_norm:
-        raise ConfigError(f"arch.qk_norm=true with norm={n.name}: batch-statistic norms replace the block norms only")
-    if n.name == "crmsnorm" and (a.qk_norm or a.name in ("hybridnorm", "hybridnorm_star")):
+    qk = qk_norm_mode(a.qk_norm)
+    if n.name in ("batchnorm", "powernorm") and qk != "none":
+        raise ConfigError(f"arch.qk_norm={qk} with norm={n.name}: batch-statistic norms replace the block norms only")
+    if n.name == "crmsnorm" and (qk != "none" or a.name in ("hybridnorm", "hybridnorm_star")):
         raise ConfigError(
-            f"norm=crmsnorm with {'arch.qk_norm=true' if a.qk_norm else f'arch={a.name}'}: CRMSNorm reads its input "
-            "as a compressed zero-mean residual, which q/k/v are not; allowed: arch.qk_norm=false, not hybridnorm*"
+            f"norm=crmsnorm with {f'arch.qk_norm={qk}' if qk != 'none' else f'arch={a.name}'}: CRMSNorm reads its "
+            "input as a compressed zero-mean residual, which q/k/v are not; allowed: arch.qk_norm=none, not hybridnorm*"
         )
     if n.name == "seednorm" and not n.affine:
         raise ConfigError("norm.affine=false with norm=seednorm: gamma, alpha, beta are the method; allowed: true")
@@ -252,7 +275,7 @@ def _check_more_norms(n: Any, m: Any, a: Any) -> None:
         if not 0.0 <= getattr(n, key) <= 1.0:
             raise ConfigError(f"norm.{key}={getattr(n, key)} must be in [0, 1]")
     if n.name == "seednorm":
-        widths = [m.d_model] + ([m.d_model // m.n_head] if a.qk_norm else [])
+        widths = [m.d_model] + ([m.d_model // m.n_head] if qk == "head" else [])
         if any(w % n.seed_heads for w in widths):
             raise ConfigError(f"norm.seed_heads={n.seed_heads} must divide the normalized widths {widths}")
     if n.name == "powernorm" and m.d_model % n.pn_groups:
@@ -272,6 +295,10 @@ def validate(cfg: Any) -> None:
     """Semantic checks that the schema's types cannot express; raises ConfigError."""
     m, a, n, o, s, d, t = cfg.model, cfg.arch, cfg.norm, cfg.optim, cfg.sched, cfg.data, cfg.trainer
     _choice("arch.name", a.name, ARCHS)
+    _choice("arch.qk_norm", qk_norm_mode(a.qk_norm), QK_NORMS)  # true/false: the old boolean form
+    _choice("arch.attn_gate", a.attn_gate, ATTN_GATES)
+    _positive("arch.dssn_c_attn", a.dssn_c_attn)
+    _positive("arch.dssn_c_mlp", a.dssn_c_mlp)
     _choice("norm.name", n.name, NORMS)
     _choice("optim.name", o.name, OPTIMS)
     _choice("sched.name", s.name, SCHEDS)

@@ -66,9 +66,10 @@ Per-block lists are indexed by block ``l`` (0-based, ``n_layer`` entries);
   ``norm_alpha_final`` (scalar, the final norm's alpha), ``norm_alpha_embed`` (scalar,
   embedding norm), ``embed_scale`` (scalar, the DyT/Derf LLM recipe's embedding
   scalar); ``out_norm_gain_attn`` / ``out_norm_gain_mlp`` = mean gain of the output
-  norm (Peri-LN); nGPT: ``ngpt_alpha_attn`` / ``ngpt_alpha_mlp`` = mean |alpha| (the
-  effective eigen learning rates), ``ngpt_sqk``, ``ngpt_suv`` = mean effective s_qk,
-  s_uv, and ``ngpt_sz`` (scalar) = mean effective s_z.
+  norm (Peri-LN, reordered, sandwich, sandwich_depth, NormFormer's attention; the effective gain
+  1 + w where gains are stored so, ``arch.gain_offset``); nGPT: ``ngpt_alpha_attn`` /
+  ``ngpt_alpha_mlp`` = mean |alpha| (the effective eigen learning rates), ``ngpt_sqk``,
+  ``ngpt_suv`` = mean effective s_qk, s_uv, and ``ngpt_sz`` (scalar) = mean effective s_z.
 
 Loss spikes (:class:`SpikeDetector`, any ``diag=``): a step whose training loss
 exceeds ``diag.spike_factor`` x the median of the previous ``diag.spike_window``
@@ -331,7 +332,7 @@ class Diagnostics:
                     if getattr(mods[0], "shift", None) is not None:
                         shifts.append(torch.stack([m.shift.squeeze() for m in mods]).mean())
                 if sub.norm_out is not None and getattr(sub.norm_out, "weight", None) is not None:
-                    gains.append(sub.norm_out.weight.mean())
+                    gains.append(sub.norm_out.weight.mean() + getattr(sub.norm_out, "unit_offset", 0.0))  # 1 + w
             if alphas and len(alphas) == len(blocks):
                 g.add(f"norm_alpha_{site}", torch.stack(alphas))
                 for pos, vals in by_position.items():

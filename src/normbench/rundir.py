@@ -58,7 +58,31 @@ def flat_config(cfg) -> dict:
     return out
 
 
+# Keys added after runs were made, with the value that computes what those runs computed: a
+# checkpoint without the key resumes under that value (and only under it).
+ADDED_KEYS: dict[str, object] = {
+    "arch.attn_gate": "none",
+    "arch.scale_resids": False,
+    "arch.gain_offset": False,
+    "arch.dssn_c_attn": None,
+    "arch.dssn_c_mlp": None,
+    "arch.tiny_init": False,
+}
+
+
+def _canonical(flat: dict) -> dict:
+    """Old spellings in their current form: a boolean ``arch.qk_norm`` (true -> head, false -> none)."""
+    from normbench.config import qk_norm_mode
+
+    out = dict(flat)
+    if "arch.qk_norm" in out:
+        out["arch.qk_norm"] = qk_norm_mode(out["arch.qk_norm"])
+    return out
+
+
 def config_diff(old: dict, new: dict) -> list[str]:
+    old, new = _canonical(old), _canonical(new)
+    old = {**{k: v for k, v in ADDED_KEYS.items() if k in new and k not in old}, **old}
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 

@@ -7,6 +7,8 @@ import math
 import torch.nn as nn
 
 import normbench.model.more_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
+import normbench.model.more_placements  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
+from normbench.config import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
@@ -28,7 +30,12 @@ NANOGPT_SHAPE = (
 )
 
 # Architectures whose blocks keep a norm even when norm=none would remove it are refused.
-_NEEDS_NORM = ("post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm")
+_NEEDS_NORM = (
+    "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm",
+    "lns", "reordered", "sandwich", "sandwich_depth", "normformer",
+)  # fmt: skip
+# Norms with a per-channel gain vector: what arch.gain_offset (1 + w) and sandwich_depth's gain init act on.
+_GAIN_NORMS = ("layernorm", "rmsnorm", "dyt", "derf")
 
 
 def padded_vocab(cfg, data_vocab: int) -> int:
@@ -43,11 +50,13 @@ def check_combination(cfg) -> list[str]:
     """Refuse arch x norm combinations that make no sense (ConfigError, one line); return start-up notes.
 
     Refused: ``norm=none`` with any arch but ``pre_ln`` (the other archs would lose the
-    norms that define them); ``arch.qk_norm=true`` with ``norm=none``; ``norm.embed_scale``
+    norms that define them); ``arch.qk_norm=head|width`` with ``norm=none``; ``norm.embed_scale``
     with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe),
     ``norm.width_init`` with one other than dyt/derf/none (the small-scale init of the norms
     that do not rescale the stream);
-    ``mix_ln`` without its final norm (the paper always applies it).
+    ``mix_ln`` without its final norm (the paper always applies it); ``arch.attn_gate`` with nGPT;
+    ``arch.gain_offset`` and ``arch=sandwich_depth`` without a gain vector; ``arch.tiny_init`` with another
+    init rule (:func:`_check_more_placements`).
     Noted, never silent: keys an arch ignores (nGPT ignores ``norm=``, warmup and the model
     keys it has no use for; ``arch.alpha``/``beta`` belong to DeepNorm, ``arch.post_ratio`` to
     Mix-LN), ablations that leave a paper's recipe (Peri-LN without Output-norm gains), and the
@@ -64,6 +73,12 @@ def check_combination(cfg) -> list[str]:
         if arch in NORM_FREE:  # no norm: the norm.* checks below have nothing to check
             return notes
     if arch == "ngpt":
+        if a.attn_gate != "none":
+            raise ConfigError(
+                f"arch.attn_gate={a.attn_gate} with arch=ngpt: nGPT keeps every matrix on the unit sphere, so the "
+                "gate logit x W_g would be a cosine and sigmoid could never close it (nGPT defines no scale for it); "
+                "allowed with ngpt: none"
+            )
         if norm != "none":
             notes.append(f"arch=ngpt ignores norm={norm}: nGPT normalizes by L2 projection onto the unit sphere")
         if cfg.model.tie_embeddings:
@@ -80,9 +95,12 @@ def check_combination(cfg) -> list[str]:
                 ("model.bias", m.bias, False),
                 ("model.dropout", m.dropout, 0.0),
                 ("model.fixnorm", m.fixnorm, False),
-                ("arch.qk_norm", a.qk_norm, False),
+                ("arch.qk_norm", a.qk_norm if qk_norm_mode(a.qk_norm) != "none" else False, False),
                 ("arch.final_norm", a.final_norm, False),
                 ("arch.embed_norm", a.embed_norm, False),
+                ("arch.gain_offset", a.gain_offset, False),
+                ("arch.tiny_init", a.tiny_init, False),
+                ("arch.scale_resids", a.scale_resids, False),
             )
             if value != default
         ]
@@ -94,8 +112,9 @@ def check_combination(cfg) -> list[str]:
         return notes
     if arch == "mix_ln" and not a.final_norm:
         raise ConfigError("arch.final_norm=false: mix_ln always applies the final norm (Li et al. 2024); allowed: true")
-    if arch in ("hybridnorm", "hybridnorm_star") and a.qk_norm:
-        notes.append(f"arch={arch} normalizes q, k and v by construction; arch.qk_norm=true adds nothing")
+    qk = qk_norm_mode(a.qk_norm)
+    if arch in ("hybridnorm", "hybridnorm_star") and qk != "none":
+        notes.append(f"arch={arch} normalizes q, k and v by construction; arch.qk_norm={qk} adds nothing")
     if arch == "peri_ln" and not cfg.norm.affine:
         notes.append("norm.affine=false removes Peri-LN's Output-norm gains, which its paper keeps learnable")
     if norm == "none" and arch in _NEEDS_NORM:
@@ -103,10 +122,11 @@ def check_combination(cfg) -> list[str]:
             f"norm=none with arch={arch} removes every norm the arch places, which is arch=pre_ln norm=none; "
             "allowed with norm=none: pre_ln"
         )
-    if norm == "none" and cfg.arch.qk_norm:
+    if norm == "none" and qk != "none":
         raise ConfigError(
-            "arch.qk_norm=true needs a norm layer; norm=none has none (choose layernorm/rmsnorm/dyt/derf)"
+            f"arch.qk_norm={qk} needs a norm layer; norm=none has none (choose layernorm/rmsnorm/dyt/derf)"
         )
+    notes += _check_more_placements(cfg)
     if cfg.norm.embed_scale and norm not in ("dyt", "derf"):
         raise ConfigError(
             f"norm.embed_scale=true belongs to the DyT/Derf recipe; norm={norm} has no embedding scalar "
@@ -145,12 +165,17 @@ def check_norm_free_and_simplenorm(cfg) -> list[str]:
             )
         if m.tie_embeddings:
             notes.append("arch=simplenorm unties embeddings (SimpleGPT's head is its own matrix, trunc-normal d^-0.5)")
-        if a.qk_norm:
+        if qk_norm_mode(a.qk_norm) != "none":
             notes.append(
-                "arch=simplenorm normalizes q, k and v (whole width) by construction; arch.qk_norm=true adds nothing"
+                f"arch=simplenorm normalizes q, k and v (whole width) by construction; arch.qk_norm={a.qk_norm} "
+                "adds nothing"
             )
     elif arch in NORM_FREE:
-        for key in ("qk_norm", "final_norm", "embed_norm"):
+        if qk_norm_mode(a.qk_norm) != "none":
+            raise ConfigError(
+                f"arch.qk_norm={a.qk_norm} with arch={arch}: a norm-free net has no norm layer; allowed: none"
+            )
+        for key in ("final_norm", "embed_norm"):
             if getattr(a, key):
                 raise ConfigError(
                     f"arch.{key}=true with arch={arch}: a norm-free net has no norm layer; allowed: false"
@@ -163,8 +188,39 @@ def check_norm_free_and_simplenorm(cfg) -> list[str]:
         own_init = [f"{k}={v}" for k, v, default in (*keys, ("model.init_std", m.init_std, 0.02)) if v != default]
         if own_init:
             notes.append(f"arch={arch} ignores {', '.join(own_init)}: its paper's init sets every weight")
+    if getattr(a, "attn_gate", "none") != "none":  # their blocks build their own attention, without the gate
+        raise ConfigError(
+            f"arch.attn_gate={a.attn_gate} with arch={arch}: the gate is not built into its own blocks yet; "
+            "allowed: none"
+        )
     if arch == "simplenorm" and a.small_init:
         notes.append("arch=simplenorm ignores arch.small_init=true: SimpleGPT's init sets every weight")
+    return notes
+
+
+def _check_more_placements(cfg) -> list[str]:
+    """The keys of model/more_placements.py: refused where they cannot act, noted where ignored."""
+    arch, norm, a, notes = cfg.arch.name, cfg.norm.name, cfg.arch, []
+    for key, value, owner in (("scale_resids", a.scale_resids, "normformer"), ("dssn_c_attn", a.dssn_c_attn,
+                              "sandwich_depth"), ("dssn_c_mlp", a.dssn_c_mlp, "sandwich_depth")):  # fmt: skip
+        if value not in (None, False) and arch != owner:
+            notes.append(f"arch={arch} ignores arch.{key}={value} ({owner} only)")
+    gains = "(layernorm/rmsnorm/dyt/derf with norm.affine=true)"
+    if a.gain_offset and (norm not in _GAIN_NORMS or not cfg.norm.affine):
+        raise ConfigError(
+            f"arch.gain_offset=true stores each norm gain as 1 + w; norm={norm}"
+            f"{' with norm.affine=false' if norm in _GAIN_NORMS else ''} has no gain vector {gains}"
+        )
+    if arch == "sandwich_depth" and (norm not in _GAIN_NORMS or not cfg.norm.affine):
+        raise ConfigError(
+            f"arch=sandwich_depth initialises the output-norm gains to c/sqrt(L); norm={norm}"
+            f"{' with norm.affine=false' if norm in _GAIN_NORMS else ''} has no gain vector {gains}"
+        )
+    if a.tiny_init and (a.small_init or cfg.norm.width_init):
+        which = "arch.small_init" if a.small_init else "norm.width_init"
+        raise ConfigError(f"arch.tiny_init=true and {which}=true both set the init std; choose one")
+    if arch == "lns" and a.scaled_init:
+        notes.append("arch=lns with arch.scaled_init=true: the LNS authors advise against depth-scaled init")
     return notes
 
 

@@ -11,6 +11,7 @@ Init (docs/architectures.md §5):
   small-scale default) replaces model.init_std, and ``arch.small_init``'s std, by d^-0.5
   (docs/dyt-derf.md); DeepNorm's xavier matrices keep theirs.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
+- ``arch.tiny_init`` (Pangu Ultra's TinyInit, model/more_placements.py): std sqrt(1/(2dL)), embedding 0.5.
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
   The untied LM head (if any) gets the same std (OLMo's full_megatron gives it d^-0.5; the
   HybridNorm recipe ties embeddings, so this does not arise there).
@@ -32,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.norms import EmbedScale, build_norm, upcast
+from normbench.model.norms import EmbedScale, build_norm, offset_gain, upcast
 from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
 from normbench.stabilizers import head_logit_max
 
@@ -56,14 +57,35 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    def __init__(self, d: int, n_head: int, bias: bool, dropout: float, norm_cfg, qk_norm: bool, v_norm: bool):
+    """Causal self-attention; optional q/k/v norms, gate (``arch.attn_gate``) and head scale (NormFormer).
+
+    Gate (Qiu et al. 2025, arXiv:2505.06708; qiuzh20/gated_attention, OLMo-core ``GateConfig``):
+    ``Y' = Y * sigmoid(x W_g)`` after SDPA and before ``c_proj``, from the same input x as q/k/v;
+    ``headwise`` one gate per head (W_g: d -> H), ``elementwise`` one per output element (d -> d);
+    a separate Linear initialised like the others (the official code fuses it into q_proj); the
+    sigmoid in fp32. Head scale (NormFormer, arXiv:2110.09456 eq. HeadScale): head i times c_i
+    (init 1) before ``c_proj``, the paper's position (fairseq scales after out_proj).
+    """
+
+    PARAM_KINDS = {"head_scale": "scalar"}  # model/kinds.py
+
+    def __init__(
+        self, d: int, n_head: int, bias: bool, dropout: float, norm_cfg, qk_norm: bool, v_norm: bool,
+        qk_width: bool = False, gate: str = "none", head_scale: bool = False,
+    ):  # fmt: skip
         super().__init__()
         self.n_head, self.head_dim, self.dropout = n_head, d // n_head, dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)
         self.c_proj = nn.Linear(d, d, bias=bias)
-        # per-head norms over head_dim (HybridNorm/Qwen3 style), before RoPE
-        self.q_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if qk_norm else None
-        self.k_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if qk_norm else None
+        # after c_attn/c_proj, so a gated model draws the same q/k/v/out weights as an ungated one
+        gate_width = {"none": 0, "headwise": n_head, "elementwise": d}[gate]
+        self.gate = nn.Linear(d, gate_width, bias=bias) if gate_width else None
+        self.head_scale = nn.Parameter(torch.ones(n_head)) if head_scale else None
+        # q/k norms before RoPE: per head over head_dim (HybridNorm/Qwen3), or over all of q, k (OLMo 2)
+        self.qk_width = qk_width
+        qk_dim = d if qk_width else self.head_dim
+        self.q_norm = build_norm(norm_cfg, qk_dim, "attn", d) if qk_norm else None
+        self.k_norm = build_norm(norm_cfg, qk_dim, "attn", d) if qk_norm else None
         self.v_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if v_norm else None
         self.stats = None  # set by diagnostics: dict to receive attention statistics
         self.logit_max = None  # set by stabilizers.QKClip: (H,) running max of the training logits
@@ -71,8 +93,13 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, kv=None) -> torch.Tensor:
         B, T, C = x.shape
         pos = 0 if kv is None else kv.length  # sampling with a KV cache: x holds positions pos..pos+T-1
-        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
-        if self.q_norm is not None:
+        if self.qk_width:  # OLMo 2: norm each whole projection, then split into heads
+            q, k, v = self.c_attn(x).split(C, dim=-1)
+            q, k = self.q_norm(q), self.k_norm(k)
+            q, k, v = (t.view(B, T, self.n_head, self.head_dim) for t in (q, k, v))
+        else:
+            q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+        if self.q_norm is not None and not self.qk_width:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.v_norm is not None:
             v = self.v_norm(v)
@@ -82,14 +109,24 @@ class Attention(nn.Module):
             cos, sin = cos[pos : pos + T], sin[pos : pos + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if kv is not None:
-            return self.c_proj(cached_attention(q, *kv.update(k, v)).transpose(1, 2).reshape(B, T, C))
+            return self.project(cached_attention(q, *kv.update(k, v)).transpose(1, 2), x)
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         if self.stats is not None:
             record_attention_stats(self.stats, q, k, 1.0 / math.sqrt(self.head_dim))
         if self.logit_max is not None and self.training:
             self.logit_max.copy_(torch.maximum(self.logit_max, head_logit_max(q, k, 1.0 / math.sqrt(self.head_dim))))
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.project(y.transpose(1, 2), x)
+
+    def project(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Heads ``y`` (B, T, H, d_h) -> gate, head scale -> concat -> ``c_proj``; ``x`` feeds the gate."""
+        B, T, H, hd = y.shape
+        if self.gate is not None:
+            g = torch.sigmoid(upcast(self.gate(x))).type_as(y)
+            y = y * (g.unsqueeze(-1) if g.shape[-1] == H else g.view(B, T, H, hd))
+        if self.head_scale is not None:
+            y = y * self.head_scale.unsqueeze(-1)
+        return self.c_proj(y.reshape(B, T, H * hd))
 
 
 class LayerKV:
@@ -143,9 +180,10 @@ def record_attention_stats(stats: dict, q: torch.Tensor, k: torch.Tensor, scale:
 
 
 class MLP(nn.Module):
-    def __init__(self, d: int, d_ff: int, kind: str, bias: bool):
+    def __init__(self, d: int, d_ff: int, kind: str, bias: bool, mid_norm: nn.Module | None = None):
         super().__init__()
         self.kind = kind
+        self.mid_norm = mid_norm  # NormFormer: a norm over d_ff after the activation, before c_proj
         self.c_fc = nn.Linear(d, 2 * d_ff if kind == "swiglu" else d_ff, bias=bias)
         self.c_proj = nn.Linear(d_ff, d, bias=bias)
 
@@ -158,11 +196,15 @@ class MLP(nn.Module):
             h = F.gelu(h)
         else:
             h = F.relu(h)
+        if self.mid_norm is not None:
+            h = self.mid_norm(h)
         return self.c_proj(h)
 
 
 class Sublayer(nn.Module):
     """One residual sublayer with its norms placed as ``spec`` says (see placement.py)."""
+
+    PARAM_KINDS = {"resid_scale": "scalar"}  # NormFormer's lambda (model/kinds.py)
 
     def __init__(self, spec: SublayerSpec, core: nn.Module, norm_cfg, d: int, site: str, dropout: float):
         super().__init__()
@@ -170,6 +212,11 @@ class Sublayer(nn.Module):
         self.core = core
         self.norm_in = build_norm(norm_cfg, d, site) if spec.in_norm else None
         self.norm_out = build_norm(norm_cfg, d, site) if spec.out_norm else None
+        if self.norm_out is not None and spec.out_gain != 1.0:  # depth-scaled sandwich: gain init c/sqrt(L)
+            with torch.no_grad():
+                self.norm_out.weight.fill_(spec.out_gain)
+        self.in_scale = float(spec.in_scale)  # LNS 1/sqrt(l): a Python float, survives to_empty
+        self.resid_scale = nn.Parameter(torch.ones(d)) if spec.resid_scale else None
         self.norm_post = build_norm(norm_cfg, d, site) if spec.post_norm else None
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.alpha = float(spec.alpha)  # a Python float: survives meta-device init / to_empty
@@ -183,12 +230,17 @@ class Sublayer(nn.Module):
         h = self.norm_in(x) if self.norm_in is not None else x
         if self.spec.residual_after_norm:
             x = h
+        if self.in_scale != 1.0:
+            h = h * self.in_scale
         y = self.core(h, *args)
         if self.norm_out is not None:
             y = self.norm_out(y)
         if self.resid_dropout is not None:
             y = self.resid_dropout(y)
-        x = x + y if self.alpha == 1.0 else x * self.alpha + y
+        if self.resid_scale is not None:
+            x = x * self.resid_scale + y
+        else:
+            x = x + y if self.alpha == 1.0 else x * self.alpha + y
         return self.norm_post(x) if self.norm_post is not None else x
 
 
@@ -199,12 +251,16 @@ class LMHead(nn.Linear):
 
 
 class Block(nn.Module):
-    def __init__(self, spec: BlockSpec, mcfg, norm_cfg, d_ff: int):
+    def __init__(self, spec: BlockSpec, mcfg, norm_cfg, d_ff: int, gate: str = "none"):
         super().__init__()
         d = mcfg.d_model
-        attn = Attention(d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm)
+        attn = Attention(
+            d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm, spec.qk_width, gate,
+            spec.head_scale,
+        )  # fmt: skip
         self.attn = Sublayer(spec.attn, attn, norm_cfg, d, "attn", mcfg.dropout)
-        mlp = MLP(d, d_ff, mcfg.mlp, mcfg.bias)  # dropout on both sublayer outputs, after any output norm
+        mid = build_norm(norm_cfg, d_ff, "ffn", d) if spec.mlp.mid_norm else None
+        mlp = MLP(d, d_ff, mcfg.mlp, mcfg.bias, mid)  # dropout on both sublayer outputs, after any output norm
         self.mlp = Sublayer(spec.mlp, mlp, norm_cfg, d, "ffn", mcfg.dropout)
 
     def forward(self, x: torch.Tensor, rope, kv=None) -> torch.Tensor:
@@ -268,20 +324,27 @@ class GPT(CausalLM, nn.Module):
         self.fixnorm = mcfg.fixnorm
         self._rope = None
         self._init_weights(mcfg, arch, width_init=norm_cfg.width_init)
+        if getattr(arch, "gain_offset", False):  # Gemma: every norm gain stored as 1 + w, w = 0 at init
+            gains = [m for m in self.modules() if hasattr(m, "unit_offset") and getattr(m, "weight", None) is not None]
+            for mod in gains:
+                offset_gain(mod)
 
     def make_block(self, index: int, spec: BlockSpec, mcfg, arch, norm_cfg) -> nn.Module:
         """Block ``index`` of the stack; a model whose blocks have their own geometry overrides this
         (model/simplegpt.py, model/normfree.py). Called once per block, before the weights are initialised."""
-        return Block(spec, mcfg, norm_cfg, default_d_ff(mcfg))
+        return Block(spec, mcfg, norm_cfg, default_d_ff(mcfg), getattr(arch, "attn_gate", "none"))
 
     # ----- init -----
     def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
+        tiny = getattr(arch, "tiny_init", False)
         if width_init:  # norm.width_init (DyT/Derf/none default, docs/dyt-derf.md), small_init included
             std = d**-0.5
+        elif tiny:  # Pangu Ultra's TinyInit: variance 1/(2dL), embedding std 0.5 (model/more_placements.py)
+            std = math.sqrt(1.0 / (2.0 * d * L))
         else:
             std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else mcfg.init_std
-        emb_std = arch.embed_init_std if arch.embed_init_std is not None else std
+        emb_std = arch.embed_init_std if arch.embed_init_std is not None else (0.5 if tiny else std)
 
         def normal(w: torch.Tensor, s: float) -> None:
             if arch.small_init:

@@ -50,6 +50,24 @@ def upcast(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
+def gain(norm: nn.Module) -> torch.Tensor | None:
+    """The gain a norm multiplies by: its ``weight``, plus ``offset`` where :func:`offset_gain` set one."""
+    if norm.weight is None or not norm.unit_offset:
+        return norm.weight
+    return norm.weight + norm.unit_offset
+
+
+def offset_gain(norm: nn.Module) -> None:
+    """Store the gain as ``1 + w`` (Gemma's RMSNorm, google/gemma_pytorch): the same gain at once, ``w``
+    shifted by -1 (w = 0 for a gain of 1). Weight decay on ``w`` then pulls the gain toward 1, not 0.
+    Only for the norms with a per-channel gain vector (LayerNorm, RMSNorm, DyT, Derf)."""
+    if not hasattr(type(norm), "unit_offset") or getattr(norm, "weight", None) is None:
+        raise ValueError(f"{type(norm).__name__} has no gain vector to store as 1 + w")
+    with torch.no_grad():
+        norm.weight.sub_(1.0)
+    norm.unit_offset = 1.0
+
+
 class LayerNorm(nn.Module):
     PARAM_KINDS = {"weight": "norm", "bias": "bias"}  # model/kinds.py
 
@@ -59,12 +77,15 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
         self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
 
+    unit_offset = 0.0  # gain = weight + unit_offset (offset_gain: Gemma's 1 + w)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = gain(self)
         if x.dtype == torch.float32:  # one fused kernel; same math as below
-            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            return F.layer_norm(x, x.shape[-1:], w, self.bias, self.eps)
         y = F.layer_norm(upcast(x), x.shape[-1:], eps=self.eps).type_as(x)
-        if self.weight is not None:
-            y = y * self.weight
+        if w is not None:
+            y = y * w
         if self.bias is not None:
             y = y + self.bias
         return y
@@ -78,11 +99,14 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
 
+    unit_offset = 0.0  # gain = weight + unit_offset (offset_gain: Gemma's 1 + w)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = gain(self)
         if x.dtype == torch.float32:  # one fused kernel; same math as below
-            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+            return F.rms_norm(x, x.shape[-1:], w, self.eps)
         y = F.rms_norm(upcast(x), x.shape[-1:], eps=self.eps).type_as(x)
-        return y * self.weight if self.weight is not None else y
+        return y * w if w is not None else y
 
 
 class _PointwiseNorm(nn.Module):
@@ -90,6 +114,7 @@ class _PointwiseNorm(nn.Module):
 
     fn = staticmethod(torch.tanh)
     PARAM_KINDS = {"weight": "norm", "bias": "bias", "alpha": "scalar", "shift": "scalar"}
+    unit_offset = 0.0  # gain = weight + unit_offset (offset_gain)
 
     def __init__(self, dim: int, alpha_init: float, affine: bool, bias: bool, shift_init: float | None):
         super().__init__()
@@ -104,7 +129,7 @@ class _PointwiseNorm(nn.Module):
             z = z + self.shift
         y = self.fn(z)
         if self.weight is not None:
-            y = y * self.weight
+            y = y * gain(self)
         if self.bias is not None:
             y = y + self.bias
         return y

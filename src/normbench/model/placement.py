@@ -16,9 +16,12 @@ References (equations and citations in docs/architectures.md §3):
 - hybridnorm: Zhuo et al. 2025, BryceZhuo/HybridNorm: q/k/v norm and no attention input norm;
   FFN ``z = N(y); x' = z + F(z)``.  hybridnorm_star: block 0 is Pre-Norm plus q/k/v norm.
 - deepnorm: Wang et al. 2022, arXiv:2203.00555; torchscale: ``N(alpha*x + f(x))``, alpha=(2L)^(1/4).
+- lns, reordered, sandwich, sandwich_depth, normformer: model/more_placements.py (their papers there).
 
-``arch.qk_norm`` adds per-head q/k norms (over d_h, before RoPE) to any softmax arch;
-hybridnorm/hybridnorm_star always have q/k/v norms, whatever ``arch.qk_norm`` says.
+``arch.qk_norm`` adds q/k norms before RoPE to any softmax arch: ``head`` per head over d_h
+(Qwen3/Gemma 3), ``width`` one norm over each whole projection width d before the split into
+heads (OLMo 2, allenai/OLMo-core ``use_head_qk_norm=False``); the old ``true``/``false`` read as
+head/none. hybridnorm/hybridnorm_star always have per-head q/k/v norms, whatever ``arch.qk_norm`` says.
 Mix-LN with ``floor(post_ratio * L) = 0`` (e.g. L=2 at 0.25) is all Pre-LN, as in the reference.
 
 Choices between paper and reference code (also in each ``conf/arch/*.yaml``):
@@ -47,6 +50,10 @@ class SublayerSpec:
     post_norm: bool = False
     residual_after_norm: bool = False
     alpha: float = 1.0
+    in_scale: float = 1.0  # the input norm's output times this constant (LNS: 1/sqrt(l))
+    out_gain: float = 1.0  # the output norm's gain at init (depth-scaled sandwich: c/sqrt(L))
+    resid_scale: bool = False  # a learned vector lambda (init 1) on the residual: lambda*x + y (NormFormer)
+    mid_norm: bool = False  # MLP only: a norm over d_ff after the activation (NormFormer)
 
 
 @dataclass(frozen=True)
@@ -55,11 +62,13 @@ class BlockSpec:
     mlp: SublayerSpec
     qk_norm: bool = False
     v_norm: bool = False
+    qk_width: bool = False  # the q/k norms span the whole projection width d, not one head (OLMo 2)
+    head_scale: bool = False  # a learned scale per attention head before the out-projection (NormFormer)
 
     @property
     def n_norms(self) -> int:
         subs = (self.attn, self.mlp)
-        return sum(s.in_norm + s.out_norm + s.post_norm for s in subs) + 2 * self.qk_norm + self.v_norm
+        return sum(s.in_norm + s.out_norm + s.post_norm + s.mid_norm for s in subs) + 2 * self.qk_norm + self.v_norm
 
 
 PRE = SublayerSpec(in_norm=True)
@@ -82,6 +91,14 @@ def mix_ln_post_blocks(n_layer: int, post_ratio: float) -> int:
     return math.floor(post_ratio * n_layer + 1e-9)
 
 
+def qk_kwargs(arch) -> dict:
+    """BlockSpec's q/k-norm fields for ``arch.qk_norm`` (none | head | width; old bools too)."""
+    from normbench.config import qk_norm_mode
+
+    mode = qk_norm_mode(arch.qk_norm)
+    return {"qk_norm": mode != "none", "qk_width": mode == "width"}
+
+
 # ``arch=`` names with a block placement -> specs(arch_cfg, n_layer) (docs/architectures.md §3).
 # nGPT is not a placement but its own model (model/ngpt.py). A new placement registers here.
 PLACEMENTS: dict[str, Callable[[Any, int], list[BlockSpec]]] = {}
@@ -97,23 +114,23 @@ def register_placement(name: str):
 
 @register_placement("pre_ln")
 def _pre_ln(arch, n_layer: int) -> list[BlockSpec]:
-    return [BlockSpec(PRE, PRE, qk_norm=bool(arch.qk_norm))] * n_layer
+    return [BlockSpec(PRE, PRE, **qk_kwargs(arch))] * n_layer
 
 
 @register_placement("post_ln")
 def _post_ln(arch, n_layer: int) -> list[BlockSpec]:
-    return [BlockSpec(POST, POST, qk_norm=bool(arch.qk_norm))] * n_layer
+    return [BlockSpec(POST, POST, **qk_kwargs(arch))] * n_layer
 
 
 @register_placement("peri_ln")
 def _peri_ln(arch, n_layer: int) -> list[BlockSpec]:
-    return [BlockSpec(PERI, PERI, qk_norm=bool(arch.qk_norm))] * n_layer
+    return [BlockSpec(PERI, PERI, **qk_kwargs(arch))] * n_layer
 
 
 @register_placement("mix_ln")
 def _mix_ln(arch, n_layer: int) -> list[BlockSpec]:
-    k, qk = mix_ln_post_blocks(n_layer, arch.post_ratio), bool(arch.qk_norm)
-    return [BlockSpec(POST, POST, qk_norm=qk) if i < k else BlockSpec(PRE, PRE, qk_norm=qk) for i in range(n_layer)]
+    k, qk = mix_ln_post_blocks(n_layer, arch.post_ratio), qk_kwargs(arch)
+    return [BlockSpec(POST, POST, **qk) if i < k else BlockSpec(PRE, PRE, **qk) for i in range(n_layer)]
 
 
 @register_placement("hybridnorm")
@@ -130,7 +147,7 @@ def _hybridnorm_star(arch, n_layer: int) -> list[BlockSpec]:
 def _deepnorm(arch, n_layer: int) -> list[BlockSpec]:
     alpha = arch.alpha if arch.alpha is not None else deepnorm_alpha(n_layer)
     sub = SublayerSpec(post_norm=True, alpha=alpha)
-    return [BlockSpec(sub, sub, qk_norm=bool(arch.qk_norm))] * n_layer
+    return [BlockSpec(sub, sub, **qk_kwargs(arch))] * n_layer
 
 
 def block_specs(arch, n_layer: int) -> list[BlockSpec]:

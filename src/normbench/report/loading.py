@@ -237,12 +237,25 @@ def norm_value(value: str) -> str:
     return str(int(f)) if f.is_integer() and abs(f) < 1e15 else repr(f)
 
 
+def canonical_value(key: str, value: str | None) -> str | None:
+    """A setting in its current spelling: the old boolean ``arch.qk_norm`` reads true -> head, false -> none."""
+    if key == "arch.qk_norm" and value is not None:
+        from normbench.config import qk_norm_mode
+
+        return qk_norm_mode(value)
+    return value
+
+
 def setting(run: Run, key: str) -> str | None:
     """A run's value for a key (``arch``, ``optim.lr``, ``model.n_layer``, ...): its override,
-    else its config, else its summary.
+    else its config, else its summary; in its current spelling (:func:`canonical_value`).
 
     arch/norm/optim/seed come from the summary first: the run itself wrote them (a resume
     refused for a changed arch leaves no trace there)."""
+    return canonical_value(key, _setting(run, key))
+
+
+def _setting(run: Run, key: str) -> str | None:
     if key in SUMMARY_FIRST and (run.summary or {}).get(key) is not None:
         return norm_value(str(run.summary[key]))
     for o in run.overrides:

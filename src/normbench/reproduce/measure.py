@@ -8,7 +8,7 @@ import statistics
 from dataclasses import replace
 
 from normbench.outcomes import finite
-from normbench.report.loading import Run, norm_value, setting
+from normbench.report.loading import Run, canonical_value, norm_value, setting
 from normbench.report.stats import LEARNED, default_targets, learned_everywhere, lr_of, run_layer_stats, time_to_target
 from normbench.reproduce import verdict as V
 from normbench.reproduce.claims import Claim, Test
@@ -18,7 +18,7 @@ FINISHED = ("completed", "diverged")
 
 
 def select(runs: list[Run], where: dict) -> list[Run]:
-    return [r for r in runs if all(setting(r, k) == norm_value(str(v)) for k, v in where.items())]
+    return [r for r in runs if all(setting(r, k) == canonical_value(k, norm_value(str(v))) for k, v in where.items())]
 
 
 def metric_value(run: Run, metric: str, target: float | None) -> float | None:
