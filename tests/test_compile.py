@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normbench import trainer
+from normbench import build, trainer
 from normbench.config import ARCHS
 from normbench.errors import ConfigError
 from normbench.model import build_model
@@ -93,4 +93,4 @@ def test_bf16_autocast_norm_statistics_in_fp32(arch, norm, monkeypatch):
 
 def test_fp16_refused_on_cpu():
     with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):
-        trainer.resolve_device(compose([*TINY, "precision=fp16", "device=cpu"]))
+        build.resolve_device(compose([*TINY, "precision=fp16", "device=cpu"]))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from normbench import cli, trainer
+from normbench import cli, throughput, trainer
 from normbench.config import validate
 from normbench.metrics import read_jsonl
 
@@ -326,7 +326,7 @@ def test_ranks_split_the_global_batch_of_one_process():
     import numpy as np
     import torch
 
-    from normbench.trainer import Batches
+    from normbench.batches import Batches
 
     tokens = np.arange(1000, dtype=np.uint16)
     cpu = torch.device("cpu")
@@ -345,7 +345,7 @@ def test_eta_is_smoothed(monkeypatch):
     """Log windows alternate 1 s and 3 s per step (evals, diagnostics): the ETA moves by far less than x3."""
     clock = iter([0.0, 10.0, 40.0, 50.0, 80.0, 90.0, 120.0])
     monkeypatch.setattr(trainer.time, "perf_counter", lambda: next(clock))
-    eta = trainer.Eta()
+    eta = throughput.Eta()
     etas = [eta.remaining(step, 1000, 1.0) / (1000 - step) for step in range(0, 70, 10)]
     assert etas[1] == 1.0  # the first window's rate as it is
     later = etas[2:]
