@@ -35,7 +35,10 @@ class KeepHydraFiles(Callback):
         self.saved = {}
         if int(os.environ.get("RANK", 0)) != 0:  # torchrun: rank 0 owns the run directory's files
             return
-        hydra_dir = RunDir(str(config.hydra.run.dir)).hydra_dir
+        try:
+            hydra_dir = RunDir(str(config.hydra.run.dir)).hydra_dir
+        except Exception:  # noqa: BLE001 - an interpolation only the job can resolve: a new directory anyway
+            return
         if hydra_dir.is_dir():
             self.saved = {p: p.read_bytes() for p in hydra_dir.iterdir() if p.is_file()}
 
