@@ -136,10 +136,17 @@ def list_cli(argv: list[str]) -> int:
     for group in groups:
         if group not in GROUPS:
             return error(f"unknown group {group!r}; choose one of: {', '.join(GROUPS)}")
+    from normbench import config
+
+    registries = {"arch": config.archs, "norm": config.norms, "optim": config.optims}
     for group in groups:
         print(f"{group}:")
         for opt in options(group):
             print(f"  {opt:<16} {describe(config_dir() / group / f'{opt}.yaml')}")
+        # registered without a conf file (a NORMBENCH_PLUGINS module): chosen with <group>.name=...
+        for name in registries[group]() if group in registries else ():
+            if name not in options(group):
+                print(f"  {name:<16} registered in code, no conf/{group}/{name}.yaml: choose with {group}.name={name}")
     return 0
 
 
