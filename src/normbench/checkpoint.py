@@ -26,7 +26,7 @@ from normbench.metrics import write_atomic
 TMP_MARK = ".tmp."
 
 
-# What a resume reads unconditionally (trainer._maybe_resume).
+# What a resume reads unconditionally (train_state.TrainState.resume and load_state_dict).
 REQUIRED_KEYS = ("model", "optimizer", "step", "tokens", "sampler_rng", "torch_rng")
 
 
