@@ -120,15 +120,16 @@ class RunDir:
             return "", ""
         return host, pid
 
-    def owner_alive(self) -> bool:
+    def owner_alive(self, count_self: bool = True) -> bool:
         """Whether the process named in ``.lock`` still lives (read-only: never takes the lock). An
-        owner on another host counts as alive (cannot tell from here); this process does not count."""
+        owner on another host counts as alive (cannot tell from here); this very process counts
+        unless ``count_self`` is false (the lock's own checks)."""
         host, pid = self.lock_owner()
         if not host:
             return False
         if host != socket.gethostname():
             return True
-        return pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid))
+        return pid.isdigit() and (count_self or int(pid) != os.getpid()) and _pid_alive(int(pid))
 
     def last_write_age(self) -> float | None:
         """Seconds since the run last wrote ``metrics.jsonl`` or ``summary.json``; None if neither exists."""
@@ -322,7 +323,7 @@ class RunLock:
         except BlockingIOError:
             raise self._in_use() from None
         except OSError:
-            if self.run.owner_alive():
+            if self.run.owner_alive(count_self=False):
                 raise self._in_use() from None
         finally:
             os.close(fd)
@@ -332,7 +333,7 @@ class RunLock:
         return f"{host}:{pid}" if host else ""
 
     def _acquire_by_pid(self, me: str) -> None:
-        if self.run.owner_alive():
+        if self.run.owner_alive(count_self=False):
             raise self._in_use()
         if (owner := self._owner()) and owner != me:
             self._take_over(owner)
