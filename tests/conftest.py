@@ -19,6 +19,12 @@ OFFLINE_ENV = {
 }
 os.environ.update(OFFLINE_ENV)
 os.environ.setdefault("NORMBENCH_CACHE", str(REPO / ".cache" / "normbench"))
+# the fault-injection hooks (normbench_test_hooks.py): in this process, and in every `python -m normbench`
+# the tests start (NORMBENCH_PLUGINS, with this directory on their PYTHONPATH)
+_TESTS = str(Path(__file__).resolve().parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_TESTS, os.environ.get("PYTHONPATH")) if p)
+os.environ["NORMBENCH_PLUGINS"] = "normbench_test_hooks"
+import normbench_test_hooks  # noqa: E402, F401  (installs the hooks)
 
 
 def compose(overrides: list[str] | None = None):

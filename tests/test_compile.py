@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch._dynamo.backends.debugging import aot_eager
 from torch._dynamo.utils import counters
 
-from normbench import compiling, trainer
+from normbench import build, compiling, trainer
 from normbench.config import ARCHS, NORMS, validate
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
@@ -97,7 +97,7 @@ def test_bf16_autocast_norm_statistics_in_fp32(arch, norm, monkeypatch):
 
 def test_fp16_refused_on_cpu():
     with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):
-        trainer.resolve_device(compose([*TINY, "precision=fp16", "device=cpu"]))
+        build.resolve_device(compose([*TINY, "precision=fp16", "device=cpu"]))
 
 
 # ----------------------------------------------------------- graphs: no breaks, no recompiles

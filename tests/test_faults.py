@@ -2,8 +2,8 @@
 changed configs, the run-directory lock, non-finite gradients, divergence, failing sweep jobs.
 
 Every resumed run is compared with one uninterrupted run of the same config, record by record, to the
-last bit (CPU). Test hooks used: ``NORMBENCH_TEST_SLOW_LOG`` (sleep after each metrics record, so a
-signal lands mid-run), ``NORMBENCH_TEST_SLOW_CKPT`` (a half-written temp checkpoint stays that many
+last bit (CPU). Test hooks used (normbench_test_hooks.py): ``NORMBENCH_TEST_SLOW_LOG`` (sleep after each
+metrics record, so a signal lands mid-run), ``NORMBENCH_TEST_SLOW_CKPT`` (a half-written temp checkpoint stays that many
 seconds), ``NORMBENCH_TEST_NAN_GRAD`` (NaN gradients at given steps) and ``NORMBENCH_TEST_FAIL_AT_STEP``.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from normbench import build, cli, report, rundir, trainer
 from normbench import checkpoint as ckpt
-from normbench import cli, report, rundir, trainer
 from normbench.errors import ConfigError
 from normbench.metrics import JsonlWriter, read_jsonl
 
@@ -515,7 +515,7 @@ def test_preemption_that_is_not_requeued_stays_interrupted(tmp_path, monkeypatch
 
     _preempted_run(monkeypatch, run, 2, submitit_gives_up, RuntimeError)
     s = summary(run)
-    assert s["status"] == "interrupted" and trainer.read_status(run) == "interrupted"
+    assert s["status"] == "interrupted" and rundir.RunDir(run).status() == "interrupted"
     assert "SIGUSR2 at step 2" in s["reason"] and "not requeued: Job not requeued" in s["reason"]
     assert ckpt.load(run / "checkpoints" / "last.pt")["step"] == 2
 
@@ -619,7 +619,7 @@ def test_stale_lock_from_another_host(tmp_path):
 
 
 def test_corrupt_summary_is_unreadable_not_failed(tmp_path):
-    from normbench.metrics import read_summary
+    read_summary = lambda run: rundir.RunDir(run).read_summary()  # noqa: E731
 
     run = tmp_path / "sweep" / "0_seed=0"
     run.mkdir(parents=True)
@@ -671,7 +671,7 @@ def test_fp16_loss_scaler_skips_overflows_apart_and_resumes_its_scale(tmp_path, 
     """GradScaler (fp16) skips an overflowing step and halves its scale: counted in amp_skipped_steps,
     never toward trainer.max_skipped; the scale and its growth counter are checkpointed. fp16 needs a
     GPU, so the test gives the fp32 trainer a CPU GradScaler: the same code path."""
-    monkeypatch.setattr(trainer.Trainer, "_make_scaler", lambda self: torch.amp.GradScaler("cpu", init_scale=1024.0))
+    monkeypatch.setattr(build, "make_scaler", lambda device, precision: torch.amp.GradScaler("cpu", init_scale=1024.0))
     monkeypatch.setenv("NORMBENCH_TEST_NAN_GRAD", "3")
     run = tmp_path / "run"
     args = [*RUN, "trainer.skip_nonfinite=true", "trainer.max_skipped=0"]  # a skip of its own would diverge

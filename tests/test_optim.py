@@ -480,3 +480,24 @@ def test_muon_refuses_a_torch_whose_private_hook_changed(monkeypatch):
     monkeypatch.setattr(torch.optim.Muon, "_init_group", changed)
     with pytest.raises(RuntimeError, match=r"torch<2\.14"):
         optim.Muon([{"params": [p], "split": 2}], lr=0.02)
+
+
+def test_an_optimizer_registered_elsewhere_is_valid_listed_and_built(monkeypatch, capsys):
+    """optim.py's registry is what validation, its error message and `list` read: a builder registered in a
+    test (no other file touched) is accepted and built with the weight-decay groups; a name outside
+    the registry is refused naming the registered ones."""
+    from normbench.errors import ConfigError
+
+    monkeypatch.setitem(optim.OPTIMIZERS, "test_plain_sgd", None)  # removed again after the test
+    optim.register_optimizer("test_plain_sgd")(lambda groups, ocfg, dev: [torch.optim.SGD(groups("test_plain_sgd"))])
+    cfg = compose(["model=tiny", "optim.name=test_plain_sgd", "optim.lr=0.5"])
+    validate(cfg)
+    (opt,) = optim.build_optimizer(build_model(cfg, 256), cfg, log=lambda *_: None).optimizers
+    assert isinstance(opt, torch.optim.SGD) and {g["weight_decay"] for g in opt.param_groups} == {0.0, 0.1}
+    from normbench import cli
+
+    assert cli.main(["list", "optim"]) == 0  # listed too, with how to choose it
+    assert "test_plain_sgd   registered in code, no conf/optim/test_plain_sgd.yaml" in capsys.readouterr().out
+    refused = r"^optim.name='nope' is not allowed; choose one of: adamw, sgd, .*test_plain_sgd"
+    with pytest.raises(ConfigError, match=refused):
+        validate(compose(["model=tiny", "optim.name=nope"]))

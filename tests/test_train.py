@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from normbench import cli, trainer
+from normbench import cli, throughput, trainer
 from normbench.config import validate
 from normbench.metrics import read_jsonl
 
@@ -70,6 +71,13 @@ def test_every_experiment_composes(experiment):
     assert "# Question:" in text and "# @package _global_" in text
 
 
+CHECKPOINT_KEYS = {
+    *("model", "optimizer", "scaler", "sampler_rng", "torch_rng", "cuda_rng", "rank_rng", "step", "tokens"),
+    *("best_val", "last_val", "initial_loss", "spikes", "recent_losses", "spike_steps_unlogged", "skipped"),
+    *("amp_skipped", "eval_missing", "wandb_id", "summary", "clock", "config"),
+}
+
+
 def test_list_prints_every_option_with_its_source(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
@@ -120,6 +128,8 @@ def test_run_dir_holds_every_file_and_key(tmp_path):
     assert len(diag[0]["var_resid"]) == 3 and len(diag[0]["grad_norm_layer"]) == 2
     summary = json.loads((run / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
+    # the checkpoint format (docs/contract.md §3: train_state.TrainState's list) stays what older versions wrote
+    assert set(torch.load(run / "checkpoints" / "last.pt", weights_only=True)) == CHECKPOINT_KEYS
     assert summary["status"] == "completed" and summary["step"] == 30
     assert summary["tokens"] == 30 * 16 * 64 == records[-1]["tokens"]
     assert summary["arch"] == "post_ln" and summary["norm"] == "rmsnorm"
@@ -334,7 +344,7 @@ def test_ranks_split_the_global_batch_of_one_process():
     import numpy as np
     import torch
 
-    from normbench.trainer import Batches
+    from normbench.batches import Batches
 
     tokens = np.arange(1000, dtype=np.uint16)
     cpu = torch.device("cpu")
@@ -353,8 +363,15 @@ def test_eta_is_smoothed(monkeypatch):
     """Log windows alternate 1 s and 3 s per step (evals, diagnostics): the ETA moves by far less than x3."""
     clock = iter([0.0, 10.0, 40.0, 50.0, 80.0, 90.0, 120.0])
     monkeypatch.setattr(trainer.time, "perf_counter", lambda: next(clock))
-    eta = trainer.Eta()
+    eta = throughput.Eta()
     etas = [eta.remaining(step, 1000, 1.0) / (1000 - step) for step in range(0, 70, 10)]
     assert etas[1] == 1.0  # the first window's rate as it is
     later = etas[2:]
     assert max(later) / min(later) < 1.5 and 1.3 < later[-1] < 2.5  # between 1 and 3 s/step, steady
+
+
+def test_a_plugin_that_cannot_be_imported_is_one_line(tmp_path):
+    """NORMBENCH_PLUGINS (the hook point for code outside the package) names modules every command imports."""
+    proc = run_cli(["list", "optim"], cwd=tmp_path, env={"NORMBENCH_PLUGINS": "normbench_test_hooks,no_such_plugin"})
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "NORMBENCH_PLUGINS: cannot import 'no_such_plugin'" in proc.stderr

@@ -7,17 +7,13 @@ by the next save. Loading uses ``torch.load(weights_only=True)``: a checkpoint
 from a stranger cannot run code. Anything unreadable is refused with one line
 naming the file.
 
-Test hook: ``NORMBENCH_TEST_SLOW_CKPT=<seconds>`` makes :func:`save_atomic`
-write half of the temp file, flush it, and sleep that long before writing the
-rest, so a test can ``kill -9`` the process in the middle of a checkpoint write.
+:func:`serialize` writes the state into the open temp file (tests wrap it to tear a write).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -30,7 +26,7 @@ from normbench.metrics import write_atomic
 TMP_MARK = ".tmp."
 
 
-# What a resume reads unconditionally (trainer._maybe_resume).
+# What a resume reads unconditionally (train_state.TrainState.resume and load_state_dict).
 REQUIRED_KEYS = ("model", "optimizer", "step", "tokens", "sampler_rng", "torch_rng")
 
 
@@ -54,26 +50,16 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def serialize(state: dict, f) -> None:
+    torch.save(state, f)
+
+
 def save_atomic(state: dict, path: Path) -> None:
     """Write ``state`` to ``path`` so that ``path`` is always either the old or the new complete file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(path)
-    slow = float(os.environ.get("NORMBENCH_TEST_SLOW_CKPT") or 0)
-
-    def write(f) -> None:
-        if slow > 0:  # test hook: a torn temp file exists for `slow` seconds
-            buf = io.BytesIO()
-            torch.save(state, buf)
-            data = buf.getvalue()
-            f.write(data[: len(data) // 2])
-            f.flush()
-            time.sleep(slow)
-            f.write(data[len(data) // 2 :])
-        else:
-            torch.save(state, f)
-
-    write_atomic(path, write, binary=True)
+    write_atomic(path, lambda f: serialize(state, f), binary=True)
     _fsync_dir(path.parent)
 
 

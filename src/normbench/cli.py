@@ -136,10 +136,17 @@ def list_cli(argv: list[str]) -> int:
     for group in groups:
         if group not in GROUPS:
             return error(f"unknown group {group!r}; choose one of: {', '.join(GROUPS)}")
+    from normbench import config
+
+    registries = {"arch": config.archs, "norm": config.norms, "optim": config.optims}
     for group in groups:
         print(f"{group}:")
         for opt in options(group):
             print(f"  {opt:<16} {describe(config_dir() / group / f'{opt}.yaml')}")
+        # registered without a conf file (a NORMBENCH_PLUGINS module): chosen with <group>.name=...
+        for name in registries[group]() if group in registries else ():
+            if name not in options(group):
+                print(f"  {name:<16} registered in code, no conf/{group}/{name}.yaml: choose with {group}.name={name}")
     return 0
 
 
@@ -216,7 +223,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import OverrideParseException
 
-    from normbench.config import validate
+    from normbench.config import to_config
     from normbench.model import check_combination
 
     user = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
@@ -244,10 +251,10 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
                 bad = _first_bad(variant)
                 raise ConfigError(_explain(exc, bad, base_keys)) from None
             _reject_nan(cfg)
-            validate(cfg)
+            cfg = to_config(cfg)  # the same typed, validated config the trainer gets
             check_combination(cfg)
             if cfg.device == "cuda" or cfg.precision == "fp16":
-                from normbench.trainer import resolve_device
+                from normbench.build import resolve_device
 
                 resolve_device(cfg)
     GlobalHydra.instance().clear()
@@ -360,7 +367,6 @@ def train_cli(argv: list[str]) -> int:
 
     saved = sys.argv
     sys.argv = ["normbench train"] + argv
-    hydra_files = _snapshot_hydra_files(argv)
     _REFUSED.clear()
     # a stop signal is honoured for the whole command: between a sweep's jobs it ends the sweep
     installed = STOP.install([signal.SIGTERM, signal.SIGINT])
@@ -369,12 +375,7 @@ def train_cli(argv: list[str]) -> int:
     finally:
         STOP.uninstall(installed)
         sys.argv = saved
-        if _REFUSED and hydra_files:  # a refused run (e.g. resume with a changed arch) changes nothing
-            from normbench.metrics import write_atomic
-
-            for path, data in hydra_files.items():
-                write_atomic(path, lambda f, data=data: f.write(data), binary=True)
-    return 0
+    return 2 if _REFUSED else 0
 
 
 _REFUSED: list[str] = []  # run_job notes a refused single run here
@@ -441,17 +442,6 @@ def resume_command(run_dir: Path, sweep_dir: Path | None = None) -> str:
     return " ".join(shlex.quote(a) for a in [*prefix, *args, where, "trainer.resume=true"])
 
 
-def _snapshot_hydra_files(argv: list[str]) -> dict[Path, bytes]:
-    """The ``.hydra/`` files of an existing single-run directory, as they are before Hydra rewrites
-    them: a run refused there (resume with another arch, a foreign checkpoint) puts them back."""
-    if any(a in ("-m", "--multirun") for a in argv) or int(os.environ.get("RANK", 0)) != 0:
-        return {}
-    dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
-    if not dirs or "${" in dirs[-1] or not (Path(dirs[-1]) / ".hydra").is_dir():
-        return {}
-    return {p: p.read_bytes() for p in (Path(dirs[-1]) / ".hydra").iterdir() if p.is_file()}
-
-
 def _check_run_dir_free(argv: list[str]) -> None:
     """A single run into an explicit ``hydra.run.dir`` that a live run holds is refused before Hydra
     rewrites that directory's ``.hydra/`` (the lock itself is taken in ``trainer.run``)."""
@@ -459,9 +449,9 @@ def _check_run_dir_free(argv: list[str]) -> None:
         return
     dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
     if dirs and "${" not in dirs[-1]:
-        from normbench.rundir import RunLock
+        from normbench.rundir import RunDir
 
-        RunLock(Path(dirs[-1])).check_free()
+        RunDir(dirs[-1]).lock().check_free()
 
 
 def run_job(cfg) -> float:
@@ -470,7 +460,8 @@ def run_job(cfg) -> float:
     from hydra.types import RunMode
 
     from normbench import trainer
-    from normbench.rundir import RunDirInUse
+    from normbench.callbacks import Refused
+    from normbench.rundir import RunDir, RunDirInUse
     from normbench.signals import STOP
 
     hc = HydraConfig.get()
@@ -482,11 +473,11 @@ def run_job(cfg) -> float:
         summary = trainer.run(cfg, run_dir)
     except ConfigError as exc:
         error(str(exc))
-        if not multirun:
+        if not multirun:  # callbacks.KeepHydraFiles puts the run directory's .hydra/ back
             _REFUSED.append(str(exc))
-            sys.exit(2)
+            return Refused(str(exc))
         if not isinstance(exc, RunDirInUse):  # that directory's summary belongs to the live run
-            trainer.summary_for_failure(run_dir, cfg, str(exc))
+            RunDir(run_dir).record_failure(cfg, str(exc))
         return math.inf
     except trainer.Interrupted as exc:
         logging.getLogger("normbench").warning("%s", STOP.hint)
@@ -499,9 +490,9 @@ def run_job(cfg) -> float:
         # a failed job is a result of the sweep, not its end
         first = first_line(exc)
         print(f"normbench: job {hc.job.num} failed: {type(exc).__name__}: {first}", file=sys.stderr)
-        if trainer.read_status(run_dir) == "interrupted":  # checkpointed first, then the launcher gave up
+        if RunDir(run_dir).status() == "interrupted":  # checkpointed first, then the launcher gave up
             return math.inf  # the summary says so already; trainer.resume=true continues it
-        trainer.summary_for_failure(run_dir, cfg, f"{type(exc).__name__}: {first}"[:300])
+        RunDir(run_dir).record_failure(cfg, f"{type(exc).__name__}: {first}"[:300])
         return math.inf
     if STOP.signum is not None:  # it came after the run's last safe point: the run is done; stop here
         then = f"no further jobs start; {STOP.hint}" if multirun else "exiting"
@@ -521,8 +512,25 @@ def _sweep_dir(hc, run_dir: Path) -> Path:
     return run_dir.resolve().parent
 
 
+def load_plugins() -> None:
+    """Import the modules named in ``NORMBENCH_PLUGINS`` (comma-separated) before any command runs:
+    the hook point for code that lives outside the package, e.g. a module that calls
+    ``register_norm`` for a norm of its own, or wraps one of the trainer's extension points."""
+    import importlib
+
+    for name in filter(None, (n.strip() for n in os.environ.get("NORMBENCH_PLUGINS", "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"NORMBENCH_PLUGINS: cannot import {name!r} ({first_line(exc)})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        load_plugins()
+    except ConfigError as exc:
+        return error(str(exc))
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0

@@ -1,4 +1,4 @@
-"""Structured config schema (Hydra ConfigStore) and semantic validation.
+"""Structured config schema (Hydra ConfigStore), the typed config and its validation.
 
 The schema is registered as the top-level ``normbench_schema`` (not inside any
 config group, so ``arch=glob(*)`` sweeps never pick it up). ``conf/config.yaml``
@@ -6,27 +6,59 @@ lists it first in its defaults; every group file then merges into a typed,
 struct-mode node, so a wrong type or an unknown key fails at composition.
 :func:`validate` adds the checks a type system cannot express (positive
 learning rate, ``d_model % n_head``, ...) and raises :class:`ConfigError`
-with one line naming the key and what is allowed.
+with one line naming the key and what is allowed. :func:`to_config` turns the composed
+config into the typed :class:`Config` (``OmegaConf.to_object``) and validates it, once: the
+trainer and everything below it receive that object.
+
+Adding a key: one dataclass field below (with its default and a comment) and, if it has limits,
+one line in :func:`validate` (``_choice`` / ``_positive`` / a range check); conf/ files set it per
+group, and docs/contract.md lists it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
 
-from normbench import stabilizers
-from normbench.errors import ConfigError
+from normbench.errors import ConfigError, DataError
 
-ARCHS = (
-    "pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "hybridnorm_star", "deepnorm", "ngpt",
-    "lns", "reordered", "sandwich", "sandwich_depth", "normformer",
-    "simplenorm", "rezero", "fixup", "tfixup",  # model/simplegpt.py, model/normfree.py
-)  # fmt: skip
+
+def archs() -> tuple[str, ...]:
+    """``arch=`` names: the block placements (model/placement.py's registry), then nGPT (its own model)."""
+    from normbench.model.placement import PLACEMENTS
+
+    return (*PLACEMENTS, "ngpt")
+
+
+def norms() -> tuple[str, ...]:
+    """``norm=`` names: model/norms.py's registry (model/__init__ imports the modules that register)."""
+    import normbench.model  # noqa: F401
+    from normbench.model.norms import NORMS as registry
+
+    return tuple(registry)
+
+
+def optims() -> tuple[str, ...]:
+    """``optim=`` names: optim.py's registry."""
+    from normbench.optim import OPTIMIZERS
+
+    return tuple(OPTIMIZERS)
+
+
+def __getattr__(name: str):  # ARCHS, NORMS, OPTIMS: read from the registries when asked
+    lists = {"ARCHS": archs, "NORMS": norms, "OPTIMS": optims}
+    if name in lists:
+        return lists[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+from normbench import stabilizers  # noqa: E402  (after the registry readers above)
+
 ATTN_GATES = ("none", "headwise", "elementwise")
-NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
-OPTIMS = ("adamw", "sgd", "lion", "muon", "adafactor")
 SCHEDS = ("cosine", "wsd", "constant")
 DATAS = ("kjv", "files", "hf", "synthetic")
 TOKENIZERS = ("byte", "bpe", "gpt2")
@@ -230,6 +262,23 @@ class Config:
     peak_flops: float | None = None  # for MFU; None -> known value for the GPU, if any
 
 
+def to_config(cfg: Any) -> Config:
+    """The composed config as a validated :class:`Config` (ConfigError, one line, if it is not valid)."""
+    if not isinstance(cfg, Config):
+        if not (isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is Config):
+            cfg = OmegaConf.merge(OmegaConf.structured(Config), cfg)  # a plain mapping: the schema first
+        cfg = OmegaConf.to_object(cfg)
+    validate(cfg)
+    return cfg
+
+
+def as_dict(node: Any) -> dict:
+    """A config section (typed or OmegaConf) as plain nested dicts and lists."""
+    if dataclasses.is_dataclass(node):
+        return dataclasses.asdict(node)
+    return OmegaConf.to_container(node, resolve=True)
+
+
 def register_configs() -> None:
     ConfigStore.instance().store(name="normbench_schema", node=Config)
 
@@ -291,19 +340,45 @@ def run_steps(cfg: Any) -> int:
     return min(t.max_steps, max(1, t.max_tokens // (t.batch_size * t.grad_accum * cfg.model.seq_len)))
 
 
+def check_data(d: Any) -> None:
+    """The ``data.*`` keys (DataError, one line). Part of :func:`validate`; data.load_data runs it too,
+    for callers that hand it a data section alone. ``val_fraction`` is in (0, 0.5): the split is cut
+    at a line boundary within 0.5x-1.5x of it (data.split_text), so the training part stays the larger."""
+    get = lambda key: getattr(d, key, getattr(DataConfig, key, None))  # noqa: E731 (any object, defaults)
+    name, tokenizer, vocab_size = get("name"), get("tokenizer"), get("vocab_size")
+    for key, value, allowed in (("data.name", name, DATAS), ("data.tokenizer", tokenizer, TOKENIZERS)):
+        if value not in allowed:
+            raise DataError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+    val_fraction = get("val_fraction")
+    if not 0.0 < val_fraction < 0.5:
+        raise DataError(f"data.val_fraction={val_fraction} must be in (0, 0.5)")
+    if vocab_size is not None:
+        if vocab_size <= 0:
+            raise DataError(f"data.vocab_size={vocab_size} must be > 0")
+        fixed = {"byte": 256, "gpt2": 50257}.get(tokenizer)
+        if fixed is not None and vocab_size != fixed:
+            raise DataError(f"data.vocab_size={vocab_size} does not fit data.tokenizer={tokenizer} ({fixed})")
+        if tokenizer == "bpe" and vocab_size < 257:
+            raise DataError(f"data.vocab_size={vocab_size} must be >= 257 for data.tokenizer=bpe")
+    if name == "files" and not get("paths"):
+        raise DataError("data.paths is empty; data=files needs data.paths=[file1.txt,...]")
+    if name == "hf" and not get("hf_path"):
+        raise DataError("data.hf_path is not set; data=hf needs data.hf_path=<hub name or local path>")
+    if name == "synthetic" and get("synthetic_tokens") < 100:
+        raise DataError(f"data.synthetic_tokens={get('synthetic_tokens')} must be >= 100")
+
+
 def validate(cfg: Any) -> None:
     """Semantic checks that the schema's types cannot express; raises ConfigError."""
     m, a, n, o, s, d, t = cfg.model, cfg.arch, cfg.norm, cfg.optim, cfg.sched, cfg.data, cfg.trainer
-    _choice("arch.name", a.name, ARCHS)
+    _choice("arch.name", a.name, archs())
+    _choice("norm.name", n.name, norms())
+    _choice("optim.name", o.name, optims())
     _choice("arch.qk_norm", qk_norm_mode(a.qk_norm), QK_NORMS)  # true/false: the old boolean form
     _choice("arch.attn_gate", a.attn_gate, ATTN_GATES)
     _positive("arch.dssn_c_attn", a.dssn_c_attn)
     _positive("arch.dssn_c_mlp", a.dssn_c_mlp)
-    _choice("norm.name", n.name, NORMS)
-    _choice("optim.name", o.name, OPTIMS)
     _choice("sched.name", s.name, SCHEDS)
-    _choice("data.name", d.name, DATAS)
-    _choice("data.tokenizer", d.tokenizer, TOKENIZERS)
     _choice("model.pos", m.pos, POS)
     _choice("model.mlp", m.mlp, MLPS)
     _choice("device", cfg.device, DEVICES)
@@ -365,19 +440,7 @@ def validate(cfg: Any) -> None:
         length = f"trainer.max_tokens={t.max_tokens} gives {steps} steps"
     if s.warmup_steps is not None and s.warmup_steps >= steps and s.warmup_steps > 0:
         raise ConfigError(f"sched.warmup_steps={s.warmup_steps} must be shorter than the run ({length})")
-    if not 0.0 < d.val_fraction < 0.5:
-        raise ConfigError(f"data.val_fraction={d.val_fraction} must be in (0, 0.5)")
-    if d.vocab_size is not None:
-        _positive("data.vocab_size", d.vocab_size)
-        fixed = {"byte": 256, "gpt2": 50257}.get(d.tokenizer)
-        if fixed is not None and d.vocab_size != fixed:
-            raise ConfigError(f"data.vocab_size={d.vocab_size} does not fit data.tokenizer={d.tokenizer} ({fixed})")
-        if d.tokenizer == "bpe" and d.vocab_size < 257:
-            raise ConfigError(f"data.vocab_size={d.vocab_size} must be >= 257 for data.tokenizer=bpe")
-    if d.name == "files" and not d.paths:
-        raise ConfigError("data.paths is empty; data=files needs data.paths=[file1.txt,...]")
-    if d.name == "hf" and not d.hf_path:
-        raise ConfigError("data.hf_path is not set; data=hf needs data.hf_path=<hub name or local path>")
+    check_data(d)
     _positive("diag.every", cfg.diag.every)
     _positive("diag.batch", cfg.diag.batch)
     _positive("diag.spike_factor", cfg.diag.spike_factor)

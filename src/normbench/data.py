@@ -303,10 +303,7 @@ def corpus_text(cfg: Any) -> str:
     if name == "hf":
         return _hf_text(cfg)
     if name == "synthetic":
-        n = int(_get(cfg, "synthetic_tokens"))
-        if n < 100:
-            raise DataError(f"data.synthetic_tokens={n} must be >= 100")
-        return _synthetic_text(n)
+        return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: config.check_data
     raise DataError(f"data.name={name!r} is not allowed; choose one of: kjv, files, hf, synthetic")
 
 
@@ -404,12 +401,11 @@ def _entry_lock(root: Path, entry: Path):
 
 def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible."""
+    from normbench.config import check_data
+
+    check_data(cfg)  # the data keys, checked where the whole config is (config.py)
     name, tok_name = _get(cfg, "name"), _get(cfg, "tokenizer")
-    if tok_name not in ("byte", "bpe", "gpt2"):
-        raise DataError(f"data.tokenizer={tok_name!r} is not allowed; choose one of: byte, bpe, gpt2")
     val_fraction = float(_get(cfg, "val_fraction"))
-    if not 0.0 < val_fraction < 1.0:
-        raise DataError(f"data.val_fraction={val_fraction} must be in (0, 1)")
     vocab = {"byte": 256, "gpt2": 50257}.get(tok_name, _get(cfg, "vocab_size") or DEFAULT_BPE_VOCAB)
     key = {
         "format": CACHE_FORMAT,

@@ -145,9 +145,6 @@ def estimate(cfg, vocab: int, device_type: str = "cpu", world: int = 1) -> Estim
 
 def available(device: torch.device) -> tuple[float | None, str]:
     """(bytes this run may use, what that is) on ``device``; (None, why) when unknown."""
-    override = os.environ.get("NORMBENCH_TEST_MEMORY_LIMIT_GB")  # test hook: a fake device limit
-    if override:
-        return float(override) * GB, "the test limit (NORMBENCH_TEST_MEMORY_LIMIT_GB)"
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return float(free), f"{device} (free memory)"

@@ -3,11 +3,6 @@
 One JSON object per line; a reader must tolerate a truncated last line (a
 crash mid-write), see :func:`read_jsonl`. On resume, records past the
 checkpoint's step are dropped so that every step appears once.
-
-Test hooks (read when a writer opens): ``NORMBENCH_TEST_SLOW_LOG=<seconds>``
-sleeps after each record, so a test can signal or kill a run between steps;
-``NORMBENCH_TEST_FAIL_AT_STEP=<n>`` raises ``RuntimeError`` when the record of
-step ``n`` is written, a crash in the middle of training.
 """
 
 from __future__ import annotations
@@ -15,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from pathlib import Path
 
 
@@ -47,36 +41,6 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
-UNREADABLE = "unreadable"  # the status of a run whose summary.json exists but cannot be parsed
-
-
-def read_summary(run_dir: Path) -> dict | None:
-    """A run's ``summary.json``: None when there is none; when it exists but is not a JSON object
-    (damaged by hand or by a full disk: normbench writes it atomically) a summary whose status is
-    ``unreadable``, so no reader mistakes it for a failed run."""
-    path = Path(run_dir) / "summary.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        return {"status": UNREADABLE, "reason": f"summary.json cannot be read ({type(exc).__name__})"}
-    try:
-        summary = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return {"status": UNREADABLE, "reason": f"summary.json is not valid JSON ({str(exc)[:80]})"}
-    if not isinstance(summary, dict):
-        return {"status": UNREADABLE, "reason": "summary.json is not a JSON object"}
-    return summary
-
-
-def _env_float(name: str) -> float:
-    try:
-        return float(os.environ.get(name) or 0)
-    except ValueError:
-        return 0.0
-
-
 class JsonlWriter:
     """Appends records to ``path``; with ``resume_step``, first keeps only the records up to that step."""
 
@@ -92,8 +56,6 @@ class JsonlWriter:
                 with open(self.path, "a", encoding="utf-8") as f:
                     f.write("\n")
         self.f = open(self.path, "a", encoding="utf-8")
-        self._slow = _env_float("NORMBENCH_TEST_SLOW_LOG")
-        self._fail_at = int(_env_float("NORMBENCH_TEST_FAIL_AT_STEP")) or None
 
     def truncate_after(self, step: int) -> None:
         """Keep records with step <= ``step`` (those the checkpoint covers), drop torn lines."""
@@ -108,12 +70,8 @@ class JsonlWriter:
         self.f = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict) -> None:
-        if self._fail_at is not None and record.get("step") == self._fail_at:
-            raise RuntimeError(f"NORMBENCH_TEST_FAIL_AT_STEP: simulated crash at step {self._fail_at}")
         self.f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         self.f.flush()
-        if self._slow:
-            time.sleep(self._slow)
 
     def close(self) -> None:
         self.f.close()

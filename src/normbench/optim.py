@@ -57,6 +57,9 @@ from __future__ import annotations
 import inspect
 import math
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -215,6 +218,68 @@ def _keep_config_hparams(opt: torch.optim.Optimizer) -> None:
     opt.register_load_state_dict_post_hook(restore)
 
 
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """How ``optim=<name>`` is built: ``build(groups, ocfg, device_type)`` returns the torch optimizers;
+    ``groups(name)`` gives the weight-decay groups meant for ``name``. With ``matrices_apart``, the
+    hidden 2-D matrices form the groups of ``name`` (``split``: row blocks of fused projections) and
+    every other parameter the groups of ``adamw`` (Muon's recipe)."""
+
+    build: Callable[[Callable[[str], list[dict]], Any, str], list[torch.optim.Optimizer]]
+    matrices_apart: bool = False
+
+
+# The optimizer registry: ``optim=<name>``, validation, error messages and ``list`` read it (config.py).
+OPTIMIZERS: dict[str, OptimizerSpec] = {}
+
+
+def register_optimizer(name: str, matrices_apart: bool = False):
+    """Decorator: ``build(groups, ocfg, device_type) -> list of optimizers`` becomes ``optim=<name>``
+    (a conf/optim/<name>.yaml gives its defaults)."""
+
+    def deco(build):
+        OPTIMIZERS[name] = OptimizerSpec(build, matrices_apart)
+        return build
+
+    return deco
+
+
+def _adamw(groups: list[dict], lr: float, ocfg, device_type: str) -> torch.optim.AdamW:
+    fused = ocfg.fused if ocfg.fused is not None else device_type == "cuda"
+    kw = {"fused": True} if fused else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(ocfg.betas), eps=ocfg.eps, **kw)
+
+
+@register_optimizer("adamw")
+def _build_adamw(groups, ocfg, device_type):
+    return [_adamw(groups("adamw"), ocfg.lr, ocfg, device_type)]
+
+
+@register_optimizer("sgd")
+def _build_sgd(groups, ocfg, device_type):
+    nesterov = ocfg.nesterov and ocfg.momentum > 0
+    return [torch.optim.SGD(groups("sgd"), lr=ocfg.lr, momentum=ocfg.momentum, nesterov=nesterov)]
+
+
+@register_optimizer("lion")
+def _build_lion(groups, ocfg, device_type):
+    return [Lion(groups("lion"), lr=ocfg.lr, betas=tuple(ocfg.betas))]
+
+
+@register_optimizer("muon", matrices_apart=True)
+def _build_muon(groups, ocfg, device_type):
+    lr = ocfg.adamw_lr if ocfg.adamw_lr is not None else ocfg.lr  # the AdamW side's
+    out = [_adamw(groups("adamw"), lr, ocfg, device_type)]
+    if matrices := groups("muon"):
+        out.append(Muon(matrices, lr=ocfg.lr, momentum=ocfg.momentum, nesterov=ocfg.nesterov, ns_steps=ocfg.ns_steps))
+    return out
+
+
+@register_optimizer("adafactor")
+def _build_adafactor(groups, ocfg, device_type):
+    return [torch.optim.Adafactor(groups("adafactor"), lr=ocfg.lr)]
+
+
 def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
     """The configured optimizer with its weight-decay groups; logs one line per group."""
     ocfg = cfg.optim
@@ -224,13 +289,16 @@ def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
     decay = decayed_kinds(ocfg, cfg.arch.name)
     if cfg.arch.name == "ngpt" and ocfg.weight_decay > 0:
         log(f"note: arch=ngpt uses no weight decay anywhere (optim.weight_decay={ocfg.weight_decay} ignored)")
-    splits = fused_splits(model) if name == "muon" else {}
-    main_name = "adamw" if name == "muon" else name
+    spec = OPTIMIZERS.get(name)
+    if spec is None:
+        raise ValueError(f"unknown optimizer {name!r}")
+    splits = fused_splits(model) if spec.matrices_apart else {}
+    main_name = "adamw" if spec.matrices_apart else name
     # (optimizer, decayed, split) -> parameter names
     by_group: dict[tuple[str, bool, int], list[str]] = defaultdict(list)
     for pname, kind in kinds.items():
-        if name == "muon" and kind == "matrix" and params[pname].ndim == 2:
-            by_group[("muon", kind in decay, splits.get(pname, 1))].append(pname)
+        if spec.matrices_apart and kind == "matrix" and params[pname].ndim == 2:
+            by_group[(name, kind in decay, splits.get(pname, 1))].append(pname)
         else:
             by_group[(main_name, kind in decay, 1)].append(pname)
 
@@ -249,31 +317,13 @@ def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
         for (opt_name, decayed, split), names in sorted(by_group.items()):
             if opt_name == which:
                 g = {"params": [params[n] for n in names], "weight_decay": ocfg.weight_decay if decayed else 0.0}
-                if which == "muon":
+                if spec.matrices_apart and which == name:
                     g["split"] = split
                 out.append(g)
         return out
 
     device_type = next(model.parameters()).device.type
-    optimizers: list[torch.optim.Optimizer] = []
-    if name in ("adamw", "muon"):
-        lr = ocfg.lr if name == "adamw" else (ocfg.adamw_lr if ocfg.adamw_lr is not None else ocfg.lr)
-        fused = ocfg.fused if ocfg.fused is not None else device_type == "cuda"
-        kw = {"fused": True} if fused else {"foreach": True}
-        optimizers.append(torch.optim.AdamW(groups("adamw"), lr=lr, betas=tuple(ocfg.betas), eps=ocfg.eps, **kw))
-        if name == "muon" and groups("muon"):
-            optimizers.append(
-                Muon(groups("muon"), lr=ocfg.lr, momentum=ocfg.momentum, nesterov=ocfg.nesterov, ns_steps=ocfg.ns_steps)
-            )
-    elif name == "sgd":
-        nesterov = ocfg.nesterov and ocfg.momentum > 0
-        optimizers.append(torch.optim.SGD(groups("sgd"), lr=ocfg.lr, momentum=ocfg.momentum, nesterov=nesterov))
-    elif name == "lion":
-        optimizers.append(Lion(groups("lion"), lr=ocfg.lr, betas=tuple(ocfg.betas)))
-    elif name == "adafactor":
-        optimizers.append(torch.optim.Adafactor(groups("adafactor"), lr=ocfg.lr))
-    else:
-        raise ValueError(f"unknown optimizer {name!r}")
+    optimizers = spec.build(groups, ocfg, device_type)
     for opt in optimizers:
         for g in opt.param_groups:
             g["base_lr"] = g["lr"]

@@ -1,5 +1,12 @@
-"""Run-directory bookkeeping: the lock that keeps two runs out of one directory, and
-the config check that decides whether a checkpoint may be resumed.
+"""The run directory: its layout (:class:`RunDir`, the one place that names its files), the lock
+that keeps two runs out of one directory, and the config check that decides whether a
+checkpoint may be resumed.
+
+A run directory (docs/contract.md §3) holds ``.hydra/`` (Hydra's config.yaml, overrides.yaml,
+hydra.yaml), ``metrics.jsonl``, ``summary.json``, ``checkpoints/last.pt``, ``train.log`` and, while
+a trainer lives, ``.lock`` (``host:pid``). Every module asks :class:`RunDir` for these paths, reads
+the summary through :meth:`RunDir.read_summary` and the lock's owner through :meth:`RunDir.lock_owner`;
+``summary.json`` is only ever replaced atomically (:meth:`RunDir.write_summary`).
 
 A resume refuses a checkpoint made with different model keys (they define the
 weights), allows the keys that do not change the computation, and allows any
@@ -16,9 +23,119 @@ import socket
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
+from normbench.config import as_dict
 from normbench.errors import ConfigError
+from normbench.metrics import JsonlWriter, read_jsonl, write_json_atomic
+
+UNREADABLE = "unreadable"  # the status of a run whose summary.json exists but cannot be parsed
+
+
+class RunDir:
+    """One run's directory: where each file lives, and how the summary and the lock's owner are read."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / ".lock"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / "checkpoints" / "last.pt"
+
+    @property
+    def hydra_dir(self) -> Path:
+        return self.path / ".hydra"
+
+    @property
+    def config_path(self) -> Path:
+        return self.hydra_dir / "config.yaml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "train.log"
+
+    # ---------------------------------------------------------------------------- summary
+    def read_summary(self) -> dict | None:
+        """``summary.json``: None when there is none; when it exists but is not a JSON object (damaged
+        by hand or by a full disk: it is written atomically) a summary whose status is ``unreadable``,
+        so no reader mistakes it for a failed run."""
+        try:
+            text = self.summary_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            return {"status": UNREADABLE, "reason": f"summary.json cannot be read ({type(exc).__name__})"}
+        try:
+            summary = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            return {"status": UNREADABLE, "reason": f"summary.json is not valid JSON ({str(exc)[:80]})"}
+        if not isinstance(summary, dict):
+            return {"status": UNREADABLE, "reason": "summary.json is not a JSON object"}
+        return summary
+
+    def status(self) -> str | None:
+        return (self.read_summary() or {}).get("status")
+
+    def write_summary(self, summary: dict) -> None:
+        write_json_atomic(summary, self.summary_path)
+
+    def write_summary_now(self, summary: dict) -> None:
+        """From the watchdog thread (signals.py), its own temp name: the main thread may be writing too."""
+        tmp = self.summary_path.with_name(f".summary.json.tmp.{os.getpid()}.exit")
+        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, self.summary_path)
+
+    def record_failure(self, cfg, reason: str, status: str = "failed") -> None:
+        """A job that failed before training could write its own summary (sweeps go on)."""
+        summary = self.read_summary() or {}
+        names = {"arch": cfg.arch.name, "norm": cfg.norm.name, "optim": cfg.optim.name, "seed": cfg.seed}
+        self.write_summary({**summary, "status": status, "reason": reason, **names})
+
+    # ---------------------------------------------------------------------------- metrics
+    def metrics_writer(self, resume_step: int | None = None) -> JsonlWriter:
+        return JsonlWriter(self.metrics_path, resume_step=resume_step)
+
+    def read_metrics(self) -> list[dict]:
+        return read_jsonl(self.metrics_path)
+
+    # ---------------------------------------------------------------------------- lock
+    def lock(self) -> RunLock:
+        return RunLock(self.path)
+
+    def lock_owner(self) -> tuple[str, str]:
+        """(host, pid) from ``.lock`` (``host:pid``); ("", "") when there is none."""
+        try:
+            host, _, pid = self.lock_path.read_text(errors="replace").strip().partition(":")
+        except OSError:
+            return "", ""
+        return host, pid
+
+    def owner_alive(self, count_self: bool = True) -> bool:
+        """Whether the process named in ``.lock`` still lives (read-only: never takes the lock). An
+        owner on another host counts as alive (cannot tell from here); this very process counts
+        unless ``count_self`` is false (the lock's own checks)."""
+        host, pid = self.lock_owner()
+        if not host:
+            return False
+        if host != socket.gethostname():
+            return True
+        return pid.isdigit() and (count_self or int(pid) != os.getpid()) and _pid_alive(int(pid))
+
+    def last_write_age(self) -> float | None:
+        """Seconds since the run last wrote ``metrics.jsonl`` or ``summary.json``; None if neither exists."""
+        times = [p.stat().st_mtime for p in (self.metrics_path, self.summary_path) if p.exists()]
+        return max(0.0, time.time() - max(times)) if times else None
+
 
 # Keys that define the model: a checkpoint can never be resumed with these changed.
 MODEL_KEYS = ("model", "arch", "norm", "data.name", "data.tokenizer", "data.vocab_size", "data.paths", "data.hf_path")
@@ -54,7 +171,7 @@ def flat_config(cfg) -> dict:
         else:
             out[prefix[:-1]] = node
 
-    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    walk(as_dict(cfg), "")
     return out
 
 
@@ -155,7 +272,8 @@ class RunLock:
     FRESH_S = 120.0
 
     def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / ".lock"
+        self.run = RunDir(run_dir)
+        self.path = self.run.lock_path
         self.fd: int | None = None
         self.held = False
 
@@ -195,7 +313,7 @@ class RunLock:
     def _take_over(self, owner: str) -> None:
         """The lock file of a process that died holding it: say so (or refuse a foreign host's fresh run)."""
         host, _, pid = owner.partition(":")
-        age = self._last_write_age()
+        age = self.run.last_write_age()
         where = "" if age is None else f", last wrote {_age(age)} ago"
         if host != socket.gethostname():
             if age is not None and age < self.FRESH_S:
@@ -211,17 +329,9 @@ class RunLock:
             "note: stale lock in %s from %s (%s%s): taken over", self.path.parent, owner, gone, status
         )
 
-    def _last_write_age(self) -> float | None:
-        run = self.path.parent
-        times = [p.stat().st_mtime for p in (run / "metrics.jsonl", run / "summary.json") if p.exists()]
-        return max(0.0, time.time() - max(times)) if times else None
-
     def _summary_note(self) -> str:
-        try:
-            summary = json.loads((self.path.parent / "summary.json").read_text())
-        except (OSError, ValueError):
-            return ""
-        if isinstance(summary, dict) and summary.get("status") == "running":
+        summary = self.run.read_summary() or {}
+        if summary.get("status") == "running":
             return f"; it died at step {summary.get('step')} without a word (killed, or out of memory?)"
         return ""
 
@@ -237,25 +347,17 @@ class RunLock:
         except BlockingIOError:
             raise self._in_use() from None
         except OSError:
-            if self._owner_alive():
+            if self.run.owner_alive(count_self=False):
                 raise self._in_use() from None
         finally:
             os.close(fd)
 
     def _owner(self) -> str:
-        try:
-            return self.path.read_text(errors="replace").strip()
-        except OSError:
-            return ""
-
-    def _owner_alive(self) -> bool:
-        host, _, pid = self._owner().partition(":")
-        if host and host != socket.gethostname():
-            return True  # cannot tell from here
-        return pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid))
+        host, pid = self.run.lock_owner()
+        return f"{host}:{pid}" if host else ""
 
     def _acquire_by_pid(self, me: str) -> None:
-        if self._owner_alive():
+        if self.run.owner_alive(count_self=False):
             raise self._in_use()
         if (owner := self._owner()) and owner != me:
             self._take_over(owner)

@@ -21,7 +21,6 @@ GIL inside its kernels). The pattern is the one asyncio uses to hear signals whi
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import select
@@ -30,7 +29,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 log = logging.getLogger("normbench")
 
@@ -179,14 +177,6 @@ class StopSignals:
 
 
 STOP = StopSignals()
-
-
-def write_json_now(obj: dict, path: Path) -> None:
-    """Atomic write of a summary from the watchdog thread (its own temp name: the main thread may be
-    writing the same file through metrics.write_json_atomic at this moment)."""
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}.exit")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def preemption_signals() -> tuple[signal.Signals, ...]:

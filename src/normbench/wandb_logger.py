@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import math
 import os
@@ -40,6 +39,7 @@ from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
+from normbench.config import as_dict
 from normbench.outcomes import step_stats
 from normbench.rundir import BOOKKEEPING_KEYS
 
@@ -206,7 +206,7 @@ class WandbLogger:
             mode = "offline"
         import wandb
 
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = as_dict(cfg)
         if info := _hydra_info():
             config["hydra"] = info
         kwargs = dict(
@@ -241,9 +241,9 @@ class WandbLogger:
     def _restore_profiles(self) -> None:
         """The depth charts of a resumed run span the whole run: refill them from metrics.jsonl
         (already cut back to the checkpoint's step when this runs)."""
-        from normbench.metrics import read_jsonl
+        from normbench.rundir import RunDir
 
-        for record in read_jsonl(self.run_dir / "metrics.jsonl"):
+        for record in RunDir(self.run_dir).read_metrics():
             if self._collect_profiles(record):
                 self._n_diag += 1
         self._charted = self._n_diag  # those charts were logged by the first process
@@ -305,9 +305,10 @@ class WandbLogger:
 
     def _summarize(self) -> None:
         """Copy the run's status (completed/diverged/failed...) and results into the W&B summary."""
-        try:
-            summary = json.loads((self.run_dir / "summary.json").read_text())
-        except (OSError, ValueError):
+        from normbench.rundir import RunDir
+
+        summary = RunDir(self.run_dir).read_summary()
+        if summary is None or summary.get("status") == "unreadable":
             return
         self.run.summary.update({k: summary[k] for k in SUMMARY_KEYS if summary.get(k) is not None})
         status = summary.get("status")

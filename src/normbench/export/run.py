@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from omegaconf import OmegaConf
 
 from normbench import checkpoint
 from normbench.errors import ConfigError
+from normbench.rundir import RunDir
 
 
 @dataclass
@@ -28,7 +28,7 @@ def _config(run_dir: Path, state: dict):
     """``.hydra/config.yaml`` over the schema (keys added since fill in), else the checkpoint's copy."""
     from normbench.config import Config
 
-    path = run_dir / ".hydra" / "config.yaml"
+    path = RunDir(run_dir).config_path
     if path.is_file():
         loaded = OmegaConf.load(path)
     elif isinstance(state.get("config"), dict):
@@ -50,7 +50,7 @@ def load_run(run_dir) -> Run:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist")
-    path = run_dir / "checkpoints" / "last.pt"
+    path = RunDir(run_dir).checkpoint_path
     if not path.is_file():
         raise ConfigError(
             f"{run_dir} has no checkpoint (expected {path}); "
@@ -69,12 +69,9 @@ def load_run(run_dir) -> Run:
     except RuntimeError as exc:
         first = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
         raise ConfigError(f"checkpoint {path} does not match the run's config ({first[:200]})") from None
-    summary = dict(state.get("summary") or {})
-    if (run_dir / "summary.json").is_file():
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text())
-        except (OSError, ValueError):
-            pass
+    summary = RunDir(run_dir).read_summary()
+    if summary is None or summary.get("status") == "unreadable":
+        summary = dict(state.get("summary") or {})
     return Run(run_dir, cfg, model.float().eval(), vocab, int(state["step"]), int(state["tokens"]), summary)
 
 

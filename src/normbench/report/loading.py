@@ -12,16 +12,15 @@ import math
 import os
 import re
 import socket
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from normbench.errors import ConfigError
-from normbench.metrics import read_jsonl, read_summary
+from normbench.metrics import read_jsonl
 from normbench.outcomes import classify, finite
-from normbench.rundir import BOOKKEEPING_KEYS
+from normbench.rundir import BOOKKEEPING_KEYS, RunDir
 
 SUMMARY_FIRST = ("arch", "norm", "optim", "seed")  # the run itself wrote these into summary.json
 
@@ -123,46 +122,15 @@ class Run:
         return "no data"
 
 
-def _lock_owner(lock: Path) -> tuple[str, str]:
-    """(host, pid) from a run's ``.lock`` (``host:pid``); ("", "") when there is none."""
-    try:
-        host, _, pid = lock.read_text(errors="replace").strip().partition(":")
-    except OSError:
-        return "", ""
-    return host, pid
-
-
 def _remote_holder(run_dir: Path) -> str:
     """For a run held from another host (liveness unknown here): which host, and how long ago
     the run last wrote, so a job killed on a cluster node is recognisable."""
-    host, _ = _lock_owner(run_dir / ".lock")
+    rd = RunDir(run_dir)
+    host, _ = rd.lock_owner()
     if not host or host == socket.gethostname():
         return ""
-    mtimes = [p.stat().st_mtime for p in (run_dir / "metrics.jsonl", run_dir / "summary.json") if p.exists()]
-    if not mtimes:
-        return f" (on {host})"
-    minutes = max(0.0, time.time() - max(mtimes)) / 60
-    return f" (on {host}, last write {minutes:.0f} min ago)"
-
-
-def _alive(lock: Path) -> bool:
-    """Whether the process named in a run's ``.lock`` (``host:pid``, written by the trainer,
-    removed when it ends) still lives. Read-only: the report never takes the lock. A lock
-    from another host counts as alive (a job on a cluster node)."""
-    host, pid = _lock_owner(lock)
-    if not host:
-        return False
-    if host != socket.gethostname():
-        return True
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
+    age = rd.last_write_age()
+    return f" (on {host})" if age is None else f" (on {host}, last write {age / 60:.0f} min ago)"
 
 
 def load_yaml(path: Path):
@@ -173,16 +141,17 @@ def load_yaml(path: Path):
 
 
 def load_run(path: Path, root: Path | None = None) -> Run:
-    cfg = load_yaml(path / ".hydra" / "config.yaml")
-    ovr = load_yaml(path / ".hydra" / "overrides.yaml")
-    summary = read_summary(path)  # damaged: status "unreadable", never mistaken for "failed"
+    rd = RunDir(path)
+    cfg = load_yaml(rd.config_path)
+    ovr = load_yaml(rd.hydra_dir / "overrides.yaml")
+    summary = rd.read_summary()  # damaged: status "unreadable", never mistaken for "failed"
     return Run(
         path=path,
         config=cfg if isinstance(cfg, dict) else {},
         overrides=[str(o) for o in ovr] if isinstance(ovr, list) else [],
         summary=summary if isinstance(summary, dict) else None,
-        records=read_metrics(path / "metrics.jsonl"),
-        live=_alive(path / ".lock"),
+        records=read_metrics(rd.metrics_path),
+        live=rd.owner_alive(),
         root=root,
     )
 

@@ -21,16 +21,18 @@ def skip_losses(run_dir: Path) -> dict | None:
     from omegaconf import OmegaConf
 
     from normbench import checkpoint as ckpt
+    from normbench.batches import fixed_batches
     from normbench.config import Config
     from normbench.data import load_data
     from normbench.model import build_model, padded_vocab
-    from normbench.trainer import fixed_batches
+    from normbench.rundir import RunDir
 
     run_dir = Path(run_dir)
-    path = run_dir / "checkpoints" / "last.pt"
-    if not path.is_file() or not (run_dir / ".hydra" / "config.yaml").is_file():
+    rd = RunDir(run_dir)
+    path = rd.checkpoint_path
+    if not path.is_file() or not rd.config_path.is_file():
         return None
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(rd.config_path))
     data = load_data(cfg.data, log=lambda *_: None)
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     model = build_model(cfg, padded_vocab(cfg, data.vocab_size))

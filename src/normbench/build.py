@@ -1,0 +1,168 @@
+"""Everything a run trains with, built in one place from the config (torchtitan's ``train.py`` setup).
+
+:func:`build` checks the config against this machine (device, world size, memory), loads the data,
+builds and wraps the model (DDP / FSDP2 / torch.compile: distributed.py) and its optimizer, and
+returns them as one :class:`Components`; the trainer only runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from normbench import distributed as dist_utils
+from normbench import memory
+from normbench.batches import Batches, fixed_batches
+from normbench.config import as_dict, run_steps
+from normbench.data import load_data
+from normbench.diagnostics import Diagnostics
+from normbench.errors import ConfigError
+from normbench.flops import model_flops_per_token, peak_flops
+from normbench.model import build_model, check_combination, padded_vocab
+from normbench.optim import build_optimizer
+from normbench.stabilizers import QKClip
+
+log = logging.getLogger("normbench")
+
+VAL_SEED, DIAG_SEED = 1234, 4321  # the fixed validation and diagnostic windows, the same for every run
+
+
+def setup_logging(run_dir: Path, rank: int) -> None:
+    """Console and ``train.log`` on rank 0; other ranks stay quiet."""
+    root = logging.getLogger("normbench")
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    for h in list(root.handlers):
+        root.removeHandler(h)
+        h.close()
+    if rank != 0:
+        return
+    fmt = logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(fmt)
+    file = logging.FileHandler(run_dir / "train.log")
+    file.setFormatter(fmt)
+    root.addHandler(console)
+    root.addHandler(file)
+
+
+def resolve_device(cfg) -> torch.device:
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but no CUDA GPU is available here; use device=cpu or device=auto")
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", dist_utils.local_rank() % torch.cuda.device_count())  # 1 GPU/task: cuda:0
+    if cfg.precision == "fp16" and device.type == "cpu":
+        raise ConfigError("precision=fp16 needs a CUDA GPU (GradScaler); on CPU use precision=fp32 or bf16")
+    return device
+
+
+def plain(node) -> SimpleNamespace:
+    """A config section as a plain namespace (a copy: the loop's reads never touch the config)."""
+    return SimpleNamespace(**as_dict(node))
+
+
+def make_scaler(device: torch.device, precision: str):
+    """fp16's loss scaler (on CUDA; the config refuses fp16 elsewhere)."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+
+
+@dataclass
+class Components:
+    device: torch.device
+    data: Any  # data.Data: train/val token arrays, vocab size
+    vocab: int
+    raw_model: torch.nn.Module  # the GPT itself (sharded in place under FSDP)
+    model: torch.nn.Module  # what the step calls: raw_model wrapped by DDP / FSDP2 / torch.compile
+    optimizer: Any  # optim.OptimizerGroup
+    qk_clip: Any  # stabilizers.QKClip under optim.qk_clip=true, else None
+    scaler: Any  # torch.amp.GradScaler under fp16, else None
+    autocast: Any  # a context manager factory
+    batches: Batches
+    val_batches: list
+    diag: Diagnostics
+    t: SimpleNamespace  # cfg.trainer, plain
+    sched: SimpleNamespace  # cfg.sched, plain
+    max_steps: int
+    tokens_per_step: int
+    n_params: int
+    flops_per_token: float
+    peak_flops: float | None
+
+
+def build(cfg, rank: int, world: int) -> Components:
+    """Build what the run trains with from a validated config (config.to_config); ConfigError when this
+    machine cannot run it (device, world size, memory)."""
+    t, T = cfg.trainer, cfg.model.seq_len
+    notes = check_combination(cfg)
+    device = resolve_device(cfg)
+    if t.grad_accum % world:
+        raise ConfigError(
+            f"trainer.grad_accum={t.grad_accum} must be a multiple of the world size ({world}) "
+            f"so the global batch stays what the config says (e.g. trainer.grad_accum="
+            f"{world * -(-t.grad_accum // world)})"
+        )
+    dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
+    torch.manual_seed(cfg.seed)
+    for note in notes:
+        log.info("note: %s", note)
+    data = load_data(cfg.data, log=log.info)
+    if len(data.val) <= T + 1:
+        raise ConfigError(
+            f"model.seq_len={T} is longer than the validation split ({len(data.val)} tokens); "
+            "lower model.seq_len or raise data.val_fraction"
+        )
+    vocab = padded_vocab(cfg, data.vocab_size)
+    memory.check(cfg, vocab, device, log=log.info, world=world)  # refuse what cannot fit
+    raw_model = build_model(cfg, vocab).to(device)
+    n_params = raw_model.num_params()
+    log.info(
+        "model: arch=%s norm=%s  %d layers, d_model %d, %d heads, seq %d, vocab %d  ->  %s params",
+        *(cfg.arch.name, cfg.norm.name, cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, T, vocab),
+        f"{n_params:,}",
+    )
+    flops_per_token = model_flops_per_token(raw_model, cfg.model)
+    model = dist_utils.wrap_model(raw_model, cfg, device, log=log.info)
+    if world > 1:
+        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
+    optimizer = build_optimizer(raw_model, cfg, log=log.info)
+    qk_clip = QKClip.from_config(cfg, raw_model)  # None unless optim.qk_clip=true
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+    sched = plain(cfg.sched)  # plain copies of what the step loop reads: an OmegaConf read costs microseconds
+    if cfg.arch.name == "ngpt":
+        sched.warmup_steps = 0  # nGPT's recipe (check_combination notes an override)
+    batches = Batches(data.train, t.batch_size, T, cfg.seed, device)
+    val_batches = fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=VAL_SEED)
+    diag = Diagnostics(cfg.diag, raw_model, fixed_batches(data.val, 1, cfg.diag.batch, T, DIAG_SEED)[0])
+    if diag.enabled and dist_utils.effective_parallel(cfg) == "fsdp":
+        log.info("note: diagnostics are off under parallel=fsdp (they read sharded parameters); use parallel=ddp")
+        diag.enabled = False
+    return Components(
+        device=device,
+        data=data,
+        vocab=vocab,
+        raw_model=raw_model,
+        model=model,
+        optimizer=optimizer,
+        qk_clip=qk_clip,
+        scaler=make_scaler(device, cfg.precision),
+        autocast=(lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext,
+        batches=batches,
+        val_batches=val_batches,
+        diag=diag,
+        t=plain(cfg.trainer),
+        sched=sched,
+        max_steps=run_steps(cfg),
+        tokens_per_step=t.batch_size * t.grad_accum * T,
+        n_params=n_params,
+        flops_per_token=flops_per_token,
+        peak_flops=peak_flops(device, cfg.peak_flops),
+    )

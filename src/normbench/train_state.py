@@ -1,0 +1,177 @@
+"""The training state: everything a checkpoint holds, listed once.
+
+As torchtitan's ``TrainState`` + checkpoint manager: :meth:`TrainState.state_dict` is the only place
+that says what ``checkpoints/last.pt`` contains, and :meth:`TrainState.load_state_dict` the only
+place that reads it back. The format (a flat dict of tensors and plain data, loaded with
+``weights_only=True``) is the one of docs/contract.md §3 and stays readable by every version:
+
+- ``model``, ``optimizer``: full (unsharded) state dicts, one format for every world size and
+  parallel mode (gathered / re-sharded under FSDP2 by distributed.py);
+- ``scaler``: fp16's GradScaler (loss scale and growth counter), or None;
+- ``sampler_rng`` (the data position: the sampler's generator), ``torch_rng``, ``cuda_rng`` and
+  ``rank_rng`` (each rank's dropout stream);
+- the counters: ``step``, ``tokens``, ``best_val``, ``last_val``, ``initial_loss``, ``skipped``,
+  ``amp_skipped``, ``eval_missing``, the spike detector's ``spikes``/``recent_losses`` and
+  ``spike_steps_unlogged``, ``clock`` (throughput.py), ``wandb_id``;
+- ``summary`` (the run's summary so far) and ``config`` (the flat config, checked on resume).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from normbench import checkpoint as ckpt
+from normbench import distributed as dist_utils
+from normbench.diagnostics import SpikeDetector
+from normbench.errors import ConfigError
+from normbench.optim import lr_factor
+from normbench.rundir import check_resume_config, flat_config
+from normbench.throughput import Throughput
+
+log = logging.getLogger("normbench")
+
+
+class TrainState:
+    def __init__(self, cfg, components, meter: Throughput, spike: SpikeDetector, summary: dict):
+        c = components
+        self.model, self.optimizer, self.scaler, self.sampler = c.raw_model, c.optimizer, c.scaler, c.batches.gen
+        self.meter, self.spike, self.summary, self.device = meter, spike, summary, c.device
+        self.config, self.seed, self.dropout = flat_config(cfg), cfg.seed, cfg.model.dropout
+        self.rank, self.world = dist_utils.rank(), dist_utils.world_size()
+        self.step, self.tokens = 0, 0
+        self.best_val, self.last_val, self.initial_loss = math.inf, None, None
+        self.skipped = 0  # non-finite steps skipped by trainer.skip_nonfinite (count toward max_skipped)
+        self.amp_skipped = 0  # fp16: steps GradScaler skipped on overflow, lowering the scale (routine)
+        self.eval_missing = False  # a signal cut this step's evaluation short: the resume does it
+        self.wandb_id: str | None = None
+        self.resumed_summary: dict = {}  # the checkpoint's summary: a resumed run keeps its final numbers
+
+    def state_dict(self) -> dict | None:
+        """The checkpoint. Collective under torchrun (every rank calls it); the dict on rank 0, None elsewhere."""
+        model_state, optim_state = dist_utils.full_state_dicts(self.model, self.optimizer)
+        rank_rng = dist_utils.gather_to_main(self._rng_state())  # dropout streams differ per rank
+        if self.rank != 0:
+            return None
+        return {
+            "model": model_state,
+            "optimizer": optim_state,
+            "step": self.step,
+            "tokens": self.tokens,
+            "best_val": self.best_val,
+            "last_val": self.last_val,
+            "initial_loss": self.initial_loss,
+            **self.spike.state_dict(),  # spikes, recent_losses
+            "spike_steps_unlogged": list(self.spike.steps),  # found since the last record (interrupt mid-interval)
+            "skipped": self.skipped,
+            "amp_skipped": self.amp_skipped,
+            "eval_missing": self.eval_missing,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "wandb_id": self.wandb_id,
+            "summary": dict(self.summary),
+            "clock": self.meter.state_dict(),
+            "sampler_rng": self.sampler.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "rank_rng": rank_rng,
+            "config": self.config,
+        }
+
+    def resume(self, path: Path, cfg, max_steps: int, sched) -> bool:
+        """Load ``path`` when ``trainer.resume`` asks for it; whether it did. A fresh run sets an old
+        checkpoint aside; a resume refuses a checkpoint of another config (rundir.check_resume_config)."""
+        if not cfg.trainer.resume:
+            if path.exists() and self.rank == 0:  # a fresh run here: a later resume must not pick up the old one
+                kept = path.with_name(f"replaced-{time.strftime('%Y%m%d-%H%M%S')}.pt")
+                os.replace(path, kept)
+                log.warning("trainer.resume=false: starting over; the old checkpoint is now %s", kept)
+            return False
+        if not path.exists():
+            log.info("trainer.resume=true but no checkpoint at %s: starting from step 0", path)
+            return False
+        state = ckpt.load(path)
+        old_cfg = state.get("config") if isinstance(state.get("config"), dict) else {}
+        diff = check_resume_config(old_cfg, self.config, list(cfg.trainer.resume_allow_changed), path)
+        if not isinstance(state["step"], int) or state["step"] > max_steps:
+            raise ConfigError(
+                f"checkpoint {path} is at step {state['step']}, past trainer.max_steps={max_steps}; "
+                "to train on, raise trainer.max_steps and add trainer.resume_allow_changed=[trainer.max_steps]"
+            )
+        _warn_schedule_change(state, old_cfg, max_steps, sched)
+        self.load_state_dict(state, path)
+        log.info("resumed from %s at step %d%s", path, self.step, f" (changed: {', '.join(diff)})" if diff else "")
+        return True
+
+    def load_state_dict(self, state: dict, path) -> None:
+        """Restore a checkpoint (``path`` names it in errors); the model's keys must fit (ConfigError)."""
+        try:
+            # full state dicts; re-sharded under FSDP
+            dist_utils.load_full_state_dicts(self.model, self.optimizer, state["model"], state["optimizer"])
+        except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+            why = next((ln for ln in lines if "mismatch" in ln or "key(s)" in ln), lines[0])  # state_dict details
+            raise ConfigError(f"checkpoint {path} does not fit this model ({why[:200]})") from None
+        self.resumed_summary = state.get("summary") if isinstance(state.get("summary"), dict) else {}
+        self.step, self.tokens = state["step"], state["tokens"]
+        if isinstance(state.get("clock"), dict):
+            self.meter.load_state_dict(state["clock"])
+        self.best_val = state.get("best_val", math.inf)
+        self.last_val = state.get("last_val")
+        self.initial_loss = state.get("initial_loss")
+        self.skipped = state.get("skipped", 0)
+        self.amp_skipped = state.get("amp_skipped", 0)
+        self.eval_missing = bool(state.get("eval_missing", False))
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])  # the loss scale and its growth counter go on
+        self.spike.load_state_dict(state)
+        self.spike.steps = list(state.get("spike_steps_unlogged", []))
+        self.wandb_id = state.get("wandb_id")
+        self.sampler.set_state(state["sampler_rng"])
+        self._restore_rng(state)
+
+    def _rng_state(self) -> dict:
+        cuda = self.device.type == "cuda"
+        return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(self.device) if cuda else None}
+
+    def _restore_rng(self, state: dict) -> None:
+        """The dropout RNG: each rank's own stream when the world size is the one that saved it.
+
+        On another world size there is no stream to continue for some ranks: every rank then
+        starts a fresh one from (seed, rank, step), so dropout masks (only they draw from it
+        after init) differ from an uninterrupted run; without dropout nothing changes.
+        """
+        ranks = state.get("rank_rng")
+        if isinstance(ranks, list) and len(ranks) == self.world:
+            torch.set_rng_state(ranks[self.rank]["torch"])
+            if self.device.type == "cuda" and ranks[self.rank].get("cuda") is not None:
+                torch.cuda.set_rng_state(ranks[self.rank]["cuda"], self.device)
+            return
+        if self.world > 1:
+            torch.manual_seed(self.seed + 1_000_003 * self.rank + 7919 * self.step)
+            if self.dropout > 0:
+                log.info("note: resumed on a new world size; dropout masks continue from a fresh per-rank stream")
+            return
+        torch.set_rng_state(state["torch_rng"])
+        if torch.cuda.is_available() and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def _warn_schedule_change(state: dict, old_cfg: dict, max_steps: int, sched) -> None:
+    """The LR schedule is a function of (step, max_steps): a new run length moves the LR at the resume step."""
+    old_max = (state.get("summary") or {}).get("max_steps") or old_cfg.get("trainer.max_steps")
+    step = state["step"]
+    if not isinstance(old_max, int) or old_max == max_steps or step >= max_steps:
+        return
+    before = lr_factor(min(step, old_max - 1), old_max, sched)
+    after = lr_factor(step, max_steps, sched)
+    if abs(after - before) > 0.01 * max(before, after):
+        log.warning(
+            "run length changed %d -> %d steps: the LR at step %d moves from %.3g to %.3g x optim.lr "
+            "(sched=%s is laid over the new length; sched=wsd extends smoothly while still in its stable phase)",
+            *(old_max, max_steps, step, before, after, sched.name),
+        )
