@@ -150,7 +150,7 @@ def test_crashed_run_finishes_with_nonzero_exit_code(tmp_path, wandb_cfg, monkey
     from normbench import trainer
 
     def boom(self):
-        self.wandb.log({"step": 1, "loss": 5.0})
+        self.recorder.wandb.log({"step": 1, "loss": 5.0})
         raise RuntimeError("simulated crash")
 
     monkeypatch.setattr(trainer.Trainer, "fit", boom)

@@ -143,7 +143,9 @@ class NGPT(CausalLM, nn.Module):
     @torch.no_grad()
     def normalize_matrices(self) -> None:
         for w, dim in self.matrices():
-            if w.dtype == torch.float32:  # in place, the same division F.normalize does: no copy
+            # in place, the same division F.normalize does: no copy. Not for FSDP2's DTensor shards: a norm over
+            # the sharded dim is a partial sum that in-place ops cannot keep (the copy redistributes it)
+            if w.dtype == torch.float32 and type(w.data) is torch.Tensor:
                 w.div_(w.norm(2, dim, keepdim=True).clamp_min_(self.eps))
             else:
                 w.copy_(F.normalize(upcast(w), dim=dim, eps=self.eps).to(w.dtype))
