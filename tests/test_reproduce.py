@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import yaml
@@ -12,6 +13,7 @@ import yaml
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs
 from normbench.reproduce import claims
+from normbench.reproduce import summary as claim_summary
 from normbench.reproduce import verdict as V
 from normbench.reproduce.claims import claim_ids, load_claim
 from normbench.reproduce.measure import judge_claim
@@ -398,3 +400,36 @@ def test_qkclip_claim_on_made_up_runs(tmp_path):
     make(True, 3, [8.0, 15.0], 2.0)  # a fourth clipped seed over 1.1 tau: the "held" test can no longer hold
     make(False, 3, [8.0, 23.0], 2.0)
     assert judge_claim(claim, find_runs(tmp_path), "cpu")["tests"][1]["verdict"] != V.HOLDS
+
+
+def test_tuned_test_judges_each_side_at_its_own_best_lr(tmp_path):
+    """``tune: optim.lr``: each arch at the LR where all its seeds learned with the lowest mean loss;
+    the values left out are still reported with their outcomes."""
+    test = {"name": "loss", "kind": "difference", "metric": "best_val_loss", "group": {"arch": "ngpt"},
+            "baseline": {"arch": "pre_ln"}, "direction": "lower", "threshold": 0.05, "tune": "optim.lr"}  # fmt: skip
+    claim = write_claim(tmp_path / "claims", [test], sweeps=({"arch": ["pre_ln", "ngpt"], "optim.lr": [1e-3, 1e-2]},))
+    runs = tmp_path / "runs"
+    for seed in range(3):  # nGPT stuck at 1e-3, best at 1e-2; Pre-LN best at 1e-3, diverges at 1e-2
+        fake_run(runs / f"n3{seed}", "ngpt", seed, outcome="stuck", loss=3.8, extra=["optim.lr=1e-3"])
+        fake_run(runs / f"n2{seed}", "ngpt", seed, loss=1.9 + 0.01 * seed, extra=["optim.lr=1e-2"])
+        fake_run(runs / f"p3{seed}", "pre_ln", seed, loss=2.2 + 0.01 * seed, extra=["optim.lr=1e-3"])
+        fake_run(runs / f"p2{seed}", "pre_ln", seed, status="diverged", outcome="diverged", extra=["optim.lr=1e-2"])
+    res = judge_claim(claim, find_runs(runs), "cpu")
+    t = res["tests"][0]
+    assert t["tuned"]["chosen"] == {"arch=ngpt": "0.01", "arch=pre_ln": "0.001"}
+    assert t["tuned"]["tried"]["arch=ngpt"] == {"0.001": {"stuck": 3}, "0.01": {"learned": 3}}
+    assert res["verdict"] == V.HOLDS and t["effect"] == pytest.approx(-0.3)
+    assert t["groups"]["arch=ngpt"]["values"] == pytest.approx([1.9, 1.91, 1.92])
+    assert "each side at its own best optim.lr" in " ".join(claim_summary.test_lines(res)).lower()
+
+    # without tuning the stuck and diverged runs keep the same test from a verdict
+    untuned = write_claim(tmp_path / "c2", [{**test, "tune": None}], sweeps=({"arch": ["pre_ln", "ngpt"]},))
+    assert judge_claim(untuned, find_runs(runs), "cpu")["verdict"] == V.INCONCLUSIVE
+
+    # a side where no LR learned with every seed: inconclusive, said so
+    for seed in range(3):
+        (runs / f"n2{seed}" / "summary.json").unlink()
+        fake_run(runs / f"n2{seed}x", "ngpt", seed, outcome="stuck", loss=3.5, extra=["optim.lr=1e-2"])
+        shutil.rmtree(runs / f"n2{seed}")
+    res = judge_claim(claim, find_runs(runs), "cpu")
+    assert res["verdict"] == V.INCONCLUSIVE and "arch=ngpt: no optim.lr of the grid learned" in res["reason"]

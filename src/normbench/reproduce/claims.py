@@ -5,7 +5,8 @@ A claim file holds ``claim`` (in words), ``paper``, ``scales`` (``cpu`` and ``gp
 ``tests``: each with ``name``, ``kind`` (difference | on_par | outcome | largest_lr), ``metric``,
 ``group`` and ``baseline`` ({key: value} selecting runs; a difference baseline may be a number),
 ``at`` (settings both sides share), ``direction`` (higher | lower), ``threshold`` or ``band``,
-``transform`` (log) and ``target`` (a val loss, for *_to_target metrics). ``requires`` names what
+``transform`` (log), ``target`` (a val loss, for *_to_target metrics) and ``tune`` (a key, e.g.
+``optim.lr``: each side is judged at its own best value of it, see :func:`.measure.tuned`). ``requires`` names what
 the code still lacks: such a claim refuses to run and says so.
 """
 
@@ -41,6 +42,7 @@ class Test:
     transform: str | None = None
     target: float | None = None
     informative: bool = False  # reported beside, left out of the claim's verdict
+    tune: str | None = None  # a key each side is judged at its own best value of (e.g. optim.lr)
 
 
 @dataclass

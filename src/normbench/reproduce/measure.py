@@ -62,6 +62,25 @@ def problems(label: str, runs: list[Run], outcomes_count: bool) -> list[str]:
     return out
 
 
+def tuned(runs: list[Run], key: str) -> tuple[str | None, list[Run]]:
+    """One side of a test at its own best value of ``key`` (e.g. each arch at its own LR): among the
+    values at which every seed finished and learned, the one with the lowest mean best val loss.
+    Both sides are tuned by the same rule on the same grid; the winner is picked on the seeds it is
+    then judged on, which flatters both sides alike. (None, runs) when no value learned everywhere."""
+    by_value: dict[str, list[Run]] = {}
+    for r in runs:
+        by_value.setdefault(str(setting(r, key)), []).append(r)
+    ok = {
+        v: rs
+        for v, rs in by_value.items()
+        if all(r.status in FINISHED and r.outcome == "learned" and r.val_losses[1] is not None for r in rs)
+    }
+    if not ok:
+        return None, runs
+    best = min(ok, key=lambda v: statistics.fmean(r.val_losses[1] for r in ok[v]))
+    return best, ok[best]
+
+
 def _transform(values: list[float], how: str | None) -> list[float]:
     if how == "log":
         return [math.log(v) for v in values if v > 0]
@@ -73,6 +92,17 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
     test = replace(test, at={k: str((at or {}).get(k, v)) for k, v in test.at.items()})
     g_runs = select(runs, {**test.at, **test.group})
     b_runs = select(runs, {**test.at, **test.baseline}) if isinstance(test.baseline, dict) else None
+    tuned_to: dict[str, str | None] = {}
+    grid_seen: dict[str, dict] = {}  # every value tried on each side, with its outcomes: nothing dropped silently
+    if test.tune:
+        for side, rs in (("group", g_runs), ("baseline", b_runs or [])):
+            for r in rs:
+                cell = grid_seen.setdefault(side, {}).setdefault(str(setting(r, test.tune)), {})
+                cell[r.outcome_label] = cell.get(r.outcome_label, 0) + 1
+        # each side at its own best value of the tuned key, before the target is set from the runs
+        tuned_to["group"], g_runs = tuned(g_runs, test.tune)
+        if b_runs is not None:
+            tuned_to["baseline"], b_runs = tuned(b_runs, test.tune)
     both = g_runs + (b_runs or [])
     target = test.target
     if target is None and test.metric.endswith("_to_target"):
@@ -81,6 +111,8 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
     g_label = label(test.group)
     b_label = label(test.baseline) if b_runs is not None else f"the value {test.baseline:g}"
     probs = problems(g_label, g_runs, test.kind in ("outcome", "largest_lr"))
+    probs += [f"{lab}: no {test.tune} of the grid learned with every seed" for side, lab in
+              (("group", g_label), ("baseline", b_label)) if side in tuned_to and tuned_to[side] is None]  # fmt: skip
     if b_runs is not None:
         probs += problems(b_label, b_runs, test.kind in ("outcome", "largest_lr"))
     vals = lambda rs: [
@@ -122,6 +154,12 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         res["largest_lr"] = {g_label: lr_g, b_label: lr_b}
         g_vals, b_vals = [lr_g] if lr_g else [], [lr_b] if lr_b else []
     outcomes = lambda rs: {k: sum(r.outcome_label == k for r in rs) for k in {r.outcome_label for r in rs}}  # noqa: E731
+    if test.tune:
+        res["tuned"] = {
+            "key": test.tune,
+            "chosen": {g_label: tuned_to.get("group"), b_label: tuned_to.get("baseline")},
+            "tried": {g_label: grid_seen.get("group", {}), b_label: grid_seen.get("baseline", {})},
+        }
     res.update(
         name=test.name,
         kind=test.kind,

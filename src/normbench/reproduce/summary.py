@@ -30,6 +30,11 @@ def test_lines(result: dict) -> list[str]:
                            for g, v in t["groups"].items())  # fmt: skip
         metric = t["metric"] + (f" (log ratio; ratio {fmt(t['ratio'])})" if t.get("transform") == "log" else "")
         note = " (reported, not judged)" if t.get("informative") else ""
+        if tu := t.get("tuned"):  # each side at its own best value: say which, and what every value gave
+            tried = "; ".join(f"{g} at {tu['key']}={tu['chosen'][g]} (tried: " + ", ".join(
+                f"{v}: {', '.join(f'{n} {k}' for k, n in sorted(c.items()))}" for v, c in sorted(tu["tried"][g].items())
+            ) + ")" for g in tu["chosen"])  # fmt: skip
+            groups = f"{groups}. Each side at its own best {tu['key']}: {tried}"
         out.append(f"{t['name']}{note} ({t['kind']}, {metric}, {t.get('direction') or 'on par'}): **{t['verdict']}**, "
                    f"effect {fmt(t['effect'])}, 95% CI [{fmt(ci[0])}, {fmt(ci[1])}], threshold {fmt(t['threshold'])}"
                    + (f", reason: {t['reason']}" if t.get("reason") else "") + f". {groups}")  # fmt: skip
