@@ -555,8 +555,8 @@ def test_placement_learns_in_200_steps(tmp_path, overrides):
 # ------------------------------------------------------------------------------------- claims
 @pytest.mark.parametrize("cid", ["normformer_grads", "sandwich_spikes"])
 def test_claims_load_and_their_sweeps_validate(cid):
-    from normbench import cli
     from normbench.config import register_configs
+    from normbench.overrides import prevalidate
     from normbench.reproduce.claims import load_claim
 
     register_configs()
@@ -567,7 +567,7 @@ def test_claims_load_and_their_sweeps_validate(cid):
         assert int(sweep["seeds"]) >= 3
         for grid in sweep["sweeps"]:
             swept = [f"{k}={','.join(str(v) for v in vals)}" for k, vals in grid.items()]
-            cli.prevalidate([*sweep["fixed"], *swept])  # every value composes and validates
+            prevalidate([*sweep["fixed"], *swept])  # every value composes and validates
             for test in c.tests:  # each side of each test is a point of the grid
                 for key, value in {**test.group, **test.baseline}.items():
                     assert value in [str(v) for v in grid[key]], (cid, key, value)

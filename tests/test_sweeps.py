@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from normbench import cli
 from normbench.config import ARCHS, NORMS, register_configs
+from normbench.overrides import _expand, prevalidate
 from normbench.sweeps import claim
 
 from conftest import OFFLINE_ENV, REPO, TINY, run_cli
@@ -78,10 +79,10 @@ def test_ready_ablation_composes_and_states_its_question(name):
         stated = re.search(r"(\d+) jobs", text)
         assert stated is None or int(stated.group(1)) == jobs, f"{name}: the comment says {stated.group(0)}"
     # every sweep value composes and validates (each value once), and so does the documented GPU size
-    cli.prevalidate([f"experiment={name}", *(f"{k}={v}" for k, v in params.items())])
+    prevalidate([f"experiment={name}", *(f"{k}={v}" for k, v in params.items())])
     gpu = gpu_overrides(text)
     assert any(o.startswith("model=") for o in gpu), f"{name}: the GPU size override names a model"
-    cli.prevalidate([f"experiment={name}", *gpu])
+    prevalidate([f"experiment={name}", *gpu])
 
 
 def test_glob_sweeps_see_only_the_options():
@@ -97,9 +98,9 @@ def test_glob_sweeps_see_only_the_options():
     assert expanded == {"arch": sorted(ARCHS), "norm": sorted(NORMS)}
     assert len(expanded["arch"]) == len(ARCHS)
     # the CLI's pre-validation expands glob() the same way, and checks every architecture once
-    variants = cli._expand(["arch=glob(*)", "model=tiny"])
+    variants = _expand(["arch=glob(*)", "model=tiny"])
     assert sorted(v[0] for v in variants) == [f"arch={a}" for a in sorted(ARCHS)]
-    cli.prevalidate(["arch=glob(*)", "norm=choice(layernorm,rmsnorm)", "model=tiny"])
+    prevalidate(["arch=glob(*)", "norm=choice(layernorm,rmsnorm)", "model=tiny"])
 
 
 def test_shipped_launcher_configs():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from normbench import cli, throughput, trainer
+from normbench import cli, listing, throughput, trainer
 from normbench.config import validate
 from normbench.metrics import read_jsonl
 
@@ -91,7 +91,7 @@ def test_list_prints_every_option_with_its_source(capsys):
     assert "Adafactor (Shazeer & Stern 2018)" in out and "RELATIVE" not in out  # first sentence only
     for group in ("arch", "norm", "optim"):  # each with its paper (norm=none has none to cite)
         for option in set(cli.options(group)) - {"none"}:
-            assert cli._CITES.search(cli.describe(cli.config_dir() / group / f"{option}.yaml")), (group, option)
+            assert listing._CITES.search(listing.describe(cli.config_dir() / group / f"{option}.yaml")), (group, option)
     assert cli.main(["list", "arch"]) == 0
     assert cli.main(["list", "bogus"]) == 2
 
