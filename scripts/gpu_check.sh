@@ -267,7 +267,7 @@ if [ "$DRY_RUN" = 1 ]; then
     "$PYTHON" - "${planned[@]}" <<'EOF' || die "a planned run's config is refused (above)"
 import sys
 from normbench.cli import compose_config
-from normbench.config import validate
+from normbench.validation import validate
 from normbench.errors import ConfigError
 from normbench.model import check_combination
 

@@ -13,9 +13,10 @@ from torch._dynamo.backends.debugging import aot_eager
 from torch._dynamo.utils import counters
 
 from normbench import build, compiling, trainer
-from normbench.config import ARCHS, NORMS, validate
+from normbench.config import ARCHS, NORMS
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
+from normbench.validation import validate
 
 from conftest import TINY, compose
 

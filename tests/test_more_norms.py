@@ -16,13 +16,13 @@ import torch
 import torch.nn.functional as F
 
 from normbench import cli
-from normbench.config import validate
 from normbench.errors import ConfigError
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
 from normbench.model.more_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
 from normbench.model.norms import build_norm
 from normbench.optim import build_optimizer
+from normbench.validation import validate
 
 from conftest import compose
 

@@ -104,7 +104,7 @@ def test_qk_norm_old_booleans_still_read(given, mode):
 
 
 def test_qk_norm_bad_value_is_one_line():
-    from normbench.config import validate
+    from normbench.validation import validate
 
     with pytest.raises(ConfigError, match=r"^arch\.qk_norm='both' is not allowed; choose one of: none, head, width$"):
         validate(compose(["model=tiny", "arch.qk_norm=both"]))
@@ -464,7 +464,7 @@ def test_attn_gate_on_every_placement(arch, gate):
 def test_bad_combinations_refused_in_one_line(overrides, needle):
     cfg = compose(["model=tiny", *overrides])
     with pytest.raises(ConfigError, match=r"^[^\n]*$") as exc:
-        from normbench.config import validate
+        from normbench.validation import validate
 
         validate(cfg)
         check_combination(cfg)
@@ -472,7 +472,7 @@ def test_bad_combinations_refused_in_one_line(overrides, needle):
 
 
 def test_bad_attn_gate_value_is_one_line():
-    from normbench.config import validate
+    from normbench.validation import validate
 
     with pytest.raises(ConfigError, match=r"^arch\.attn_gate='yes' is not allowed; choose one of: none, headwise"):
         validate(compose(["model=tiny", "arch.attn_gate=yes"]))

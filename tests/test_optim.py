@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from normbench import optim, trainer
-from normbench.config import ARCHS, OPTIMS, validate
+from normbench.config import ARCHS, OPTIMS
 from normbench.metrics import read_jsonl
 from normbench.model import build_model
 from normbench.model.kinds import is_norm
+from normbench.validation import validate
 
 from conftest import compose
 

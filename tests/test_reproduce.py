@@ -365,7 +365,7 @@ def test_issue17_claims_compose_to_valid_configs(cid):
     """Every grid point of the claims added with the further norms and QK-Clip is a valid training config."""
     import itertools
 
-    from normbench.config import validate
+    from normbench.validation import validate
 
     from conftest import compose
 

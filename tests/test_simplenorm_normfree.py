@@ -336,9 +336,9 @@ def test_export_refuses_in_one_line(arch):
 
 @pytest.mark.parametrize("cid", ["simplenorm_lr", "normfree_stable"])
 def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
-    from normbench.config import validate
     from normbench.reproduce import runner
     from normbench.reproduce.claims import load_claim
+    from normbench.validation import validate
 
     claim = load_claim(cid)
     assert set(claim.scales) == {"cpu", "gpu"} and claim.tests

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from normbench import cli, listing, throughput, trainer
-from normbench.config import validate
 from normbench.metrics import read_jsonl
+from normbench.validation import validate
 
 from conftest import TINY, compose, run_cli
 

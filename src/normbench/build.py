@@ -20,7 +20,7 @@ import torch
 from normbench import distributed as dist_utils
 from normbench import memory
 from normbench.batches import Batches, fixed_batches
-from normbench.config import as_dict, run_steps
+from normbench.config import as_dict
 from normbench.data import load_data
 from normbench.diagnostics import Diagnostics
 from normbench.errors import ConfigError
@@ -28,6 +28,7 @@ from normbench.flops import model_flops_per_token, peak_flops
 from normbench.model import build_model, check_combination, padded_vocab
 from normbench.optim import build_optimizer
 from normbench.stabilizers import QKClip
+from normbench.validation import run_steps
 
 log = logging.getLogger("normbench")
 

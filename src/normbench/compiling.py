@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from normbench.config import run_steps
 from normbench.flops import model_flops_per_token, peak_flops
+from normbench.validation import run_steps
 
 CHOICES = (True, False, "auto")
 
@@ -66,7 +66,7 @@ class Decision:
 def decide(cfg, model: torch.nn.Module, device: torch.device) -> Decision:
     """Whether this run compiles: ``cfg.compile`` if true/false, else the module's rule."""
     if cfg.compile is not True and cfg.compile is not False and cfg.compile != "auto":
-        raise ValueError(f"compile={cfg.compile!r}")  # config.validate refuses it first
+        raise ValueError(f"compile={cfg.compile!r}")  # validation.validate refuses it first
     if cfg.compile != "auto":
         return Decision(bool(cfg.compile), f"compile={str(cfg.compile).lower()}")
     prof = PROFILES["cuda" if device.type == "cuda" else "cpu"]

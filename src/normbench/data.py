@@ -303,7 +303,7 @@ def corpus_text(cfg: Any) -> str:
     if name == "hf":
         return _hf_text(cfg)
     if name == "synthetic":
-        return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: config.check_data
+        return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: validation.check_data
     raise DataError(f"data.name={name!r} is not allowed; choose one of: kjv, files, hf, synthetic")
 
 
@@ -401,9 +401,9 @@ def _entry_lock(root: Path, entry: Path):
 
 def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible."""
-    from normbench.config import check_data
+    from normbench.validation import check_data
 
-    check_data(cfg)  # the data keys, checked where the whole config is (config.py)
+    check_data(cfg)  # the data keys, checked where the whole config is (validation.py)
     name, tok_name = _get(cfg, "name"), _get(cfg, "tokenizer")
     val_fraction = float(_get(cfg, "val_fraction"))
     vocab = {"byte": 256, "gpt2": 50257}.get(tok_name, _get(cfg, "vocab_size") or DEFAULT_BPE_VOCAB)

@@ -177,11 +177,11 @@ def build_tokenizer(name: str, vocab_size: int | None, train_text: str | None, c
         return ByteTokenizer()
     if name == "gpt2":
         return Gpt2Tokenizer()
-    if name != "bpe":  # config.check_data allows byte, gpt2 and bpe only
+    if name != "bpe":  # validation.check_data allows byte, gpt2 and bpe only
         raise ValueError(f"unknown tokenizer {name!r}")
     from tokenizers import Tokenizer as HfTokenizer
 
-    size = int(vocab_size or DEFAULT_BPE_VOCAB)  # >= 257: config.check_data
+    size = int(vocab_size or DEFAULT_BPE_VOCAB)  # >= 257: validation.check_data
     path = Path(cache_dir) / "tokenizer.json"
     if path.exists():
         return BpeTokenizer(HfTokenizer.from_file(str(path)), size)

@@ -25,7 +25,7 @@ Each registers its ``norm=`` name with :func:`register_norm` and declares its pa
 - BatchNorm: the PowerNorm paper's baseline (sIncerass/powernorm ``MaskSyncBatchNorm``): a per-token
   RMS scaling, then batch statistics over batch x time (momentum 0.05, eps 1e-5). Its training forward
   lets a token see the future (the batch mean and variance include later positions), so training with
-  it is refused unless ``norm.allow_leak=true`` (config.validate).
+  it is refused unless ``norm.allow_leak=true`` (validation.validate).
 - PowerNorm: Shen et al. 2020 (arXiv:2003.07845), sIncerass/powernorm ``MaskPowerNorm``: per-token
   group RMS scaling, then ``z = x / sqrt(phi + eps)`` with the running quadratic mean phi and the
   approximate backward. Causal-safe form: the reference's warmup (``warmup_iters`` steps dividing by
