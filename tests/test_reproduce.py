@@ -433,3 +433,18 @@ def test_tuned_test_judges_each_side_at_its_own_best_lr(tmp_path):
         shutil.rmtree(runs / f"n2{seed}")
     res = judge_claim(claim, find_runs(runs), "cpu")
     assert res["verdict"] == V.INCONCLUSIVE and "arch=ngpt: no optim.lr of the grid learned" in res["reason"]
+
+
+def test_swept_booleans_select_in_any_spelling(tmp_path):
+    """Hydra's sweeper writes a swept boolean as ``False``; the claim file says ``false``."""
+    test = {"name": "wd", "kind": "difference", "metric": "best_val_loss", "group": {"optim.decay_norm_out": True},
+            "baseline": {"optim.decay_norm_out": False}, "direction": "higher", "threshold": 0.01}  # fmt: skip
+    claim = write_claim(tmp_path / "claims", [test], sweeps=({"optim.decay_norm_out": [False, True]},))
+    for seed in range(3):
+        fake_run(tmp_path / "runs" / f"on{seed}", "peri_ln", seed, loss=2.5 + 0.01 * seed,
+                 extra=["optim.decay_norm_out=True"])  # fmt: skip
+        fake_run(tmp_path / "runs" / f"off{seed}", "peri_ln", seed, loss=2.3 + 0.01 * seed,
+                 extra=["optim.decay_norm_out=False"])  # fmt: skip
+    res = judge_claim(claim, find_runs(tmp_path / "runs"), "cpu")
+    assert res["verdict"] == V.HOLDS and res["effect"] == pytest.approx(0.2)
+    assert res["groups"]["optim.decay_norm_out=true"]["values"] == pytest.approx([2.5, 2.51, 2.52])

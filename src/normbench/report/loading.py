@@ -196,7 +196,10 @@ def load_runs(dirs: list[Path]) -> list[Run]:
 
 
 def norm_value(value: str) -> str:
-    """``1e-3`` and ``0.001`` (or ``12`` and ``12.0``) must group together."""
+    """``1e-3`` and ``0.001`` (or ``12`` and ``12.0``, or ``True`` and ``true``) must group together.
+    (Hydra's sweeper writes a swept boolean as Python spells it: ``False``.)"""
+    if value.lower() in ("true", "false"):
+        return value.lower()
     try:
         f = float(value)
     except ValueError:
