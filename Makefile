@@ -34,10 +34,11 @@ demo: install
 	WANDB_MODE=disabled $(BIN)/python -m normbench train arch=pre_ln norm=rmsnorm hydra.run.dir=outputs/demo
 	$(BIN)/python -m normbench report outputs/demo
 
-# The default suite (13 min on 2 CPU cores, measured; the target is ~10). Tests marked `slow` (200-step trainings of every
+# The default suite, in parallel over the cores (pytest-xdist, at most 4 workers; each test's trainings run on one
+# thread, tests/conftest.py). Tests marked `slow` (200-step trainings of every
 # placement and norm, claim sweeps) run in `make test-slow`; CI runs both.
 test: install
-	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow" || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
+	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses=4 || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
 test-slow: install
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -m slow || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }

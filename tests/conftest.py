@@ -19,6 +19,9 @@ OFFLINE_ENV = {
 }
 os.environ.update(OFFLINE_ENV)
 os.environ.setdefault("NORMBENCH_CACHE", str(REPO / ".cache" / "normbench"))
+# the trainings the tests start (`python -m normbench` subprocesses) on one thread too (see `one_thread`): under
+# pytest-xdist two workers share the cores, and two-thread OpenMP barriers on a shared core stall each other
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # the fault-injection hooks (normbench_test_hooks.py): in this process, and in every `python -m normbench`
 # the tests start (NORMBENCH_PLUGINS, with this directory on their PYTHONPATH)
 _TESTS = str(Path(__file__).resolve().parent)
