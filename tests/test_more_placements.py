@@ -30,7 +30,7 @@ from test_model import (
     ref_rope,
 )
 
-from conftest import compose
+from conftest import REPO, compose
 
 
 def norm_cfg(name: str = "rmsnorm", eps: float = 1e-12):
@@ -123,6 +123,40 @@ def test_checkpoint_from_before_the_new_keys_resumes_only_under_their_defaults(t
     assert check_resume_config({}, new, [], tmp_path) == []
     with pytest.raises(ConfigError, match=r"arch.attn_gate \(<absent> -> headwise\)"):
         check_resume_config({}, {**new, "arch.attn_gate": "headwise"}, [], tmp_path)
+
+
+def test_every_new_config_key_says_what_old_checkpoints_computed():
+    """A key added to the config must get an ADDED_KEYS entry (the value that reproduces runs made
+    before it), else every older checkpoint refuses to resume ("a different model: key (<absent> ...")."""
+    from normbench.rundir import ADDED_KEYS, FREE_KEYS, flat_config
+
+    known = (REPO / "tests" / "data" / "config_keys_before_added.txt").read_text().split("\n")
+    known = {k for k in known if k and not k.startswith("#")}
+    free = lambda k: any(k == f or k.startswith(f + ".") for f in FREE_KEYS)  # noqa: E731
+    new = [k for k in flat_config(compose(["model=tiny"])) if k not in known and k not in ADDED_KEYS and not free(k)]
+    assert new == [], f"add these keys to rundir.ADDED_KEYS (and the list in tests/data): {new}"
+
+
+@pytest.mark.parametrize("norm", ["rmsnorm", "dyt", "seednorm", "powernorm"])
+def test_checkpoint_without_the_added_keys_resumes_where_it_computed_the_same(tmp_path, norm):
+    """The old runs' config (every ADDED_KEYS key absent) against today's: same computation resumes;
+    SeeDNorm, whose old runs had it at the final norm too, resumes only with norm.seed_final=true;
+    DyT made before norm.width_init had the papers' init (false)."""
+    from normbench.rundir import ADDED_KEYS, flat_config
+
+    new = flat_config(compose(["model=tiny", f"norm={norm}"]))
+    old = {k: v for k, v in new.items() if k not in ADDED_KEYS}
+    if norm == "dyt":
+        with pytest.raises(ConfigError, match=r"norm.width_init \(<absent> -> True\)"):
+            check_resume_config(old, new, [], tmp_path)
+        new["norm.width_init"] = False
+    if norm == "seednorm":
+        with pytest.raises(ConfigError, match=r"norm.seed_final \(<absent> -> False\)"):
+            check_resume_config(old, new, [], tmp_path)
+        new["norm.seed_final"] = True
+    assert check_resume_config(old, new, [], tmp_path) == []
+    with pytest.raises(ConfigError, match="optim.qk_clip"):
+        check_resume_config(old, {**new, "optim.qk_clip": True}, [], tmp_path)
 
 
 def test_report_reads_old_qk_norm_runs_as_new_names(tmp_path):

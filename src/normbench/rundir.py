@@ -176,7 +176,8 @@ def flat_config(cfg) -> dict:
 
 
 # Keys added after runs were made, with the value that computes what those runs computed: a
-# checkpoint without the key resumes under that value (and only under it).
+# checkpoint without the key resumes under that value (and only under it). A callable gets the new
+# run's flat config (the old value can depend on, e.g., the norm).
 ADDED_KEYS: dict[str, object] = {
     "arch.attn_gate": "none",
     "arch.scale_resids": False,
@@ -184,6 +185,20 @@ ADDED_KEYS: dict[str, object] = {
     "arch.dssn_c_attn": None,
     "arch.dssn_c_mlp": None,
     "arch.tiny_init": False,
+    "model.fixnorm": False,
+    "norm.width_init": False,  # DyT/Derf runs made before it had the papers' init
+    "norm.allow_leak": False,
+    "norm.bn_momentum": 0.05,
+    "norm.pn_alpha_fwd": 0.9,
+    "norm.pn_alpha_bkw": 0.9,
+    "norm.pn_groups": 1,
+    "norm.pn_warmup": 0,
+    "norm.seed_alpha_init": 1.0,
+    "norm.seed_heads": 1,
+    # SeeDNorm runs made before the key had SeeDNorm at the final norm too; for other norms it is inert
+    "norm.seed_final": lambda new: new.get("norm.name") == "seednorm" or new.get("norm.seed_final"),
+    "optim.qk_clip": False,
+    "optim.qk_clip_tau": 100.0,
 }
 
 
@@ -199,7 +214,8 @@ def _canonical(flat: dict) -> dict:
 
 def config_diff(old: dict, new: dict) -> list[str]:
     old, new = _canonical(old), _canonical(new)
-    old = {**{k: v for k, v in ADDED_KEYS.items() if k in new and k not in old}, **old}
+    added = {k: v(new) if callable(v) else v for k, v in ADDED_KEYS.items() if k in new and k not in old}
+    old = {**added, **old}
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
