@@ -448,3 +448,25 @@ def test_swept_booleans_select_in_any_spelling(tmp_path):
     res = judge_claim(claim, find_runs(tmp_path / "runs"), "cpu")
     assert res["verdict"] == V.HOLDS and res["effect"] == pytest.approx(0.2)
     assert res["groups"]["optim.decay_norm_out=true"]["values"] == pytest.approx([2.5, 2.51, 2.52])
+
+
+def test_largest_lr_on_runs_counts_seeds_per_lr_and_draws_the_grid(tmp_path):
+    test = {"name": "lr", "kind": "largest_lr", "metric": "learned", "group": {"arch": "peri_ln"},
+            "baseline": {"arch": "pre_ln"}, "direction": "higher", "threshold": 1}  # fmt: skip
+    claim = write_claim(
+        tmp_path / "claims", [test], sweeps=({"arch": ["pre_ln", "peri_ln"], "optim.lr": [3e-3, 1e-2]},)
+    )
+    for seed in range(3):  # Peri-LN learns at both LRs; one Pre-LN seed is stuck at 1e-2
+        for lr in ("3e-3", "1e-2"):
+            fake_run(tmp_path / "runs" / f"peri{lr}{seed}", "peri_ln", seed, extra=[f"optim.lr={lr}"])
+            stuck = lr == "1e-2" and seed == 1
+            fake_run(tmp_path / "runs" / f"pre{lr}{seed}", "pre_ln", seed, outcome="stuck" if stuck else "learned",
+                     extra=[f"optim.lr={lr}"])  # fmt: skip
+    runs = find_runs(tmp_path / "runs")
+    res = judge_claim(claim, runs, "cpu")
+    assert res["verdict"] == V.HOLDS and res["effect"] == 1 and res["n_seeds"] == 3
+    assert res["tests"][0]["largest_lr"] == {"arch=peri_ln": 0.01, "arch=pre_ln": 0.003}
+    from normbench.reproduce.figure import plot_claim
+
+    png = plot_claim(res, runs, claim, tmp_path / "claim.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -160,6 +160,9 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
             "chosen": {g_label: tuned_to.get("group"), b_label: tuned_to.get("baseline")},
             "tried": {g_label: grid_seen.get("group", {}), b_label: grid_seen.get("baseline", {})},
         }
+    n_seeds = min(len(g_runs), len(b_runs) if b_runs is not None else len(g_runs))
+    if test.kind == "largest_lr":  # seeds per LR of the grid, not runs over the whole grid
+        n_seeds = min(seeds(g_runs), seeds(b_runs))
     res.update(
         name=test.name,
         kind=test.kind,
@@ -170,7 +173,7 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         direction=test.direction if test.kind != "on_par" else None,
         informative=test.informative,
         target=target,
-        n_seeds=min(len(g_runs), len(b_runs) if b_runs is not None else len(g_runs)),
+        n_seeds=n_seeds,
         groups={
             g_label: {"values": g_vals, "mean": statistics.fmean(g_vals) if g_vals else None, "runs": len(g_runs),
                       "outcomes": outcomes(g_runs)},
