@@ -101,7 +101,10 @@ def test_largest_lr():
     grid = [1e-3, 3e-3, 1e-2, 3e-2]
     assert V.judge_largest_lr(1e-2, 3e-3, grid, 1, 3, 3)["verdict"] == V.HOLDS
     assert V.judge_largest_lr(3e-3, 3e-3, grid, 1, 3, 3)["verdict"] == V.FAILS
-    assert V.judge_largest_lr(1e-3, None, grid, 1, 3, 3)["effect"] == 1  # nothing learned: below the grid
+    nowhere = V.judge_largest_lr(1e-3, None, grid, 1, 3, 3)  # the baseline learned at no LR: below the grid, or
+    assert nowhere["effect"] == 1 and nowhere["verdict"] == V.INCONCLUSIVE  # not at all? (Lion at 200 steps)
+    assert "no LR of the grid learned with every seed in the baseline" in nowhere["reason"]
+    assert V.judge_largest_lr(None, 1e-2, grid, 1, 3, 3, direction="lower")["verdict"] == V.INCONCLUSIVE
     top = V.judge_largest_lr(3e-2, 3e-2, grid, 1, 3, 3)
     assert top["verdict"] == V.INCONCLUSIVE and "widen the grid" in top["reason"]
     assert V.judge_largest_lr(1e-3, 3e-3, grid, 1, 3, 3, direction="lower")["verdict"] == V.HOLDS

@@ -14,7 +14,8 @@ Every test of a claim ends in ``HOLDS``, ``DOES NOT HOLD`` or ``INCONCLUSIVE`` (
   hybrid score interval (method 10, Newcombe 1998); then as ``difference``.
 - ``largest_lr``: effect = grid steps between the largest LRs at which every seed learned; a
   grid statistic, no interval: HOLDS when effect >= threshold, DOES NOT HOLD when <= 0, and
-  INCONCLUSIVE when both groups learn at the top of the grid (the grid is too narrow).
+  INCONCLUSIVE when both groups learn at the top of the grid (the grid is too narrow) or a group
+  learns with every seed at no LR of the grid (below the grid, or not learning at all: no telling).
 
 Before any of that: fewer than ``min_seeds`` values on a side, runs that did not finish, or
 (for the loss and statistic kinds) runs that got stuck or diverged make the test INCONCLUSIVE,
@@ -137,6 +138,10 @@ def judge_largest_lr(lr, lr_base, grid: list[float], threshold: float = 1, n_see
         return _result(INCONCLUSIVE, effect, None, why)
     if lr is None and lr_base is None:
         return _result(INCONCLUSIVE, effect, None, "no LR of the grid learned with every seed in either group")
+    if lr is None or lr_base is None:  # below the grid, or not learning at this scale at all: no way to tell
+        side = "the group" if lr is None else "the baseline"
+        return _result(INCONCLUSIVE, effect, None, f"no LR of the grid learned with every seed in {side}: its largest "
+                       "learning LR is not on the grid (widen the grid downward, or train longer)")  # fmt: skip
     if lr == lr_base == grid[-1]:
         return _result(INCONCLUSIVE, effect, None, "both learn at the largest LR of the grid; widen the grid")
     s = effect if direction == "higher" else -effect
