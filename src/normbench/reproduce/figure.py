@@ -28,7 +28,10 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
             if bad:
                 ax.annotate(", ".join(f"{n} {k}" for k, n in bad.items()), (i, 0), xycoords=("data", "axes fraction"),
                             ha="center", va="bottom", fontsize=7, color="crimson")  # fmt: skip
-        ax.set_xticks(range(len(t["groups"])), [g.replace(" ", "\n") for g in t["groups"]], fontsize=7)
+        tuned = t.get("tuned") or {}  # each side at its own best value: name it under the group
+        labels = [g + (f" ({tuned['key']}={tuned['chosen'][g]})" if g in tuned.get("chosen", {}) else "")
+                  for g in t["groups"]]  # fmt: skip
+        ax.set_xticks(range(len(labels)), [g.replace(" ", "\n") for g in labels], fontsize=7)
         ax.set_xlim(-0.6, len(t["groups"]) - 0.4)
         ax.set_title(f"{t['name']}\n{t['verdict']}", fontsize=9)
         ax.set_ylabel(t["metric"].split(" (")[0], fontsize=8)
