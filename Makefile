@@ -41,10 +41,10 @@ test: install
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses=4 || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
 test-slow: install
-	WANDB_MODE=offline $(BIN)/python -m pytest -q -m slow || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
+	WANDB_MODE=offline $(BIN)/python -m pytest -q -m slow -n auto --maxprocesses=4 || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
 test-all: install
-	WANDB_MODE=offline $(BIN)/python -m pytest -q
+	WANDB_MODE=offline $(BIN)/python -m pytest -q -n auto --maxprocesses=4
 
 lint: install
 	$(BIN)/ruff check src tests scripts
