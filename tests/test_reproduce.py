@@ -469,6 +469,8 @@ def test_largest_lr_on_runs_counts_seeds_per_lr_and_draws_the_grid(tmp_path):
     res = judge_claim(claim, runs, "cpu")
     assert res["verdict"] == V.HOLDS and res["effect"] == 1 and res["n_seeds"] == 3
     assert res["tests"][0]["largest_lr"] == {"arch=peri_ln": 0.01, "arch=pre_ln": 0.003}
+    share = res["tests"][0]["learned_share"]
+    assert share == {"arch=peri_ln": {0.003: 1.0, 0.01: 1.0}, "arch=pre_ln": {0.003: 1.0, 0.01: pytest.approx(2 / 3)}}
     from normbench.reproduce.figure import plot_claim
 
     png = plot_claim(res, runs, claim, tmp_path / "claim.png")

@@ -15,9 +15,8 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
     tests = result["tests"]
     fig, axes = plt.subplots(1, len(tests), figsize=(4.2 * len(tests), 3.4), squeeze=False)
     for ax, t in zip(axes[0], tests):
-        test = next((x for x in claim.tests if x.name == t["name"]), None)
-        if t["kind"] == "largest_lr" and test is not None:
-            _plot_lr_grid(ax, t, test, runs)
+        if t["kind"] == "largest_lr" and t.get("learned_share"):
+            _plot_lr_grid(ax, t)
             continue
         for i, g in enumerate(t["groups"].values()):
             vals = [v for v in g["values"] if v is not None]
@@ -46,22 +45,14 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
     return path
 
 
-def _plot_lr_grid(ax, t: dict, test, runs) -> None:
-    """Share of each group's seeds with outcome ``learned`` per LR (the largest-LR rule), log x; the
-    dashed line marks the group's largest LR at which every seed learned."""
-    from normbench.report.stats import lr_of
-    from normbench.reproduce.measure import select
-
-    sides = [(test.group, list(t["groups"])[0])]
-    if isinstance(test.baseline, dict):
-        sides.append((test.baseline, list(t["groups"])[1]))
-    for where, label in sides:
-        rs = [r for r in select(runs, {**test.at, **where}) if r.outcome is not None and lr_of(r) is not None]
-        grid = sorted({lr_of(r) for r in rs})
-        share = [sum(r.outcome == "learned" for r in rs if lr_of(r) == lr) / sum(lr_of(r) == lr for r in rs)
-                 for lr in grid]  # fmt: skip
-        line = ax.plot(grid, share, marker="o", label=label)[0]
-        if (best := (t.get("largest_lr") or {}).get(label)) is not None:
+def _plot_lr_grid(ax, t: dict) -> None:
+    """Share of each group's seeds with outcome ``learned`` per LR (the largest-LR rule, as
+    :func:`.measure.judge_test` counted it), log x; the dashed line marks the group's largest LR at
+    which every seed learned."""
+    for label, share in t["learned_share"].items():
+        grid = sorted(share)
+        line = ax.plot(grid, [share[lr] for lr in grid], marker="o", label=label)[0]
+        if (best := t["largest_lr"].get(label)) is not None:
             ax.axvline(best, ls="--", color=line.get_color(), alpha=0.6)
     ax.set_xscale("log")
     ax.set_ylim(-0.05, 1.05)

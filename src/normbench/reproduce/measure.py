@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import replace
 
 from normbench.outcomes import finite
@@ -62,17 +63,26 @@ def problems(label: str, runs: list[Run], outcomes_count: bool) -> list[str]:
     return out
 
 
+def by_value(runs: list[Run], key: str) -> dict[str, list[Run]]:
+    """The runs grouped by their value of ``key`` (as :func:`setting` spells it)."""
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        out.setdefault(str(setting(r, key)), []).append(r)
+    return out
+
+
+def outcome_counts(runs: list[Run]) -> dict[str, int]:
+    return dict(Counter(r.outcome_label for r in runs))
+
+
 def tuned(runs: list[Run], key: str) -> tuple[str | None, list[Run]]:
     """One side of a test at its own best value of ``key`` (e.g. each arch at its own LR): among the
     values at which every seed finished and learned, the one with the lowest mean best val loss.
     Both sides are tuned by the same rule on the same grid; the winner is picked on the seeds it is
     then judged on, which flatters both sides alike. (None, runs) when no value learned everywhere."""
-    by_value: dict[str, list[Run]] = {}
-    for r in runs:
-        by_value.setdefault(str(setting(r, key)), []).append(r)
     ok = {
         v: rs
-        for v, rs in by_value.items()
+        for v, rs in by_value(runs, key).items()
         if all(r.status in FINISHED and r.outcome == "learned" and r.val_losses[1] is not None for r in rs)
     }
     if not ok:
@@ -93,12 +103,10 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
     g_runs = select(runs, {**test.at, **test.group})
     b_runs = select(runs, {**test.at, **test.baseline}) if isinstance(test.baseline, dict) else None
     tuned_to: dict[str, str | None] = {}
-    grid_seen: dict[str, dict] = {}  # every value tried on each side, with its outcomes: nothing dropped silently
+    tried: dict[str, dict] = {}  # every value tried on each side, with its outcomes: nothing dropped silently
     if test.tune:
         for side, rs in (("group", g_runs), ("baseline", b_runs or [])):
-            for r in rs:
-                cell = grid_seen.setdefault(side, {}).setdefault(str(setting(r, test.tune)), {})
-                cell[r.outcome_label] = cell.get(r.outcome_label, 0) + 1
+            tried[side] = {v: outcome_counts(rs_v) for v, rs_v in by_value(rs, test.tune).items()}
         # each side at its own best value of the tuned key, before the target is set from the runs
         tuned_to["group"], g_runs = tuned(g_runs, test.tune)
         if b_runs is not None:
@@ -152,13 +160,19 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
             lr_g, lr_b, grid, test.threshold or 1, seeds(g_runs), seeds(b_runs), min_seeds, probs, test.direction
         )
         res["largest_lr"] = {g_label: lr_g, b_label: lr_b}
+        # per LR, the share of the runs with an outcome that learned (what the rule asks of every seed): the figure
+        share = lambda rs: {  # noqa: E731
+            lr: sum(r.outcome == "learned" for r in at_lr) / len(at_lr)
+            for lr in grid
+            if (at_lr := [r for r in rs if lr_of(r) == lr and r.outcome is not None])
+        }
+        res["learned_share"] = {g_label: share(g_runs), b_label: share(b_runs)}
         g_vals, b_vals = [lr_g] if lr_g else [], [lr_b] if lr_b else []
-    outcomes = lambda rs: {k: sum(r.outcome_label == k for r in rs) for k in {r.outcome_label for r in rs}}  # noqa: E731
     if test.tune:
         res["tuned"] = {
             "key": test.tune,
             "chosen": {g_label: tuned_to.get("group"), b_label: tuned_to.get("baseline")},
-            "tried": {g_label: grid_seen.get("group", {}), b_label: grid_seen.get("baseline", {})},
+            "tried": {g_label: tried.get("group", {}), b_label: tried.get("baseline", {})},
         }
     n_seeds = min(len(g_runs), len(b_runs) if b_runs is not None else len(g_runs))
     if test.kind == "largest_lr":  # seeds per LR of the grid, not runs over the whole grid
@@ -176,9 +190,9 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         n_seeds=n_seeds,
         groups={
             g_label: {"values": g_vals, "mean": statistics.fmean(g_vals) if g_vals else None, "runs": len(g_runs),
-                      "outcomes": outcomes(g_runs)},
+                      "outcomes": outcome_counts(g_runs)},
             **({b_label: {"values": b_vals, "mean": statistics.fmean(b_vals) if b_vals else None,
-                          "runs": len(b_runs), "outcomes": outcomes(b_runs)}} if b_runs is not None else {}),
+                          "runs": len(b_runs), "outcomes": outcome_counts(b_runs)}} if b_runs is not None else {}),
         },
     )  # fmt: skip
     return res
