@@ -38,6 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from normbench.model.gpt import CausalLM, LMHead, apply_rope, cached_attention, record_attention_stats
+from normbench.model.lean_grads import l2_normalize
 from normbench.model.norms import upcast
 
 
@@ -75,7 +76,7 @@ class NGPTBlock(nn.Module):
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # the casts below are no-ops in fp32: skip their dispatch
-            return F.normalize(x, dim=-1, eps=self.eps)
+            return l2_normalize(x, self.eps)
         return F.normalize(upcast(x), dim=-1, eps=self.eps).type_as(x)
 
     def forward(self, h: torch.Tensor, rope, kv=None) -> torch.Tensor:
