@@ -55,6 +55,7 @@ from normbench.cli import compose_config as compose  # noqa: E402
 from normbench.config import ARCHS  # noqa: E402
 from normbench.data import load_data  # noqa: E402
 from normbench.model import NANOGPT_SHAPE, padded_vocab  # noqa: E402
+from normbench.throughput import WARMUP_STEPS  # noqa: E402
 
 WARMUP = 5
 RESULT = "BENCH_RESULT "  # the line a --worker prints its result on
@@ -306,7 +307,7 @@ def _common(args, compile_: bool | None = None) -> list[str]:
     ]
     if args.device == "cuda":
         out.append("data.tokenizer=gpt2")
-    return out
+    return out + args.set
 
 
 def _mb(b: float | None) -> str:
@@ -457,6 +458,7 @@ def suite_diag(args) -> None:
         f"trainer.batch_size={args.batch}",
         f"device={args.device}",
         f"precision={args.precision}",
+        *args.set,
     ]
     res = interleaved(
         {
@@ -489,6 +491,14 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--compile", action="store_true")
     p.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp16"])
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every run of the archs, compile and diag suites (repeatable), "
+        "e.g. --set model.d_model=512 --set model.n_head=8",
+    )
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -507,12 +517,19 @@ def main() -> int:
     args.batch = args.batch or (16 if gpu else 8)
     args.steps = args.steps or (50 if gpu else 40)
     args.precision = args.precision or ("bf16" if gpu else "fp32")
+    if args.steps <= WARMUP_STEPS:
+        need = WARMUP_STEPS + 2
+        p.error(f"--steps {args.steps}: a run's first {WARMUP_STEPS} steps are untimed; give at least {need}")
     quiet_logs()
     print(
         f"# normbench throughput, device={args.device} ({torch.cuda.get_device_name() if gpu else 'CPU'}), "
         f"torch {torch.__version__}, threads {torch.get_num_threads()}"
     )
     suites = args.suite.split(",")
+    if args.set and "baseline" in suites:
+        p.error("--set does not apply to the baseline suite (its plain loop has a fixed shape); drop one of them")
+    if args.set:
+        print(f"# every run with: {' '.join(args.set)}")
     table = {"baseline": suite_baseline, "archs": suite_archs, "compile": suite_compile, "diag": suite_diag}
     if bad := [s for s in suites if s not in table]:
         p.error(f"unknown suite(s) {', '.join(bad)}; choose from {', '.join(table)}")

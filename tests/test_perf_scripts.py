@@ -55,6 +55,21 @@ def test_bench_archs_suite_reports_flops_and_memory_relative_to_pre_ln(tmp_path)
     assert "nGPT weight re-normalization" in out
 
 
+def test_bench_set_overrides_every_run_and_is_refused_for_the_baseline(tmp_path):
+    args = ["--suite", "archs", "--archs", "pre_ln", "--steps", "7", "--threads", "1"]
+    narrow = bench([*args, "--set", "model.d_model=32", "--set", "model.n_head=2"], tmp_path)
+    assert "# every run with: model.d_model=32 model.n_head=2" in narrow
+    wide = bench(args, tmp_path)
+    # half the width: fewer parameters and fewer FLOPs per token than tiny's d_model=64
+    assert num(table_rows(narrow, 10)["pre_ln"][1]) < num(table_rows(wide, 10)["pre_ln"][1])
+    assert num(table_rows(narrow, 10)["pre_ln"][2]) < num(table_rows(wide, 10)["pre_ln"][2])
+    cmd = [sys.executable, str(SCRIPTS / "bench_throughput.py")]
+    proc = subprocess.run([*cmd, "--suite", "baseline", "--set", "model.d_model=32"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--set does not apply to the baseline suite" in proc.stderr
+    proc = subprocess.run([*cmd[:2], "--suite", "archs", "--steps", "5"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--steps 5: a run's first 5 steps are untimed" in proc.stderr
+
+
 @pytest.mark.slow
 def test_bench_compile_suite_reports_speedup_and_compile_time(tmp_path):
     out = bench(["--suite", "compile", "--archs", "pre_ln", "--steps", "8"], tmp_path, timeout=900)
