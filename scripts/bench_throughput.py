@@ -450,6 +450,86 @@ def renorm_share(args) -> None:
     )
 
 
+def _stepper(cfg, vocab: int, device: torch.device, seed: int):
+    """One training step of ``cfg``'s model (forward, backward, clip, optimizer, nGPT's re-normalization)."""
+    from normbench.model import build_model
+    from normbench.optim import build_optimizer
+
+    torch.manual_seed(seed)
+    model = build_model(cfg, vocab).to(device)
+    opt = build_optimizer(model, cfg, log=lambda *a: None)
+    batch = torch.randint(0, vocab, (cfg.trainer.batch_size, cfg.model.seq_len + 1), device=device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            _, loss = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if hasattr(model, "after_step"):
+            model.after_step()
+
+    return model, step
+
+
+def suite_paired(args) -> None:
+    """Each arch and pre_ln built in one process and stepped in alternation, ``--rounds`` rounds of
+    two steps each (A B B A ...): the ratio is the median of the per-round ratios, so the slow drift
+    of a shared or virtual machine cancels, which the one-process-per-run archs suite cannot do
+    (there, the medians of a norm-free arch move by ~10% between invocations). Eager or compiled as
+    ``--compile`` says; no trainer, data loading, diagnostics or evaluation: the model's own step."""
+    from normbench.flops import model_flops_per_token
+
+    device = torch.device(args.device)
+    common = [o for o in _common(args) if not o.startswith("compile=")]
+    ref = "pre_ln"
+    vocab = padded_vocab(
+        compose([*common, f"arch={ref}"]), load_data(compose(common).data, log=lambda *a: None).vocab_size
+    )
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def timed(step, n: int = 2) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        sync()
+        return (time.perf_counter() - t0) / n
+
+    print(
+        f"\n## paired: each arch against {ref} in one process, alternating (model={args.model}, norm=rmsnorm, "
+        f"batch {args.batch}, {args.rounds} rounds x 2 steps each, compile={str(args.compile).lower()})"
+    )
+    print(f"| arch | FLOPs/token | ms/step | tokens/s vs {ref} | quartiles | FLOP/s vs {ref} |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for arch in [a for a in args.archs if a != ref] or [ref]:
+        cfgs = {name: compose([*common, f"arch={name}"]) for name in (ref, arch)}
+        models, steps = {}, {}
+        for name, cfg in cfgs.items():
+            models[name], steps[name] = _stepper(cfg, vocab, device, seed=0)
+            if args.compile:
+                models[name].compile()
+        for name in cfgs:
+            for _ in range(WARMUP):
+                steps[name]()
+        ratios, times = [], []
+        for r in range(args.rounds):
+            order = (ref, arch) if r % 2 == 0 else (arch, ref)
+            t = {name: timed(steps[name]) for name in order}
+            ratios.append(t[ref] / t[arch])  # tokens/s of arch over ref's
+            times.append(t[arch])
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        fpt = {n: model_flops_per_token(models[n], cfgs[n].model) for n in cfgs}
+        print(
+            f"| {arch} | {fpt[arch] / 1e6:.2f}M | {1e3 * statistics.median(times):.1f} | {q[1]:.3f} "
+            f"| {q[0]:.3f}-{q[2]:.3f} | {q[1] * fpt[arch] / fpt[ref]:.3f} |",
+            flush=True,
+        )
+        del models, steps
+
+
 def suite_diag(args) -> None:
     common = [
         f"model={args.model}",
@@ -481,7 +561,7 @@ def suite_diag(args) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--suite", default="baseline,archs,diag", help="comma-separated: baseline,archs,compile,diag")
+    p.add_argument("--suite", default="baseline,archs,diag", help="comma-separated: baseline,archs,compile,diag,paired")
     p.add_argument("--archs", default=",".join(ARCHS), help="archs and compile suites: comma-separated (default all)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: one isolated run (JSON spec)
@@ -489,6 +569,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=12, help="paired suite: alternating rounds per arch")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp16"])
     p.add_argument(
@@ -530,7 +611,13 @@ def main() -> int:
         p.error("--set does not apply to the baseline suite (its plain loop has a fixed shape); drop one of them")
     if args.set:
         print(f"# every run with: {' '.join(args.set)}")
-    table = {"baseline": suite_baseline, "archs": suite_archs, "compile": suite_compile, "diag": suite_diag}
+    table = {
+        "baseline": suite_baseline,
+        "archs": suite_archs,
+        "compile": suite_compile,
+        "diag": suite_diag,
+        "paired": suite_paired,
+    }
     if bad := [s for s in suites if s not in table]:
         p.error(f"unknown suite(s) {', '.join(bad)}; choose from {', '.join(table)}")
     for name in suites:

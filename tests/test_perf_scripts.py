@@ -70,6 +70,18 @@ def test_bench_set_overrides_every_run_and_is_refused_for_the_baseline(tmp_path)
     assert proc.returncode == 2 and "--steps 5: a run's first 5 steps are untimed" in proc.stderr
 
 
+def test_bench_paired_suite_alternates_each_arch_with_pre_ln_in_one_process(tmp_path):
+    out = bench(["--suite", "paired", "--archs", "pre_ln,ngpt,rezero", "--rounds", "3", "--threads", "1"], tmp_path)
+    assert "2 steps each" in out
+    rows = table_rows(out, 6)
+    assert set(rows) == {"ngpt", "rezero"}, out  # pre_ln is the reference of every pair, not a row
+    ngpt = rows["ngpt"]
+    low, high = (float(v) for v in ngpt[4].split("-"))
+    assert low <= float(ngpt[3]) <= high  # the median ratio lies between its quartiles
+    # FLOP/s ratio = tokens/s ratio x FLOPs per token over pre_ln's (tiny: 0.84M)
+    assert float(ngpt[5]) == pytest.approx(float(ngpt[3]) * num(ngpt[1]) / num(rows["rezero"][1]), rel=0.03)
+
+
 @pytest.mark.slow
 def test_bench_compile_suite_reports_speedup_and_compile_time(tmp_path):
     out = bench(["--suite", "compile", "--archs", "pre_ln", "--steps", "8"], tmp_path, timeout=900)

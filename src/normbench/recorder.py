@@ -40,11 +40,8 @@ class Recorder:
         self.summary.update(
             status="running",
             reason=None,
-            step=s.step,
-            tokens=s.tokens,
+            **self._progress(),
             final_loss=None,
-            final_val_loss=s.last_val,
-            best_val_loss=s.best_val if math.isfinite(s.best_val) else None,
             tokens_per_s=None,
             step_time_s=None,
             mfu=None,  # null without a known peak (CPU, unknown GPU: set peak_flops=)
@@ -59,9 +56,6 @@ class Recorder:
             seed=cfg.seed,
             device=c.device.type,
             precision=cfg.precision,
-            spikes=s.spike.count,
-            skipped_steps=s.skipped,
-            amp_skipped_steps=s.amp_skipped,
             max_steps=c.max_steps,
             host=socket.gethostname(),
             world_size=self.world,
@@ -100,24 +94,31 @@ class Recorder:
         self.summary.update(final_val_loss=val, best_val_loss=s.best_val)
         self.write_summary()
 
+    def _progress(self) -> dict:
+        """The summary's fields that follow the training state, at start and at every log step."""
+        s = self.state
+        return dict(
+            step=s.step,
+            tokens=s.tokens,
+            final_val_loss=s.last_val,
+            best_val_loss=s.best_val if math.isfinite(s.best_val) else None,
+            spikes=s.spike.count,
+            skipped_steps=s.skipped,
+            amp_skipped_steps=s.amp_skipped,
+        )
+
     def _update(self, loss: float) -> None:
-        s, c, clock = self.state, self.c, self.meter.clock
+        c, clock = self.c, self.meter.clock
         tps, step_time = self.meter.steady()
         steady_tps = clock["train_tokens"] / max(clock["train_time"], 1e-9)
         self.summary.update(
-            step=s.step,
-            tokens=s.tokens,
+            **self._progress(),
             final_loss=loss,
-            final_val_loss=s.last_val,
-            best_val_loss=s.best_val if math.isfinite(s.best_val) else None,
             tokens_per_s=tps,
             step_time_s=step_time,
             mfu=mfu(c.flops_per_token, steady_tps, c.peak_flops, self.world),
             peak_mem_gb=peak_memory_gb(c.device),
             wall_s=self.meter.wall(),
-            spikes=s.spike.count,
-            skipped_steps=s.skipped,
-            amp_skipped_steps=s.amp_skipped,
         )
 
     def finish(self, status: str, reason: str | None) -> dict:
