@@ -6,7 +6,7 @@ full-size tensor, and broadcasts a per-row scalar into a full-size copy before m
 ten memory passes over the activation where six do. These Functions save what the forward computed
 and do only the passes whose results differ, **in the same order and with the same kernels**, so
 the gradients are bit-identical to autograd's (tests/test_lean_grads.py checks ``torch.equal``
-against ``F.normalize``/``F.rms_norm``, and a training run's losses against the composite's).
+against ``F.normalize``/``F.rms_norm``, alone and for every gradient of whole models).
 Two facts make that possible: negation and scaling by 2 are exact in IEEE arithmetic, and a value
 recomputed from the same inputs with the same kernel has the same bits as the saved one.
 
@@ -16,8 +16,13 @@ contributions to ``x``, one after the other (the direct path and the path throug
 these Functions take ``x`` as two inputs, one per contribution, so that autograd adds them in the
 same order, and a third one (e.g. the residual stream's) in the same place.
 
-Used in eager mode only: under ``torch.compile`` the composites stay, as inductor fuses them into
-one or two kernels anyway. For the compiled path, bf16 and CUDA nothing changes.
+The formulas replayed are PyTorch's own (pytorch/pytorch ``tools/autograd/derivatives.yaml``: ``div``,
+``clamp_min``, ``linalg_vector_norm``, ``pow``, ``mean``, ``rsqrt``, ``mul``), checked op by op
+against a dispatch trace of torch 2.13's CPU backward. A torch release that reorders them would
+show as a bit difference in the tests above; the gradient's math would still be the same.
+
+Used on eager fp32 CPU tensors without autocast only: under ``torch.compile`` the composites stay,
+as inductor fuses them into one or two kernels anyway; for bf16, autocast and CUDA nothing changes.
 """
 
 from __future__ import annotations
