@@ -43,6 +43,11 @@ def test_l2_normalize_matches_f_normalize_bit_for_bit(transposed):
 
 
 def test_lean_norms_fall_back_to_the_composites_without_grad_or_in_fp64():
+    x32 = torch.randn(3, 8, requires_grad=True)  # eager fp32 CPU: the lean Functions
+    assert l2_normalize(x32, 1e-6).grad_fn.name() == "_L2NormalizeBackward"
+    assert rms_norm(x32, None, 1e-6).grad_fn.name() == "_RMSNormBackward"
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts per op: the composite
+        assert rms_norm(x32, None, 1e-6).grad_fn.name() != "_RMSNormBackward"
     x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
     assert l2_normalize(x, 1e-6).grad_fn.name() == "DivBackward0"  # fp64: the composite
     with torch.no_grad():
