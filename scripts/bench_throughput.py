@@ -13,6 +13,10 @@ Suites (``--suite``, comma-separated; default baseline,archs,diag):
   the compile time (the extra wall time a compiled run takes to reach its steady state,
   with a cold inductor cache); the numbers behind ``compile=auto`` (normbench/compiling.py).
 - ``diag``: diag=default and diag=full (every 10 steps) against diag=off.
+- ``paired``: each architecture and pre_ln built in one process and stepped in alternation
+  (``--rounds`` rounds): the median of the per-round ratios and its quartiles, robust to a
+  machine whose speed drifts (docs/performance.md §4).
+``--set KEY=VALUE`` (repeatable) overrides every run of the archs, compile, diag and paired suites.
 On CUDA (``--device cuda``): model gpt2_124m, bf16, optional ``--compile``, and MFU.
 
 Each configuration runs ``--repeats`` times, interleaved (A B A B ...) so that
@@ -24,6 +28,7 @@ peak memory and compile time are those of that run alone.
     python scripts/bench_throughput.py                      # CPU, baseline, archs, diag
     python scripts/bench_throughput.py --suite baseline --repeats 5
     python scripts/bench_throughput.py --suite compile --archs pre_ln,ngpt
+    python scripts/bench_throughput.py --suite paired --set model.d_model=512 --set model.n_head=8
     python scripts/bench_throughput.py --device cuda --compile --suite archs
 """
 
@@ -55,9 +60,9 @@ from normbench.cli import compose_config as compose  # noqa: E402
 from normbench.config import ARCHS  # noqa: E402
 from normbench.data import load_data  # noqa: E402
 from normbench.model import NANOGPT_SHAPE, padded_vocab  # noqa: E402
-from normbench.throughput import WARMUP_STEPS  # noqa: E402
+from normbench.throughput import WARMUP_STEPS as WARMUP  # noqa: E402  (the trainer's untimed steps)
 
-WARMUP = 5
+STEPS_PER_ROUND = 2  # paired suite: steps of one model before switching to the other
 RESULT = "BENCH_RESULT "  # the line a --worker prints its result on
 
 
@@ -485,27 +490,26 @@ def suite_paired(args) -> None:
     device = torch.device(args.device)
     common = [o for o in _common(args) if not o.startswith("compile=")]
     ref = "pre_ln"
-    vocab = padded_vocab(
-        compose([*common, f"arch={ref}"]), load_data(compose(common).data, log=lambda *a: None).vocab_size
-    )
+    ref_cfg = compose([*common, f"arch={ref}"])
+    vocab = padded_vocab(ref_cfg, load_data(ref_cfg.data, log=lambda *a: None).vocab_size)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def timed(step, n: int = 2) -> float:
+    def timed(step) -> float:
         sync()
         t0 = time.perf_counter()
-        for _ in range(n):
+        for _ in range(STEPS_PER_ROUND):
             step()
         sync()
-        return (time.perf_counter() - t0) / n
+        return (time.perf_counter() - t0) / STEPS_PER_ROUND
 
     print(
         f"\n## paired: each arch against {ref} in one process, alternating (model={args.model}, norm=rmsnorm, "
-        f"batch {args.batch}, {args.rounds} rounds x 2 steps each, compile={str(args.compile).lower()})"
+        f"batch {args.batch}, {args.rounds} rounds x {STEPS_PER_ROUND} steps each, compile={str(args.compile).lower()})"
     )
     print(f"| arch | FLOPs/token | ms/step | tokens/s vs {ref} | quartiles | FLOP/s vs {ref} |")
     print("|---|---:|---:|---:|---:|---:|")
     for arch in [a for a in args.archs if a != ref] or [ref]:
-        cfgs = {name: compose([*common, f"arch={name}"]) for name in (ref, arch)}
+        cfgs = {ref: ref_cfg, arch: compose([*common, f"arch={arch}"])}
         models, steps = {}, {}
         for name, cfg in cfgs.items():
             models[name], steps[name] = _stepper(cfg, vocab, device, seed=0)
@@ -562,7 +566,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--suite", default="baseline,archs,diag", help="comma-separated: baseline,archs,compile,diag,paired")
-    p.add_argument("--archs", default=",".join(ARCHS), help="archs and compile suites: comma-separated (default all)")
+    p.add_argument(
+        "--archs", default=",".join(ARCHS), help="archs, compile and paired suites: comma-separated (default all)"
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: one isolated run (JSON spec)
     p.add_argument("--model", default=None, help="model config (default: small on CPU, gpt2_124m on CUDA)")
@@ -577,7 +583,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a config override for every run of the archs, compile and diag suites (repeatable), "
+        help="a config override for every run of the archs, compile, diag and paired suites (repeatable), "
         "e.g. --set model.d_model=512 --set model.n_head=8",
     )
     args = p.parse_args()
@@ -598,9 +604,8 @@ def main() -> int:
     args.batch = args.batch or (16 if gpu else 8)
     args.steps = args.steps or (50 if gpu else 40)
     args.precision = args.precision or ("bf16" if gpu else "fp32")
-    if args.steps <= WARMUP_STEPS:
-        need = WARMUP_STEPS + 2
-        p.error(f"--steps {args.steps}: a run's first {WARMUP_STEPS} steps are untimed; give at least {need}")
+    if args.steps <= WARMUP:
+        p.error(f"--steps {args.steps}: a run's first {WARMUP} steps are untimed; give at least {WARMUP + 2}")
     quiet_logs()
     print(
         f"# normbench throughput, device={args.device} ({torch.cuda.get_device_name() if gpu else 'CPU'}), "

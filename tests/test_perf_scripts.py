@@ -66,7 +66,7 @@ def test_bench_set_overrides_every_run_and_is_refused_for_the_baseline(tmp_path)
     cmd = [sys.executable, str(SCRIPTS / "bench_throughput.py")]
     proc = subprocess.run([*cmd, "--suite", "baseline", "--set", "model.d_model=32"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--set does not apply to the baseline suite" in proc.stderr
-    proc = subprocess.run([*cmd[:2], "--suite", "archs", "--steps", "5"], capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "--suite", "archs", "--steps", "5"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--steps 5: a run's first 5 steps are untimed" in proc.stderr
 
 
