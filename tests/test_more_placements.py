@@ -140,16 +140,11 @@ def test_every_new_config_key_says_what_old_checkpoints_computed():
 @pytest.mark.parametrize("norm", ["rmsnorm", "dyt", "seednorm", "powernorm"])
 def test_checkpoint_without_the_added_keys_resumes_where_it_computed_the_same(tmp_path, norm):
     """The old runs' config (every ADDED_KEYS key absent) against today's: same computation resumes;
-    SeeDNorm, whose old runs had it at the final norm too, resumes only with norm.seed_final=true;
-    DyT made before norm.width_init had the papers' init (false)."""
+    SeeDNorm, whose old runs had it at the final norm too, resumes only with norm.seed_final=true."""
     from normbench.rundir import ADDED_KEYS, flat_config
 
     new = flat_config(compose(["model=tiny", f"norm={norm}"]))
     old = {k: v for k, v in new.items() if k not in ADDED_KEYS}
-    if norm == "dyt":
-        with pytest.raises(ConfigError, match=r"norm.width_init \(<absent> -> True\)"):
-            check_resume_config(old, new, [], tmp_path)
-        new["norm.width_init"] = False
     if norm == "seednorm":
         with pytest.raises(ConfigError, match=r"norm.seed_final \(<absent> -> False\)"):
             check_resume_config(old, new, [], tmp_path)
@@ -268,11 +263,11 @@ def check_value(block, x, rope):
 
 
 def test_lns_init_is_plain_normal():
-    """No depth-scaled output projections (the LNS README); every Linear N(0, 0.02)."""
+    """No depth-scaled output projections (the LNS README); every Linear N(0, model.init_std) (auto at d 64)."""
     model, _ = make("arch=lns", "model.n_layer=4", "model.d_model=64")
     for b in model.blocks:
         for lin in (b.attn.core.c_attn, b.attn.core.c_proj, b.mlp.core.c_fc, b.mlp.core.c_proj):
-            assert lin.weight.std().item() == pytest.approx(0.02, rel=0.08)
+            assert lin.weight.std().item() == pytest.approx(0.02 * math.sqrt(768 / 64), rel=0.08)
 
 
 # ------------------------------------------------------------------------------- reordered
@@ -292,9 +287,9 @@ def test_reordered_block_equation(norm):
 def test_reordered_branch_output_rms_is_its_gain_at_init():
     """RMSNorm on the branch output, gains 1: each token's attention branch adds exactly RMS 1.
 
-    eps 1e-12 here: at d = 32 and std 0.02 the branch's mean square is small enough that eps 1e-6
+    eps 1e-12 here: at d = 32 and std 0.02 (model.init_std=0.02) the branch's mean square is small enough that eps 1e-6
     damps it by ~1% (the small-width caveat of the reordered norm)."""
-    model, _ = make("arch=reordered", "model.n_layer=1", "norm.eps=1e-12")
+    model, _ = make("arch=reordered", "model.n_layer=1", "norm.eps=1e-12", "model.init_std=0.02")
     x = known_input()
     with torch.no_grad():
         h = model.blocks[0].attn(x, model.rope(x.device))
@@ -381,7 +376,8 @@ def test_sandwich_depth_tiny_init_statistics():
             assert lin.weight.std().item() == pytest.approx(1 / 32, rel=0.08)
     assert model.wte.weight.std().item() == pytest.approx(0.5, rel=0.05)
     plain, _ = make("arch=sandwich_depth", "model.d_model=64", "model.n_layer=8")
-    assert plain.blocks[0].attn.core.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.08)
+    auto = 0.02 * math.sqrt(768 / 64)  # without TinyInit: model.init_std (auto)
+    assert plain.blocks[0].attn.core.c_attn.weight.std().item() == pytest.approx(auto, rel=0.08)
 
 
 # ------------------------------------------------------------------------------ normformer
@@ -472,7 +468,8 @@ def test_attn_gate_on_every_placement(arch, gate):
     model, cfg = make(f"arch={arch}", f"arch.attn_gate={gate}", "model.n_layer=1")
     core = model.blocks[0].attn.core
     x = known_input()
-    std = math.sqrt(2 / (5 * 32)) if cfg.arch.small_init else 0.02  # HybridNorm's small init, else model.init_std
+    # HybridNorm's small init, else model.init_std (auto at d_model 32)
+    std = math.sqrt(2 / (5 * 32)) if cfg.arch.small_init else 0.02 * math.sqrt(768 / 32)
     assert core.gate.weight.std().item() == pytest.approx(std, rel=0.15) and core.gate.bias is None
     randomize(model)
     with torch.no_grad():
@@ -490,7 +487,7 @@ def test_attn_gate_on_every_placement(arch, gate):
         (["arch=sandwich", "norm.affine=false"], "norm=rmsnorm with norm.affine=false has no gain vector"),
         (["arch=sandwich_depth", "norm=seednorm"], "arch=sandwich_depth initialises the output-norm gains"),
         (["arch=sandwich_depth", "norm.affine=false"], "with norm.affine=false has no gain vector"),
-        (["arch=sandwich_depth", "arch.tiny_init=true", "norm=dyt", "norm.width_init=true"], "arch.tiny_init=true"),
+        (["arch=sandwich_depth", "arch.tiny_init=true", "arch.small_init=true"], "arch.tiny_init=true"),
         (["arch=ngpt", "arch.attn_gate=headwise"], "arch.attn_gate=headwise with arch=ngpt"),
         (["arch=reordered", "norm=crmsnorm"], "norm=crmsnorm with arch.qk_norm=width"),
     ],

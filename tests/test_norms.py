@@ -129,7 +129,7 @@ def test_derf_equation_and_scalar_alpha_shift():
 def test_norm_configs_defaults():
     """Config files: DyT follows the LLaMA recipe (no bias), Derf its GPT-2 patch (bias), LayerNorm nanoGPT.
 
-    DyT/Derf leave a0 to the width rule and turn on the small-scale init (docs/dyt-derf.md).
+    DyT/Derf leave a0 to the width rule; no norm file sets an init (the model preset does, docs/init.md).
     """
     dyt, derf, ln, rms = (compose([f"norm={n}"]).norm for n in ("dyt", "derf", "layernorm", "rmsnorm"))
     assert dyt.bias is False and derf.bias is True and ln.bias is True
@@ -138,8 +138,7 @@ def test_norm_configs_defaults():
     assert derf.shift_init == 0.0
     assert ln.eps == 1e-5 and rms.eps == 1e-6
     assert dyt.embed_scale and derf.embed_scale and not ln.embed_scale and not rms.embed_scale
-    assert dyt.width_init and derf.width_init and not ln.width_init and not rms.width_init
-    assert compose(["norm=none"]).norm.width_init  # nothing rescales its stream either (docs/dyt-derf.md)
+    assert not any(hasattr(n, "width_init") for n in (dyt, derf, ln, rms, compose(["norm=none"]).norm))
     assert isinstance(build_norm(dyt, D, "attn"), DyT) and isinstance(build_norm(derf, D, "ffn"), Derf)
 
 
@@ -174,41 +173,34 @@ def test_alpha_rule_reaches_every_site_and_overrides_win(norm):
     assert any(f"alpha0 attn/ffn/final {want_attn:g}/0.33/{want_final:g}" in n for n in check_combination(cfg))
 
 
-@pytest.mark.parametrize("width_init", [True, False])
-def test_width_init(width_init):
-    """norm.width_init: every Linear and the embedding at std d^-0.5 (output projections /sqrt(2L));
-    off: model.init_std, as for every other norm."""
+@pytest.mark.parametrize("norm", ["layernorm", "dyt", "derf", "none"])
+def test_init_is_the_model_presets_for_every_norm(norm):
+    """model.init_std: auto is 0.02 * sqrt(768 / d) for every Linear and the embedding (output projections
+    /sqrt(2L)), whatever the norm: a norm comparison starts from one init (the same draws, seed for seed)."""
     d, L = 256, 2
-    overrides = [f"model.d_model={d}", f"model.n_layer={L}", "norm=dyt", f"norm.width_init={width_init}"]
-    cfg = compose(["model=tiny", *overrides])
+    overrides = ["model=tiny", f"model.d_model={d}", f"model.n_layer={L}"]
     torch.manual_seed(0)
-    model = build_model(cfg, 512)
-    std = d**-0.5 if width_init else 0.02
+    model = build_model(compose([*overrides, f"norm={norm}"]), 512)
+    torch.manual_seed(0)
+    ln = build_model(compose([*overrides, "norm=layernorm"]), 512)
+    std = 0.02 * math.sqrt(768 / d)
     assert model.wte.weight.std().item() == pytest.approx(std, rel=0.05)
     block = model.blocks[0]
     assert block.attn.core.c_attn.weight.std().item() == pytest.approx(std, rel=0.05)
     assert block.mlp.core.c_proj.weight.std().item() == pytest.approx(std / math.sqrt(2 * L), rel=0.05)
-    # with the sqrt(d) embedding scalar the residual stream starts at unit variance
-    if width_init:
-        assert model.embed(torch.arange(512).view(1, -1) % 512).var().item() == pytest.approx(1.0, rel=0.1)
+    assert torch.equal(model.wte.weight, ln.wte.weight)
+    assert torch.equal(block.attn.core.c_attn.weight, ln.blocks[0].attn.core.c_attn.weight)
 
 
-@pytest.mark.parametrize("width_init", [True, False])
-def test_width_init_replaces_hybridnorm_small_init(width_init):
+@pytest.mark.parametrize("norm", ["layernorm", "derf"])
+def test_hybridnorm_keeps_its_small_init_with_every_norm(norm):
     d = 256
-    cfg = compose(["model=tiny", f"model.d_model={d}", "arch=hybridnorm", "norm=derf", f"norm.width_init={width_init}"])
+    cfg = compose(["model=tiny", f"model.d_model={d}", "arch=hybridnorm", f"norm={norm}"])
     torch.manual_seed(0)
     model = build_model(cfg, 512)
-    std = d**-0.5 if width_init else math.sqrt(2 / (5 * d))
+    std = math.sqrt(2 / (5 * d))
     assert model.blocks[0].attn.core.c_attn.weight.std().item() == pytest.approx(std, rel=0.05)
     assert model.wte.weight.std().item() == pytest.approx(std, rel=0.05)
-
-
-def test_width_init_refused_outside_dyt_derf():
-    cfg = compose(["model=tiny", "norm=layernorm", "norm.width_init=true"])
-    with pytest.raises(ConfigError) as exc:
-        check_combination(cfg)
-    assert "\n" not in str(exc.value) and "norm.width_init" in str(exc.value)
 
 
 ARCH_SITES = {

@@ -25,7 +25,7 @@ from normbench.data import load_data
 from normbench.diagnostics import Diagnostics
 from normbench.errors import ConfigError
 from normbench.flops import model_flops_per_token, peak_flops
-from normbench.model import build_model, check_combination, padded_vocab
+from normbench.model import build_model, check_combination, padded_vocab, weight_init_std
 from normbench.optim import build_optimizer
 from normbench.stabilizers import QKClip
 from normbench.validation import run_steps
@@ -95,6 +95,7 @@ class Components:
     max_steps: int
     tokens_per_step: int
     n_params: int
+    init_std: float  # the std the plain matrices and embedding started from (model.weight_init_std)
     flops_per_token: float
     peak_flops: float | None
 
@@ -125,10 +126,11 @@ def build(cfg, rank: int, world: int) -> Components:
     memory.check(cfg, vocab, device, log=log.info, world=world)  # refuse what cannot fit
     raw_model = build_model(cfg, vocab).to(device)
     n_params = raw_model.num_params()
+    init_std = weight_init_std(cfg)
     log.info(
-        "model: arch=%s norm=%s  %d layers, d_model %d, %d heads, seq %d, vocab %d  ->  %s params",
+        "model: arch=%s norm=%s  %d layers, d_model %d, %d heads, seq %d, vocab %d  ->  %s params, init std %.4g (%s)",
         *(cfg.arch.name, cfg.norm.name, cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, T, vocab),
-        f"{n_params:,}",
+        *(f"{n_params:,}", init_std, f"model.init_std={cfg.model.init_std}"),
     )
     flops_per_token = model_flops_per_token(raw_model, cfg.model)
     model = dist_utils.wrap_model(raw_model, cfg, device, log=log.info)
@@ -164,6 +166,7 @@ def build(cfg, rank: int, world: int) -> Components:
         max_steps=run_steps(cfg),
         tokens_per_step=t.batch_size * t.grad_accum * T,
         n_params=n_params,
+        init_std=init_std,
         flops_per_token=flops_per_token,
         peak_flops=peak_flops(device, cfg.peak_flops),
     )

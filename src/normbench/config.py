@@ -92,7 +92,7 @@ class ModelConfig:
     mlp: str = "swiglu"
     bias: bool = False
     tie_embeddings: bool = True
-    init_std: float = 0.02
+    init_std: Any = "auto"  # auto: GPT-2's gain at this width; fan_in: d^-0.5; a number: that std (init_std_of)
     dropout: float = 0.0
     fixnorm: bool = False  # unit-L2 word embeddings x sqrt(d); a tied head uses them too (Nguyen & Salazar 2019)
 
@@ -135,7 +135,6 @@ class NormConfig:
     alpha_init_final: float | None = None
     shift_init: float = 0.0  # derf: initial scalar shift
     embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
-    width_init: bool = False  # dyt/derf/none: weights and embedding N(0, 1/d_model), not model.init_std
     # model/more_norms.py (docs/architectures.md §2)
     seed_heads: int = 1  # seednorm: slices with their own seed <x_i, beta_i> (the paper's multi-head form)
     seed_alpha_init: float = 1.0  # seednorm: alpha init (gamma = 1, beta = 0)
@@ -256,6 +255,41 @@ class Config:
     compile: Any = False  # true, false or "auto" (normbench/compiling.py)
     parallel: str = "none"
     peak_flops: float | None = None  # for MFU; None -> known value for the GPU, if any
+
+
+# The width-transferred init (docs/init.md): GPT-2 draws every weight from N(0, 0.02) at width 768, a
+# gain of 0.02 * sqrt(768) ~ 0.55 on a unit-variance input. ``model.init_std: auto`` keeps that gain at
+# any width (std ~ 1/sqrt(d), as muP does for hidden weights), so a 64-wide miniature starts where the
+# reference starts instead of with almost silent blocks; at d_model 768 it is exactly 0.02.
+# ``fan_in`` is d^-0.5, a gain of 1: fairseq's (and so Fixup's, T-Fixup's and nGPT's) base std.
+INIT_REF_STD, INIT_REF_WIDTH = 0.02, 768
+INIT_RULES = ("auto", "fan_in")
+
+
+def init_std_of(init_std: Any, d_model: int) -> float:
+    """The std ``model.init_std`` resolves to at width ``d_model``: auto 0.02 * sqrt(768 / d), fan_in d^-0.5."""
+    if init_std == "auto":
+        return INIT_REF_STD * (INIT_REF_WIDTH / d_model) ** 0.5
+    if init_std == "fan_in":
+        return d_model**-0.5
+    return float(init_std)
+
+
+def upgrade_legacy(flat: dict) -> dict:
+    """A flat config of an older run in today's keys, computing what that run computed.
+
+    ``norm.width_init: true`` (the DyT/Derf/none special case it replaced) drew every weight and the
+    embedding from N(0, d^-0.5): it becomes ``model.init_std = d^-0.5``. With ``arch.small_init`` it
+    replaced that init too; no key expresses that today, so the key is kept and such a run cannot resume.
+    """
+    out = dict(flat)
+    width_init = out.get("norm.width_init")
+    if width_init is None or (width_init and out.get("arch.small_init")):
+        return out
+    del out["norm.width_init"]
+    if width_init:
+        out["model.init_std"] = float(out["model.d_model"]) ** -0.5
+    return out
 
 
 def to_config(cfg: Any) -> Config:

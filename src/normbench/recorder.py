@@ -50,6 +50,7 @@ class Recorder:
             peak_flops=c.peak_flops,
             wall_s=0.0,
             n_params=c.n_params,
+            init_std=c.init_std,
             arch=cfg.arch.name,
             norm=cfg.norm.name,
             optim=cfg.optim.name,

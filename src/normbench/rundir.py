@@ -186,7 +186,6 @@ ADDED_KEYS: dict[str, object] = {
     "arch.dssn_c_mlp": None,
     "arch.tiny_init": False,
     "model.fixnorm": False,
-    "norm.width_init": False,  # DyT/Derf runs made before it had the papers' init
     "norm.allow_leak": False,
     "norm.bn_momentum": 0.05,
     "norm.pn_alpha_fwd": 0.9,
@@ -203,10 +202,14 @@ ADDED_KEYS: dict[str, object] = {
 
 
 def _canonical(flat: dict) -> dict:
-    """Old spellings in their current form: a boolean ``arch.qk_norm`` (true -> head, false -> none)."""
-    from normbench.config import qk_norm_mode
+    """Old spellings in their current form: a boolean ``arch.qk_norm`` (true -> head, false -> none);
+    ``norm.width_init`` as the ``model.init_std`` it computed (config.upgrade_legacy); ``model.init_std:
+    auto`` as the number it resolves to, so an old run that drew that number resumes under ``auto``."""
+    from normbench.config import init_std_of, qk_norm_mode, upgrade_legacy
 
-    out = dict(flat)
+    out = upgrade_legacy(flat)
+    if "model.init_std" in out and "model.d_model" in out:
+        out["model.init_std"] = init_std_of(out["model.init_std"], out["model.d_model"])
     if "arch.qk_norm" in out:
         out["arch.qk_norm"] = qk_norm_mode(out["arch.qk_norm"])
     return out

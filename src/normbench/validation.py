@@ -19,6 +19,7 @@ from normbench.config import (
     DATAS,
     DEVICES,
     DIAGS,
+    INIT_RULES,
     MLPS,
     PARALLELS,
     POS,
@@ -144,7 +145,9 @@ def validate(cfg: Any) -> None:
         _choice("logger.wandb.mode", cfg.logger.wandb.mode, ("online", "offline", "disabled", "shared"))
     for key in ("n_layer", "d_model", "n_head", "seq_len", "d_ff", "pad_vocab_to"):
         _positive(f"model.{key}", getattr(m, key))
-    _positive("model.init_std", m.init_std)
+    number = isinstance(m.init_std, (int, float)) and not isinstance(m.init_std, bool)
+    if m.init_std not in INIT_RULES and not (number and m.init_std > 0):
+        raise ConfigError(f"model.init_std={m.init_std} is not allowed; choose auto, fan_in or a number > 0")
     _positive("model.rope_theta", m.rope_theta)
     if m.d_model % m.n_head:
         raise ConfigError(

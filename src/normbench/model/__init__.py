@@ -10,13 +10,13 @@ import normbench.model.more_norms  # noqa: F401 (registers scalenorm, seednorm, 
 import normbench.model.more_placements  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
 from normbench.config import qk_norm_mode
 from normbench.errors import ConfigError
-from normbench.model.gpt import GPT
+from normbench.model.gpt import GPT, base_init_std
 from normbench.model.ngpt import NGPT
 from normbench.model.normfree import NORM_FREE, NormFreeGPT
 from normbench.model.norms import site_alphas
-from normbench.model.simplegpt import SIMPLENORM_NORMS, SimpleGPT
+from normbench.model.simplegpt import SIMPLENORM_NORMS, SimpleGPT, simple_init_std
 
-__all__ = ["GPT", "NANOGPT_SHAPE", "NGPT", "build_model", "check_combination", "padded_vocab"]
+__all__ = ["GPT", "NANOGPT_SHAPE", "NGPT", "build_model", "check_combination", "padded_vocab", "weight_init_std"]
 
 # The overrides under which GPT computes exactly karpathy/nanoGPT's model (tests/test_model.py
 # checks the logits; scripts/bench_throughput.py races it against a plain loop).
@@ -51,9 +51,7 @@ def check_combination(cfg) -> list[str]:
 
     Refused: ``norm=none`` with any arch but ``pre_ln`` (the other archs would lose the
     norms that define them); ``arch.qk_norm=head|width`` with ``norm=none``; ``norm.embed_scale``
-    with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe),
-    ``norm.width_init`` with one other than dyt/derf/none (the small-scale init of the norms
-    that do not rescale the stream);
+    with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe);
     ``mix_ln`` without its final norm (the paper always applies it); ``arch.attn_gate`` with nGPT;
     ``arch.gain_offset`` and ``arch=sandwich_depth`` without a gain vector; ``arch.tiny_init`` with another
     init rule (:func:`_check_more_placements`).
@@ -132,20 +130,29 @@ def check_combination(cfg) -> list[str]:
             f"norm.embed_scale=true belongs to the DyT/Derf recipe; norm={norm} has no embedding scalar "
             "(set norm.embed_scale=false or choose norm=dyt/derf)"
         )
-    if cfg.norm.width_init and norm not in ("dyt", "derf", "none"):
-        raise ConfigError(
-            f"norm.width_init=true belongs to the statistics-free norms' small-scale recipe; norm={norm} uses "
-            "model.init_std (set norm.width_init=false or choose norm=dyt/derf/none)"
-        )
-    if norm == "none" and cfg.norm.width_init:
-        notes.append(f"norm=none: weights N(0, d^-0.5 = {cfg.model.d_model**-0.5:.3g}) (norm.width_init)")
     if norm in ("dyt", "derf"):
         d = cfg.model.d_model
         a = site_alphas(cfg.norm, d)
-        init = f"weights N(0, d^-0.5 = {d**-0.5:.3g}) (norm.width_init)" if cfg.norm.width_init else "model.init_std"
-        alphas = f"{a['attn']:g}/{a['ffn']:g}/{a['final']:g}"
-        notes.append(f"norm={norm}: alpha0 attn/ffn/final {alphas} (d_model={d}); {init}")
+        notes.append(f"norm={norm}: alpha0 attn/ffn/final {a['attn']:g}/{a['ffn']:g}/{a['final']:g} (d_model={d})")
+        if cfg.model.init_std == "auto" and cfg.arch.name not in ("hybridnorm", "hybridnorm_star"):
+            notes.append(
+                f"norm={norm} at model.init_std=auto starts at GPT-2's gain (0.55); its LLaMA-style references start "
+                "near 1.3, and at small widths it learns far better at model.init_std=fan_in (gain 1; docs/init.md)"
+            )
     return notes
+
+
+def weight_init_std(cfg) -> float:
+    """The std a run's plain weight matrices and embedding start from, as the model builds them: the
+    arch's own recipe where it has one (nGPT's and the norm-free archs' d^-0.5, SimpleGPT's 0.02,
+    TinyInit, HybridNorm's small init), else ``model.init_std`` at this width. ``reproduce`` records
+    it per group and refuses a comparison whose groups differ in it unless the claim says so."""
+    m = cfg.model
+    if cfg.arch.name == "ngpt" or cfg.arch.name in NORM_FREE:
+        return m.d_model**-0.5
+    if cfg.arch.name == "simplenorm":
+        return simple_init_std(m)
+    return base_init_std(m, cfg.arch)
 
 
 def check_norm_free_and_simplenorm(cfg) -> list[str]:
@@ -185,7 +192,8 @@ def check_norm_free_and_simplenorm(cfg) -> list[str]:
         if norm != "none":
             notes.append(f"arch={arch} ignores norm={norm}: it has no norm layer (use norm=none in sweeps)")
         keys = (("arch.small_init", a.small_init, False), ("arch.embed_init_std", a.embed_init_std, None))
-        own_init = [f"{k}={v}" for k, v, default in (*keys, ("model.init_std", m.init_std, 0.02)) if v != default]
+        own_init = [f"{k}={v}" for k, v, default in (*keys, ("model.init_std", m.init_std, "auto")) if v != default]
+        own_init = [k for k in own_init if k != "model.init_std=fan_in"]  # d^-0.5 is their own base std
         if own_init:
             notes.append(f"arch={arch} ignores {', '.join(own_init)}: its paper's init sets every weight")
     if getattr(a, "attn_gate", "none") != "none":  # their blocks build their own attention, without the gate
@@ -216,9 +224,8 @@ def _check_more_placements(cfg) -> list[str]:
             f"arch=sandwich_depth initialises the output-norm gains to c/sqrt(L); norm={norm}"
             f"{' with norm.affine=false' if norm in _GAIN_NORMS else ''} has no gain vector {gains}"
         )
-    if a.tiny_init and (a.small_init or cfg.norm.width_init):
-        which = "arch.small_init" if a.small_init else "norm.width_init"
-        raise ConfigError(f"arch.tiny_init=true and {which}=true both set the init std; choose one")
+    if a.tiny_init and a.small_init:
+        raise ConfigError("arch.tiny_init=true and arch.small_init=true both set the init std; choose one")
     if arch == "lns" and a.scaled_init:
         notes.append("arch=lns with arch.scaled_init=true: the LNS authors advise against depth-scaled init")
     return notes

@@ -7,9 +7,10 @@ model.bias=true model.tie_embeddings=true`` it computes exactly nanoGPT's GPT
 (tests/test_model.py checks logits against nanoGPT's equations).
 
 Init (docs/architectures.md §5):
-- all Linear/Embedding N(0, model.init_std); biases 0. ``norm.width_init`` (the DyT/Derf/none
-  small-scale default) replaces model.init_std, and ``arch.small_init``'s std, by d^-0.5
-  (docs/dyt-derf.md); DeepNorm's xavier matrices keep theirs.
+- all Linear/Embedding N(0, model.init_std); biases 0. ``model.init_std: auto`` (the default) is
+  GPT-2's 0.02 carried to this width at GPT-2's gain, 0.02 * sqrt(768 / d) (config.init_std_of,
+  docs/init.md): the same for every norm, so a norm comparison starts from one init. DeepNorm's
+  xavier matrices keep theirs.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
 - ``arch.tiny_init`` (Pangu Ultra's TinyInit, model/more_placements.py): std sqrt(1/(2dL)), embedding 0.5.
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
@@ -33,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normbench.config import init_std_of
 from normbench.model.norms import EmbedScale, build_norm, offset_gain, upcast
 from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
 from normbench.stabilizers import head_logit_max
@@ -301,6 +303,17 @@ class CausalLM:
         return sum(p.numel() for p in self.parameters())
 
 
+def base_init_std(mcfg, arch) -> float:
+    """The std of the plain weight matrices: the arch's own rule where its paper has one (Pangu Ultra's
+    TinyInit, HybridNorm's small init), else ``model.init_std`` resolved at this width."""
+    d, L = mcfg.d_model, mcfg.n_layer
+    if getattr(arch, "tiny_init", False):  # variance 1/(2dL), embedding std 0.5 (model/more_placements.py)
+        return math.sqrt(1.0 / (2.0 * d * L))
+    if arch.small_init:
+        return math.sqrt(2.0 / (5.0 * d))
+    return init_std_of(mcfg.init_std, d)
+
+
 class GPT(CausalLM, nn.Module):
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         super().__init__()
@@ -323,7 +336,7 @@ class GPT(CausalLM, nn.Module):
         self.seq_len = mcfg.seq_len
         self.fixnorm = mcfg.fixnorm
         self._rope = None
-        self._init_weights(mcfg, arch, width_init=norm_cfg.width_init)
+        self._init_weights(mcfg, arch)
         if getattr(arch, "gain_offset", False):  # Gemma: every norm gain stored as 1 + w, w = 0 at init
             gains = [m for m in self.modules() if hasattr(m, "unit_offset") and getattr(m, "weight", None) is not None]
             for mod in gains:
@@ -335,15 +348,10 @@ class GPT(CausalLM, nn.Module):
         return Block(spec, mcfg, norm_cfg, default_d_ff(mcfg), getattr(arch, "attn_gate", "none"))
 
     # ----- init -----
-    def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
+    def _init_weights(self, mcfg, arch) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
         tiny = getattr(arch, "tiny_init", False)
-        if width_init:  # norm.width_init (DyT/Derf/none default, docs/dyt-derf.md), small_init included
-            std = d**-0.5
-        elif tiny:  # Pangu Ultra's TinyInit: variance 1/(2dL), embedding std 0.5 (model/more_placements.py)
-            std = math.sqrt(1.0 / (2.0 * d * L))
-        else:
-            std = math.sqrt(2.0 / (5.0 * d)) if arch.small_init else mcfg.init_std
+        std = base_init_std(mcfg, arch)
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else (0.5 if tiny else std)
 
         def normal(w: torch.Tensor, s: float) -> None:

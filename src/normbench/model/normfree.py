@@ -163,7 +163,7 @@ class NormFreeGPT(GPT):
 
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         no_norm = copy.deepcopy(norm_cfg)  # norm= is ignored (start-up note): nothing here is a norm
-        no_norm.name, no_norm.embed_scale, no_norm.width_init = "none", False, False
+        no_norm.name, no_norm.embed_scale = "none", False
         super().__init__(mcfg, arch, no_norm, vocab_size)
         self.kind = arch.name
         self.embed_mult = math.sqrt(mcfg.d_model) if self.kind in ("fixup", "tfixup") else 1.0
@@ -181,7 +181,7 @@ class NormFreeGPT(GPT):
         return self.drop(x)
 
     @torch.no_grad()
-    def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
+    def _init_weights(self, mcfg, arch) -> None:
         d, L, kind = mcfg.d_model, mcfg.n_layer, arch.name
         base = d**-0.5
         for mod in self.modules():

@@ -18,7 +18,9 @@ There is no norm on a sublayer input; the residual adds are plain, and every bra
 equal to its output norm's gain (1 at init). Softmax scale 1/sqrt(d_h).
 
 Init (``SimpleGPT.init_weights``): token embedding N(0, 1); ``trunc_normal_`` (torch's default
-cut at +-2, absolute) with std ``model.init_std`` (0.02) on q, k, v and the SwiGLU gate, and with
+cut at +-2, absolute) with std 0.02 (the reference's; a number in ``model.init_std`` replaces it,
+``auto``/``fan_in`` keep it: every such matrix feeds a scale-invariant norm, so no width transfer is
+needed) on q, k, v and the SwiGLU gate, and with
 ``init_std / sqrt(2 (l + 1))`` (0-based block l, the reference's ``depth_init``) on the output
 projection, W_down and W_up; the untied LM head trunc-normal d^-0.5 cut at +-3 std; norm gains 1.
 Each of those linears is followed by a scale-invariant norm, so its std only sets its effective
@@ -50,6 +52,11 @@ from normbench.model.placement import BlockSpec, SublayerSpec, register_placemen
 
 # The norm layers SimpleNorm may use: the reference's create_norm offers RMSNorm and LayerNorm.
 SIMPLENORM_NORMS = ("rmsnorm", "layernorm")
+
+
+def simple_init_std(mcfg) -> float:
+    """SimpleGPT's std for the matrices before its norms: the reference's 0.02 unless a number is set."""
+    return float(mcfg.init_std) if isinstance(mcfg.init_std, (int, float)) else 0.02
 
 
 @register_placement("simplenorm")
@@ -145,8 +152,8 @@ class SimpleGPT(GPT):
         return SimpleBlock(mcfg, norm_cfg, default_d_ff(mcfg))
 
     @torch.no_grad()
-    def _init_weights(self, mcfg, arch, width_init: bool = False) -> None:
-        std, d = mcfg.init_std, mcfg.d_model
+    def _init_weights(self, mcfg, arch) -> None:
+        std, d = simple_init_std(mcfg), mcfg.d_model
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else 1.0
         for emb in (self.wte, self.wpe):
             if emb is not None:

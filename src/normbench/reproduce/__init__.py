@@ -15,13 +15,16 @@ from pathlib import Path
 from normbench.errors import ConfigError
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|gpu] [seeds=N] [out=DIR]
-                                   [min_seeds=N] [--dry-run] [--no-run] [Hydra overrides, hydra/launcher=...]
+                                   [min_seeds=N] [ladder=true] [--dry-run] [--no-run]
+                                   [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
   ID | all    run (or reuse) the claim's sweep and print its verdict; writes DIR/ID/verdict.json
               and DIR/ID/report.md (default DIR: outputs/reproduce)
   --dry-run   print the sweeps that would run, run nothing
   --no-run    launch nothing: judge and report the runs already there (unfinished ones count as such)
+  ladder=true the sweep at 3 model widths (d_model 64/128/256, or the claim's own rungs): DIR/ID/ladder.json
+              and DIR/ID/ladder.png, the effect against the size (reproduce/ladder.py)
 """
 
 
@@ -49,7 +52,7 @@ def main(argv: list[str]) -> int:
         if argv[0] == "--list":
             print("\n".join(list_claims()))
             return 0
-        opts = {"scale": "cpu", "seeds": None, "out": "outputs/reproduce", "min_seeds": "3"}
+        opts = {"scale": "cpu", "seeds": None, "out": "outputs/reproduce", "min_seeds": "3", "ladder": "false"}
         ids, overrides, dry, launch = [], [], False, True
         for a in argv:
             key, sep, value = a.partition("=")
@@ -72,6 +75,8 @@ def main(argv: list[str]) -> int:
                 opts[key].isdigit() and int(opts[key]) >= (2 if key == "min_seeds" else 1)
             ):
                 raise ConfigError(f"{key}={opts[key]} must be a whole number (min_seeds >= 2)")
+        if opts["ladder"] not in ("true", "false"):
+            raise ConfigError(f"ladder={opts['ladder']} is not allowed; choose one of: true, false")
         if not ids:
             raise ConfigError("name a claim (or all); list them with --list")
         if ids == ["all"]:
@@ -80,10 +85,14 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         return error(str(exc))
     code = 0
+    seeds = None if opts["seeds"] is None else int(opts["seeds"])
     for c in claims:
         try:
-            result = reproduce(c, opts["scale"], None if opts["seeds"] is None else int(opts["seeds"]), overrides,
-                               Path(opts["out"]), int(opts["min_seeds"]), dry, launch=launch)  # fmt: skip
+            if opts["ladder"] == "true":
+                _ladder(c, opts, seeds, overrides, dry, launch)
+                continue
+            result = reproduce(c, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
+                               launch=launch)  # fmt: skip
         except ConfigError as exc:
             error(str(exc))
             code = 2
@@ -94,3 +103,19 @@ def main(argv: list[str]) -> int:
             print(f"normbench: {where / 'verdict.json'}, report {where / 'report.md'}")
     sys.stdout.flush()
     return code
+
+
+def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
+    from normbench.reproduce.ladder import run_ladder
+    from normbench.reproduce.summary import fmt
+
+    ladder = run_ladder(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
+                        launch=launch)  # fmt: skip
+    if ladder is None:
+        return
+    for r in ladder["rungs"]:
+        parts = [f"{t['name']}: {t['verdict']} {fmt(t['effect'])} [{fmt((t['ci'] or [None])[0])}, "
+                 f"{fmt((t['ci'] or [None, None])[1])}]" for t in r["tests"]]  # fmt: skip
+        print(f"{claim.id} d_model {r['d_model']}, {r['n_layer']} blocks: {r['verdict']} ({'; '.join(parts)})")
+    where = Path(opts["out"]) / claim.id
+    print(f"normbench: {where / 'ladder.json'}, figure {where / 'ladder.png'} ({ladder['run_time_s']:.0f} s of runs)")

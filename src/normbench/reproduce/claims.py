@@ -7,7 +7,8 @@ A claim file holds ``claim`` (in words), ``paper``, ``scales`` (``cpu`` and ``gp
 ``at`` (settings both sides share), ``direction`` (higher | lower), ``threshold`` or ``band``,
 ``transform`` (log), ``target`` (a val loss, for *_to_target metrics) and ``tune`` (a key, e.g.
 ``optim.lr``: each side is judged at its own best value of it, see :func:`.measure.tuned`). ``requires`` names what
-the code still lacks: such a claim refuses to run and says so.
+the code still lacks: such a claim refuses to run and says so. ``part_of_claim`` maps a key the compared groups
+may differ in without sweeping it (``init_std``: an arch's own init) to the reason (:mod:`.shared`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Claim:
     tests: list[Test]
     requires: str | None = None
     notes: str = ""
+    part_of_claim: dict = field(default_factory=dict)  # {key: why}: keys the compared groups may differ in
 
     def sweep(self, scale: str) -> dict:
         if scale not in self.scales:
@@ -113,6 +115,9 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
         if scale not in SCALES or not isinstance(s, dict) or "sweeps" not in s:
             raise ConfigError(f"claim {cid}: scales.{scale} must be one of {', '.join(SCALES)} with sweeps")
     tests = [_test(cid, t) for t in raw["tests"] or []]
+    part = raw.get("part_of_claim") or {}
+    if not isinstance(part, dict) or not all(isinstance(v, str) and v.strip() for v in part.values()):
+        raise ConfigError(f"claim {cid}: part_of_claim must map each key to the reason it is part of the claim")
     if not any(not t.informative for t in tests):
         raise ConfigError(f"claim {cid}: needs at least one test that is not informative (it gives the verdict)")
     return Claim(
@@ -123,4 +128,5 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
         tests=tests,
         requires=raw.get("requires"),
         notes=str(raw.get("notes") or "").strip(),
+        part_of_claim={str(k): str(v).strip() for k, v in part.items()},
     )

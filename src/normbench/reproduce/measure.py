@@ -47,6 +47,27 @@ def metric_value(run: Run, metric: str, target: float | None) -> float | None:
     return float(v) if finite(v) else None
 
 
+def run_init(run: Run) -> float | None:
+    """The weight init a run started from (``model.weight_init_std`` of its config; an old run's
+    ``norm.width_init`` read as what it computed, d^-0.5)."""
+    from omegaconf import OmegaConf
+
+    from normbench.model import weight_init_std
+
+    if not run.config or "model" not in run.config:
+        return None
+    cfg = OmegaConf.create(run.config)
+    if (cfg.get("norm") or {}).get("width_init"):
+        return float(cfg.model.d_model) ** -0.5
+    return weight_init_std(cfg)
+
+
+def group_init(runs: list[Run]) -> float | list[float] | None:
+    """The group's init_std: one number when its runs share it (as :mod:`.shared` makes sure), else the list."""
+    inits = sorted({v for r in runs if (v := run_init(r)) is not None})
+    return inits[0] if len(inits) == 1 else (inits or None)
+
+
 def problems(label: str, runs: list[Run], outcomes_count: bool) -> list[str]:
     """Runs that keep a test from a verdict: unfinished ones always; stuck/diverged ones unless the
     test measures outcomes (then they are its data)."""
@@ -89,6 +110,21 @@ def tuned(runs: list[Run], key: str) -> tuple[str | None, list[Run]]:
         return None, runs
     best = min(ok, key=lambda v: statistics.fmean(r.val_losses[1] for r in ok[v]))
     return best, ok[best]
+
+
+def seed_pairs(g_runs: list[Run], b_runs: list[Run], value, transform: str | None) -> list[tuple] | None:
+    """[(group value, baseline value)] ordered by seed, when both sides ran each seed once and every run has a
+    value (a log transform: a positive one); else None (Welch's interval then). Same seed, same data order and
+    val batches (normbench.batches): the pairs share their sampling noise (common random numbers)."""
+    sides = []
+    for runs in (g_runs, b_runs):
+        by_seed = {setting(r, "seed"): value(r) for r in runs if r.status in FINISHED}
+        if len(by_seed) != len(runs) or any(v is None or (transform == "log" and v <= 0) for v in by_seed.values()):
+            return None
+        sides.append(by_seed)
+    if set(sides[0]) != set(sides[1]) or len(sides[0]) < 2:
+        return None
+    return [(sides[0][s], sides[1][s]) for s in sorted(sides[0], key=lambda s: float(s))]
 
 
 def _transform(values: list[float], how: str | None) -> list[float]:
@@ -137,13 +173,17 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
                 )
             if test.transform == "log" and (bad := sum(v <= 0 for v in vs)):
                 probs.append(f"{lab}: {bad} values <= 0 cannot be compared as log ratios")
+    paired = None
+    if test.kind in ("difference", "on_par") and b_runs is not None:
+        paired = seed_pairs(g_runs, b_runs, lambda r: metric_value(r, test.metric, target), test.transform)
+        if paired:
+            g_vals, b_vals = [g for g, _ in paired], [b for _, b in paired]
+    xs = _transform(g_vals, test.transform)
     if test.kind == "difference":
-        res = V.judge_difference(_transform(g_vals, test.transform),
-                                 _transform(b_vals, test.transform) if b_runs is not None else b_vals,
-                                 test.direction, test.threshold, min_seeds, probs)  # fmt: skip
+        base = _transform(b_vals, test.transform) if b_runs is not None else b_vals
+        res = V.judge_difference(xs, base, test.direction, test.threshold, min_seeds, probs, paired=bool(paired))
     elif test.kind == "on_par":
-        res = V.judge_on_par(_transform(g_vals, test.transform), _transform(b_vals, test.transform), test.band,
-                             min_seeds, probs)  # fmt: skip
+        res = V.judge_on_par(xs, _transform(b_vals, test.transform), test.band, min_seeds, probs, paired=bool(paired))
     elif test.kind == "outcome":
         done = lambda rs: [r for r in rs if r.status in FINISHED]  # noqa: E731
         g, b = done(g_runs), done(b_runs)
@@ -168,6 +208,11 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         }
         res["learned_share"] = {g_label: share(g_runs), b_label: share(b_runs)}
         g_vals, b_vals = [lr_g] if lr_g else [], [lr_b] if lr_b else []
+    res["interval"] = {
+        "difference": "paired" if paired else ("welch" if b_runs is not None else "one-sample"),
+        "on_par": "paired" if paired else "welch",
+        "outcome": "newcombe",
+    }.get(test.kind)
     if test.tune:
         res["tuned"] = {
             "key": test.tune,
@@ -190,9 +235,10 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         n_seeds=n_seeds,
         groups={
             g_label: {"values": g_vals, "mean": statistics.fmean(g_vals) if g_vals else None, "runs": len(g_runs),
-                      "outcomes": outcome_counts(g_runs)},
+                      "outcomes": outcome_counts(g_runs), "init_std": group_init(g_runs)},
             **({b_label: {"values": b_vals, "mean": statistics.fmean(b_vals) if b_vals else None,
-                          "runs": len(b_runs), "outcomes": outcome_counts(b_runs)}} if b_runs is not None else {}),
+                          "runs": len(b_runs), "outcomes": outcome_counts(b_runs),
+                          "init_std": group_init(b_runs)}} if b_runs is not None else {}),
         },
     )  # fmt: skip
     return res

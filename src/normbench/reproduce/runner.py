@@ -23,6 +23,7 @@ from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
 from normbench.reproduce.claims import Claim, as_str
 from normbench.reproduce.measure import FINISHED, judge_claim
+from normbench.reproduce.shared import check_claim
 from normbench.reproduce.skip_eval import read_skip, skip_losses
 
 BASE_EXCLUDE = ["trainer.resume", "trainer.resume_allow_changed", "logger", "logger.wandb.mode"]
@@ -80,6 +81,10 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
     root, argvs, jobs = plan(claim, scale, seeds, list(overrides), out)
+    inits = check_claim(claim, scale, [o for o in overrides if not o.startswith("hydra")])
+    for name, sides in inits.items():
+        shown = "; ".join(f"{side} {', '.join(f'{v:.4g}' for v in vals)}" for side, vals in sides.items())
+        log(f"normbench: {claim.id}: {name}: init_std {shown}")
     start = time.perf_counter()
     for i, (argv, expected) in enumerate(zip(argvs, jobs)):
         if finished(root / f"sweep{i}", expected):

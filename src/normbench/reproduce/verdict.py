@@ -3,8 +3,9 @@
 Every test of a claim ends in ``HOLDS``, ``DOES NOT HOLD`` or ``INCONCLUSIVE`` (with a reason):
 
 - ``difference``: effect = mean(group) - mean(baseline) of the metric (after the claim's
-  transform, e.g. log for ratios), Welch's 95% t-interval over seeds. With s the effect
-  signed so that the claimed direction is positive: HOLDS when s > 0, the interval excludes
+  transform, e.g. log for ratios), a 95% t-interval over seeds: paired (over the per-seed
+  differences) when both sides ran the same seeds, which share data order and val batches, else
+  Welch's. With s the effect signed so that the claimed direction is positive: HOLDS when s > 0, the interval excludes
   zero and s >= threshold; DOES NOT HOLD when the interval lies wholly below zero or wholly
   inside the band of no meaningful effect (-threshold, threshold); else INCONCLUSIVE.
   A baseline given as a number is a one-sample t-interval.
@@ -47,8 +48,15 @@ def one_sample_interval(xs: list[float], level: float = 0.95) -> tuple[float, fl
     return m - half, m + half
 
 
-def interval(xs: list[float], base: list[float] | float) -> tuple[float, list[float]]:
-    """(mean(xs) - mean(base), [low, high]): Welch's interval, or one-sample if ``base`` is a number."""
+def interval(xs: list[float], base: list[float] | float, paired: bool = False) -> tuple[float, list[float]]:
+    """(mean(xs) - mean(base), [low, high]): Welch's interval, or one-sample if ``base`` is a number.
+
+    ``paired``: xs[i] and base[i] share seed i, hence the data order and the val batches (common random
+    numbers): the one-sample interval of the per-seed differences, which drops the seed-to-seed variance
+    both sides share."""
+    if paired:
+        lo, hi = one_sample_interval([x - b for x, b in zip(xs, base, strict=True)])
+        return statistics.fmean(xs) - statistics.fmean(base), [lo, hi]
     if isinstance(base, (int, float)):
         lo, hi = one_sample_interval(xs)
         return statistics.fmean(xs) - base, [lo - base, hi - base]
@@ -79,19 +87,20 @@ def _signed_rule(effect: float, ci: list[float], direction: str, threshold: floa
     return INCONCLUSIVE, "interval too wide: it includes zero and reaches past the threshold"
 
 
-def judge_difference(xs, base, direction: str, threshold: float, min_seeds: int = MIN_SEEDS, problems=()) -> dict:
+def judge_difference(xs, base, direction: str, threshold: float, min_seeds: int = MIN_SEEDS, problems=(),
+                     paired: bool = False) -> dict:  # fmt: skip
     """``xs`` (and ``base``, or a number) are the per-seed values; ``problems`` lists runs that make
-    the test inconclusive (stuck, diverged, unfinished)."""
+    the test inconclusive (stuck, diverged, unfinished); ``paired``: see :func:`interval`."""
     n_base = None if isinstance(base, (int, float)) else len(base)
-    effect, ci = interval(xs, base) if xs and (n_base is None or base) else (None, [None, None])
+    effect, ci = interval(xs, base, paired) if xs and (n_base is None or base) else (None, [None, None])
     if why := _seeds_reason(len(xs), n_base, min_seeds, problems):
         return _result(INCONCLUSIVE, effect, ci, why)
     verdict, why = _signed_rule(effect, ci, direction, threshold)
     return _result(verdict, effect, ci, why)
 
 
-def judge_on_par(xs, base, band: list[float], min_seeds: int = MIN_SEEDS, problems=()) -> dict:
-    effect, ci = interval(xs, base) if xs and base else (None, [None, None])
+def judge_on_par(xs, base, band: list[float], min_seeds: int = MIN_SEEDS, problems=(), paired: bool = False) -> dict:
+    effect, ci = interval(xs, base, paired) if xs and base else (None, [None, None])
     if why := _seeds_reason(len(xs), len(base), min_seeds, problems):
         return _result(INCONCLUSIVE, effect, ci, why)
     lo, hi = ci

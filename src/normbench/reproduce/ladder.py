@@ -1,0 +1,137 @@
+"""The scale ladder: one claim's sweep at several model sizes, so a verdict comes with its trend.
+
+A claim judged at one tiny size says little about the papers' scale; how its effect moves with the
+size says more. ``normbench reproduce ID ladder=true`` runs the claim's sweep (the same fixed
+overrides, seeds and tests) at each rung, by default ``model.d_model`` 64, 128 and 256 with the
+claim's own depth, heads and LR; the init follows the width (``model.init_std: auto``, docs/init.md),
+so every rung starts at the reference's gain. A claim file can set its own rungs under
+``scales.<scale>.ladder`` (a list of override lists, e.g. depth with width for a depth claim).
+
+Each rung is an ordinary ``reproduce`` call with the rung's overrides (its own settings hash, so it
+resumes and is reused like any claim sweep); the rung equal to the claim's own size is the claim's
+own sweep. ``<out>/<id>/ladder.json`` holds each rung's verdict, effect and interval per test, and
+``ladder.png`` draws the effect against the size with its interval, the threshold (or band) and zero.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from normbench.errors import ConfigError
+from normbench.reproduce.claims import Claim
+
+WIDTHS = (64, 128, 256)
+
+
+def rungs(claim: Claim, scale: str, base_width: int) -> list[list[str]]:
+    """The rungs' overrides: the claim's ``ladder`` if it has one, else the default widths; the rung at
+    the claim's own width gets no override (it is the claim's own sweep)."""
+    declared = claim.sweep(scale).get("ladder")
+    if declared is not None:
+        if not isinstance(declared, list) or not all(isinstance(r, list) for r in declared):
+            raise ConfigError(f"claim {claim.id}: scales.{scale}.ladder must be a list of override lists")
+        return [[str(o) for o in r] for r in declared]
+    return [[] if w == base_width else [f"model.d_model={w}"] for w in WIDTHS]
+
+
+def _size(overrides: list[str], base: dict) -> dict:
+    """d_model and n_layer a rung resolves to (its overrides over the claim's composed config)."""
+    size = dict(base)
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key in ("model.d_model", "model.n_layer"):
+            size[key.split(".")[1]] = int(value)
+    return size
+
+
+def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, dry_run: bool = False,
+               launch: bool = True, log=print) -> dict | None:  # fmt: skip
+    from normbench.reproduce.runner import reproduce
+    from normbench.reproduce.shared import compose_jobs
+
+    out = Path(out)
+    settings = [o for o in overrides if not o.startswith("hydra")]
+    cfg = compose_jobs(claim, scale, settings)[0][1]
+    base = {"d_model": int(cfg.model.d_model), "n_layer": int(cfg.model.n_layer)}
+    start, steps = time.perf_counter(), []
+    for rung in rungs(claim, scale, base["d_model"]):
+        size = _size(rung, base)
+        where = out if not rung else out / claim.id / "ladder" / f"d{size['d_model']}-L{size['n_layer']}"
+        log(f"normbench: {claim.id}: ladder rung d_model {size['d_model']}, {size['n_layer']} blocks")
+        result = reproduce(claim, scale, seeds, [*overrides, *rung], where, min_seeds, dry_run, log=log, launch=launch)
+        if result is not None:
+            steps.append({**size, "overrides": rung, "verdict_json": str(where / claim.id / "verdict.json"),
+                          **_rung(result)})  # fmt: skip
+    if dry_run:
+        return None
+    ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "rungs": steps,
+              "seconds": round(time.perf_counter() - start, 1),
+              "run_time_s": round(sum(s["run_time_s"] for s in steps), 1)}  # fmt: skip
+    claim_dir = out / claim.id
+    claim_dir.mkdir(parents=True, exist_ok=True)
+    (claim_dir / "ladder.json").write_text(json.dumps(ladder, indent=1, default=str))
+    plot_ladder(ladder, claim_dir / "ladder.png")
+    return ladder
+
+
+def _rung(result: dict) -> dict:
+    tests = [
+        {k: t.get(k) for k in ("name", "kind", "verdict", "effect", "ci", "threshold", "direction", "transform",
+                               "interval", "n_seeds", "informative", "reason")}
+        for t in result["tests"]
+    ]  # fmt: skip
+    return {"verdict": result["verdict"], "tests": tests, "run_time_s": result.get("run_time_s") or 0.0}
+
+
+def plot_ladder(ladder: dict, path: Path) -> Path:
+    """One panel per test: the effect against d_model (log x) with its 95% interval, the threshold (or
+    the on-par band) and zero; each point labelled with its verdict."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rungs_ = ladder["rungs"]
+    names = [t["name"] for t in rungs_[0]["tests"]] if rungs_ else []
+    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(4.4 * max(len(names), 1), 3.5), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        pts = [(r["d_model"], next(t for t in r["tests"] if t["name"] == name)) for r in rungs_]
+        first = pts[0][1]
+        for x, t in pts:
+            if t["effect"] is None:
+                continue
+            ci = t.get("ci") or [None, None]
+            if ci[0] is not None:
+                ax.errorbar([x], [t["effect"]], yerr=[[t["effect"] - ci[0]], [ci[1] - t["effect"]]], fmt="o",
+                            color="C0", capsize=4)  # fmt: skip
+            else:
+                ax.plot([x], [t["effect"]], "o", color="C0")
+            ax.annotate(t["verdict"].replace("DOES NOT HOLD", "NOT"), (x, t["effect"]), textcoords="offset points",
+                        xytext=(6, 4), fontsize=7)  # fmt: skip
+        line = [(x, t["effect"]) for x, t in pts if t["effect"] is not None]
+        ax.plot([x for x, _ in line], [y for _, y in line], color="C0", alpha=0.4)
+        ax.axhline(0, color="k", lw=0.8)
+        _threshold_lines(ax, first)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([x for x, _ in pts], [str(x) for x, _ in pts])
+        ax.set_xlabel("d_model", fontsize=8)
+        ylabel = "effect" + (" (log ratio)" if first.get("transform") == "log" else "")
+        ax.set_ylabel(ylabel + (f", {first['interval']} 95% CI" if first.get("interval") else ""), fontsize=8)
+        ax.set_title(name + (" (reported)" if first.get("informative") else ""), fontsize=9)
+    fig.suptitle(f"{ladder['claim']} ({ladder['scale']}): effect against model width", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _threshold_lines(ax, t: dict) -> None:
+    thr = t.get("threshold")
+    if isinstance(thr, list):  # on_par band
+        ax.axhspan(thr[0], thr[1], color="green", alpha=0.12, label="on-par band")
+    elif thr:
+        sign = 1 if t.get("direction") == "higher" else -1
+        ax.axhline(sign * thr, color="green", ls="--", lw=1, label="claimed threshold")
+    ax.legend(fontsize=7, loc="best")

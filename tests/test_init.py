@@ -1,0 +1,231 @@
+"""The width-transferred init (model.init_std: auto | fan_in | a number) and one init per comparison:
+the values by hand, the refusals, old runs' keys on resume, and reproduce's shared-key check."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from normbench.config import init_std_of, upgrade_legacy
+from normbench.errors import ConfigError
+from normbench.model import build_model, weight_init_std
+from normbench.reproduce.claims import claims_dir, load_claim
+from normbench.reproduce.shared import check_claim
+from normbench.rundir import check_resume_config, flat_config
+
+from conftest import compose
+
+
+def test_rules_by_hand():
+    assert init_std_of("auto", 768) == pytest.approx(0.02)  # GPT-2's own number at its own width
+    assert init_std_of("auto", 64) == pytest.approx(0.02 * math.sqrt(12))  # 0.0693: the same gain, 0.554
+    assert init_std_of("auto", 128) == pytest.approx(0.04899, abs=1e-5)
+    assert init_std_of("fan_in", 64) == 0.125
+    assert init_std_of(0.02, 64) == 0.02
+
+
+@pytest.mark.parametrize(
+    "overrides, std",
+    [
+        (["model=tiny"], 0.02 * math.sqrt(768 / 64)),
+        (["model=small"], 0.02 * math.sqrt(768 / 128)),
+        (["model=tiny", "model.init_std=fan_in"], 0.125),
+        (["model=tiny", "model.init_std=0.02"], 0.02),
+        (["model=gpt2_124m", "model.n_layer=1"], 0.02),  # the reference preset keeps GPT-2's number
+        (["model=tiny", "arch=hybridnorm"], math.sqrt(2 / (5 * 64))),  # its paper's small init
+        (["model=tiny", "arch=ngpt"], 0.125),
+        (["model=tiny", "arch=simplenorm"], 0.02),
+    ],
+)
+def test_weight_init_std_is_what_the_model_draws(overrides, std):
+    cfg = compose(overrides)
+    assert weight_init_std(cfg) == pytest.approx(std)
+    if cfg.arch.name in ("pre_ln", "hybridnorm") and cfg.model.d_model <= 128:
+        torch.manual_seed(0)
+        model = build_model(cfg, 4096)  # a big embedding: its std is measured to ~1%
+        assert model.wte.weight.std().item() == pytest.approx(std, rel=0.03)
+
+
+def test_a_number_draws_exactly_what_it_drew_before():
+    """model.init_std=0.02 is the old default: the same generator calls, so the same bits as N(0, 0.02)
+    drawn in module order (embedding after the Linears, output projections redrawn at std/sqrt(2L))."""
+    cfg = compose(["model=tiny", "model.init_std=0.02", "model.n_layer=1"])
+    torch.manual_seed(0)
+    model = build_model(cfg, 256)
+    torch.manual_seed(0)
+    twin = build_model(cfg, 256)  # the same config, the same seed
+    std = model.blocks[0].attn.core.c_attn.weight.std().item()
+    assert std == pytest.approx(0.02, rel=0.05)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
+
+
+@pytest.mark.parametrize("bad", ["wide", "-0.1", "0", "true"])
+def test_bad_init_std_refused_in_one_line(bad):
+    from normbench.config import to_config
+
+    with pytest.raises(ConfigError) as exc:
+        to_config(compose(["model=tiny", f"model.init_std={bad}"]))
+    msg = str(exc.value)
+    assert "\n" not in msg and "model.init_std" in msg and "auto, fan_in" in msg
+
+
+def test_old_width_init_runs_resume_as_what_they_computed(tmp_path):
+    """A DyT run made with norm.width_init=true drew N(0, d^-0.5): it resumes under fan_in (or the number),
+    not under auto; an old run at 0.02 is refused under auto, naming the key."""
+    new = flat_config(compose(["model=tiny", "norm=dyt", "model.init_std=fan_in"]))
+    old = {**new, "model.init_std": 0.02, "norm.width_init": True}
+    assert upgrade_legacy(old)["model.init_std"] == 0.125 and "norm.width_init" not in upgrade_legacy(old)
+    assert check_resume_config(old, new, [], tmp_path) == []
+    auto = flat_config(compose(["model=tiny", "norm=dyt"]))
+    with pytest.raises(ConfigError, match=r"model.init_std"):
+        check_resume_config(old, auto, [], tmp_path)
+    plain_old = {**auto, "model.init_std": 0.02, "norm.width_init": False}
+    with pytest.raises(ConfigError, match=r"model.init_std \(0.02 -> auto\)"):
+        check_resume_config(plain_old, auto, [], tmp_path)
+    same = {**auto, "model.init_std": init_std_of("auto", 64)}  # a run that drew auto's number
+    assert check_resume_config(same, auto, [], tmp_path) == []
+
+
+# ------------------------------------------------------------------ one init per comparison (reproduce)
+
+
+def _claim(tmp_path, sweeps, part_of_claim=None):
+    raw = {
+        "claim": "DyT on par",
+        "paper": "made up",
+        "scales": {"cpu": {"seeds": 3, "fixed": ["model=tiny", "trainer.max_steps=10"], "sweeps": sweeps}},
+        "tests": [
+            {"name": "on par", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "dyt"},
+             "baseline": {"norm": "layernorm"}, "band": [-0.05, 0.05]},
+        ],
+    }  # fmt: skip
+    if part_of_claim:
+        raw["part_of_claim"] = part_of_claim
+    (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
+    return load_claim("madeup", tmp_path)
+
+
+def test_shipped_norm_comparisons_share_one_init():
+    inits = check_claim(load_claim("dyt_parity"), "cpu")  # LayerNorm, DyT and Derf at the claim's fan_in
+    assert {v for sides in inits.values() for vals in sides.values() for v in vals} == {0.125}
+    inits = check_claim(load_claim("rmsnorm_parity"), "cpu")  # the preset's auto
+    assert {v for sides in inits.values() for vals in sides.values() for v in vals} == {init_std_of("auto", 64)}
+
+
+def test_groups_with_different_inits_are_refused(tmp_path):
+    claim = _claim(tmp_path, [{"norm": ["layernorm"]}, {"norm": ["dyt"], "model.init_std": [0.125]}])
+    with pytest.raises(ConfigError) as exc:
+        check_claim(claim, "cpu")
+    assert "\n" not in str(exc.value) and "init_std 0.125" in str(exc.value) and "part_of_claim" in str(exc.value)
+
+
+def test_groups_differing_in_an_unswept_key_are_refused_unless_declared(tmp_path):
+    sweeps = [{"norm": ["layernorm"]}, {"norm": ["dyt"], "trainer.max_steps": [20]}]
+    with pytest.raises(ConfigError) as exc:
+        check_claim(_claim(tmp_path, sweeps), "cpu")
+    assert "differ in trainer.max_steps (20 for" in str(exc.value) and "\n" not in str(exc.value)
+    assert check_claim(_claim(tmp_path, sweeps, {"trainer.max_steps": "DyT's recipe trains longer"}), "cpu")
+
+
+def test_a_norm_swept_with_its_own_keys_passes(tmp_path):
+    """Keys under the swept section (norm.*) are what the test is about; an LR grid pairs LR with LR."""
+    claim = _claim(tmp_path, [{"norm": ["layernorm", "dyt"], "optim.lr": ["1e-3", "3e-3"]}])
+    assert check_claim(claim, "cpu")["on par"] == {"group": [init_std_of("auto", 64)],
+                                                   "baseline": [init_std_of("auto", 64)]}  # fmt: skip
+
+
+def test_dry_run_prints_one_init_and_a_refused_claim_names_the_key(tmp_path, capsys, monkeypatch):
+    from normbench.reproduce import main
+
+    assert main(["dyt_parity", "--dry-run", f"out={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("init_std group 0.125; baseline 0.125") == 2
+    bad = tmp_path / "claims"
+    shutil.copytree(claims_dir(), bad)
+    monkeypatch.setattr("normbench.reproduce.claims.claims_dir", lambda: bad)
+    raw = yaml.safe_load((bad / "ngpt_speed.yaml").read_text())
+    del raw["part_of_claim"]
+    (bad / "ngpt_speed.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["ngpt_speed", "--dry-run", f"out={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "different inits" in err and "ngpt" in err
+
+
+# ------------------------------------------------------------------ the paired interval (common random numbers)
+
+
+def test_paired_interval_by_hand():
+    """Per-seed differences 0.1, 0.05, 0.15: mean 0.1, sd 0.05, se 0.05/sqrt(3), t(0.975, 2) = 4.3027
+    -> half 0.1242. Welch's interval on the same numbers spans the seeds' own spread (sd 1)."""
+    from normbench.reproduce import verdict as V
+
+    xs, base = [1.0, 2.0, 3.0], [0.9, 1.95, 2.85]
+    effect, ci = V.interval(xs, base, paired=True)
+    assert effect == pytest.approx(0.1)
+    assert ci == pytest.approx([0.1 - 0.12421, 0.1 + 0.12421], abs=1e-4)
+    _, welch = V.interval(xs, base)
+    assert welch[1] - welch[0] > 10 * (ci[1] - ci[0])
+    assert V.judge_on_par(xs, base, [-0.3, 0.3], paired=True)["verdict"] == V.HOLDS
+    assert V.judge_on_par(xs, base, [-0.3, 0.3])["verdict"] == V.INCONCLUSIVE
+
+
+def test_judge_pairs_by_seed_only_when_both_sides_ran_the_same_seeds():
+    from normbench.report.loading import Run
+    from normbench.reproduce.measure import seed_pairs
+
+    def run(norm, seed, loss):
+        summary = {"status": "completed", "outcome": "learned", "norm": norm, "seed": seed, "best_val_loss": loss}
+        return Run(path=None, config={}, overrides=[f"norm={norm}", f"seed={seed}"], summary=summary, records=[])
+
+    g = [run("dyt", s, v) for s, v in ((1, 2.0), (0, 1.0), (2, 3.0))]
+    b = [run("layernorm", s, v) for s, v in ((0, 0.9), (1, 1.95), (2, 2.85))]
+    value = lambda r: r.summary["best_val_loss"]  # noqa: E731
+    assert seed_pairs(g, b, value, None) == [(1.0, 0.9), (2.0, 1.95), (3.0, 2.85)]
+    assert seed_pairs(g, b[:2], value, None) is None  # seed 2 has no partner: Welch
+    assert seed_pairs(g, [run("layernorm", 0, -1.0), *b[1:]], value, "log") is None  # a log of <= 0
+
+
+# ------------------------------------------------------------------ the scale ladder
+
+
+def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch):
+    """Each rung is one reproduce call with its width (the claim's own width: no override, its own
+    sweep); ladder.json holds effect and interval per rung and test; ladder.png is drawn."""
+    import json
+
+    from normbench.reproduce import ladder, runner
+
+    calls = []
+
+    def fake(claim, scale, seeds, overrides, out, min_seeds, dry_run, log=print, launch=True):
+        calls.append((list(overrides), out))
+        d = next((int(o.split("=")[1]) for o in overrides if o.startswith("model.d_model=")), 64)
+        effect = 0.1 * (d / 64)  # grows with the width
+        tests = [{"name": t.name, "kind": t.kind, "verdict": "HOLDS", "effect": effect, "ci": [effect - 0.05,
+                  effect + 0.05], "threshold": t.band, "direction": None, "transform": None, "interval": "paired",
+                  "n_seeds": 3, "informative": False, "reason": None} for t in claim.tests]  # fmt: skip
+        return {"verdict": "HOLDS", "tests": tests, "run_time_s": d}
+
+    monkeypatch.setattr(runner, "reproduce", fake)
+    claim = load_claim("dyt_parity")
+    res = ladder.run_ladder(claim, "cpu", None, [], tmp_path, 3, log=lambda *_: None)
+    assert [c[0] for c in calls] == [[], ["model.d_model=128"], ["model.d_model=256"]]
+    assert calls[0][1] == tmp_path  # the claim's own sweep at its own width
+    saved = json.loads((tmp_path / "dyt_parity" / "ladder.json").read_text())
+    assert saved == json.loads(json.dumps(res))
+    assert [r["d_model"] for r in saved["rungs"]] == [64, 128, 256] and saved["run_time_s"] == 448
+    assert saved["rungs"][2]["tests"][0]["effect"] == pytest.approx(0.4)
+    assert saved["rungs"][0]["tests"][1]["ci"] == pytest.approx([0.05, 0.15])
+    assert (tmp_path / "dyt_parity" / "ladder.png").stat().st_size > 10_000
+
+
+def test_ladder_flag_refuses_a_bad_value(capsys):
+    from normbench.reproduce import main
+
+    assert main(["dyt_parity", "ladder=yes"]) == 2
+    err = capsys.readouterr().err
+    assert "ladder=yes" in err and "true, false" in err and err.count("\n") == 1
