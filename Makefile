@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch (README, "The two commands"): with nvidia-smi, PyPI's default build (CUDA on Linux).
 # Without it, the CPU build: a torch wheel already on disk (pip's find-links, no network),
 # else PyTorch's CPU index, else PyPI's default. The range is pyproject.toml's; TORCH_SPEC=... picks one.
-TORCH_SPEC ?= torch>=2.9,<2.14
+TORCH_SPEC ?= torch>=2.9
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 export HF_HUB_OFFLINE ?= 1

@@ -297,11 +297,6 @@ def _by_name(model: nn.Module, optims, saved: list[dict]) -> dict:
     return {"state": state, "param_groups": groups}
 
 
-def barrier() -> None:
-    if is_distributed():
-        dist.barrier()
-
-
 def shutdown(wait: bool = True) -> None:
     """Destroy the process group (end of a torchrun job); a no-op in one process.
 

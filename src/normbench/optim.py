@@ -7,18 +7,14 @@ Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``
 - ``lion``: no torch implementation, so :class:`Lion` is written out here from its paper
   (Chen et al. 2023, arXiv:2302.06675, Algorithm 2): ``c = b1*m + (1-b1)*g``,
   ``p -= lr*(sign(c) + wd*p)``, ``m = b2*m + (1-b2)*g``.
-- ``muon``: ``torch.optim.Muon`` (Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/)
-  on the 2-D hidden matrices only; embeddings, the LM head, norm gains, biases and scalars go to
-  AdamW (``optim.adamw_lr``), as in KellerJordan/Muon's README and modded-nanogpt. What torch's
-  Muon computes per matrix W (m x n), with ``momentum=mu``:
-  ``B = mu*B + (1-mu)*G``; nesterov: ``U = (1-mu)*G + mu*B``; ``O = NS5(U)`` (5 quintic
-  Newton-Schulz steps, coefficients (3.4445, -4.7750, 2.0315), in bf16, on U / ||U||_F);
-  ``W *= 1 - lr*wd``; ``W -= lr * sqrt(max(1, m/n)) * O``. The lr adjustment is torch's
-  default ``adjust_lr_fn="original"`` (Keller Jordan's ``max(1, rows/cols)**0.5``), not
-  Moonshot's ``match_rms_adamw`` (``0.2*sqrt(max(m, n))``), so ``optim.lr`` is in Muon's own
-  units (0.02..0.1 measured on model=tiny), not AdamW's. Muon's weight decay uses the
-  unadjusted lr.
-  Fused matrices are orthogonalized block by block (:class:`Muon`, :func:`fused_splits`): the
+- ``muon``: :class:`normbench.muon.Muon`, torch.optim.Muon's update written out on torch's public
+  API (Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/; the formulas, references and
+  deviations are in its module), on the 2-D hidden matrices only; embeddings, the LM head, norm
+  gains, biases and scalars go to AdamW (``optim.adamw_lr``), as in KellerJordan/Muon's README and
+  modded-nanogpt. The lr adjustment is torch's default ``adjust_lr_fn="original"`` (Keller Jordan's
+  ``sqrt(max(1, rows/cols))``), not Moonshot's ``match_rms_adamw``, so ``optim.lr`` is in Muon's own
+  units (0.02..0.1 measured on model=tiny), not AdamW's. Muon's weight decay uses the unadjusted lr.
+  Fused matrices are orthogonalized block by block (``split``, :func:`fused_splits`): the
   attention ``c_attn`` (3d x d) as q, k and v separately, and a SwiGLU ``c_fc`` (2f x d) as up
   and gate separately, exactly as if the model had separate Linear layers. modded-nanogpt does
   the same (separate c_q/c_k/c_v, later a (3, d, d) ``qkv_w`` orthogonalized batch-wise), and
@@ -54,7 +50,6 @@ needs no scheduler state beyond the step counter.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -68,6 +63,7 @@ from normbench.distributed import is_dtensor
 from normbench.model.gpt import MLP, Attention
 from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
 from normbench.model.ngpt import NGPTBlock
+from normbench.muon import Muon
 
 
 def fused_splits(model: nn.Module) -> dict[str, int]:
@@ -135,46 +131,6 @@ class Lion(torch.optim.Optimizer):
             torch._foreach_mul_(ms, b2)
             torch._foreach_add_(ms, grads, alpha=1 - b2)
         return loss
-
-
-# torch.optim.Muon's per-step hook that Muon below extends. It is private, so pyproject.toml pins
-# torch below 2.14 (tested on 2.13: tests/test_optim.py checks the update rule) and Muon refuses,
-# in one line, a torch whose hook has another signature.
-_MUON_INIT_GROUP = ("self", "group", "params_with_grad", "grads", "muon_momentum_bufs")
-
-
-class Muon(torch.optim.Muon):
-    """``torch.optim.Muon`` that orthogonalizes a fused matrix block by block.
-
-    A param group with ``split=k`` has each of its matrices cut into k equal row blocks
-    (views), and torch's Muon update (momentum, Newton-Schulz, lr adjustment, weight decay)
-    runs on every block as on a separate matrix. ``split=1`` is plain ``torch.optim.Muon``.
-    The momentum buffers stay whole-matrix state of the real parameters (so state dicts and
-    checkpoints are torch's); only the lists handed to torch's update are split.
-    """
-
-    def __init__(self, params, **kw):
-        found = tuple(inspect.signature(torch.optim.Muon._init_group).parameters)
-        if found != _MUON_INIT_GROUP:
-            raise RuntimeError(
-                f"optim=muon needs torch.optim.Muon._init_group{_MUON_INIT_GROUP[1:]} (torch 2.9-2.13); "
-                f"torch {torch.__version__} has {found[1:]}: install torch<2.14 or use another optimizer"
-            )
-        super().__init__(params, **kw)
-        for group in self.param_groups:
-            k = group.setdefault("split", 1)
-            for p in group["params"]:
-                if p.shape[0] % k:
-                    raise ValueError(f"Muon split={k} does not divide a matrix of shape {tuple(p.shape)}")
-
-    def _init_group(self, group, params_with_grad, grads, muon_momentum_bufs):
-        start = len(params_with_grad)
-        has_complex = super()._init_group(group, params_with_grad, grads, muon_momentum_bufs)
-        k = group.get("split", 1)
-        if k > 1:  # replace each matrix (and its grad and momentum buffer) by k row-block views
-            for lst in (params_with_grad, grads, muon_momentum_bufs):
-                lst[start:] = [block for t in lst[start:] for block in t.chunk(k, dim=0)]
-        return has_complex
 
 
 class OptimizerList:

@@ -60,10 +60,6 @@ class RunDir:
     def config_path(self) -> Path:
         return self.hydra_dir / "config.yaml"
 
-    @property
-    def log_path(self) -> Path:
-        return self.path / "train.log"
-
     # ---------------------------------------------------------------------------- summary
     def read_summary(self) -> dict | None:
         """``summary.json``: None when there is none; when it exists but is not a JSON object (damaged

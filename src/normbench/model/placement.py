@@ -65,11 +65,6 @@ class BlockSpec:
     qk_width: bool = False  # the q/k norms span the whole projection width d, not one head (OLMo 2)
     head_scale: bool = False  # a learned scale per attention head before the out-projection (NormFormer)
 
-    @property
-    def n_norms(self) -> int:
-        subs = (self.attn, self.mlp)
-        return sum(s.in_norm + s.out_norm + s.post_norm + s.mid_norm for s in subs) + 2 * self.qk_norm + self.v_norm
-
 
 PRE = SublayerSpec(in_norm=True)
 POST = SublayerSpec(post_norm=True)

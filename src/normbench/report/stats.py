@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from normbench.outcomes import OUTCOMES, finite, layer_series, layer_stats
-from normbench.report.loading import Group, Run, finite_series, series, setting
+from normbench.report.loading import Group, Run, finite_series, setting
 
 STATUS_ORDER = ("completed", "diverged", "failed", "interrupted", "running")
 OUTCOME_ORDER = (*OUTCOMES, "unknown", "interrupted", "running", "failed")
@@ -237,7 +237,3 @@ def curve(runs: list[Run], key: str) -> tuple[list[int], list[float], list[float
     steps = sorted(by_step)
     return (steps, [statistics.fmean(by_step[s]) for s in steps], [min(by_step[s]) for s in steps],
             [max(by_step[s]) for s in steps])  # fmt: skip
-
-
-def diag_steps(run: Run, key: str) -> list[int]:
-    return [s for s, v in series(run.records, key) if isinstance(v, list)]
