@@ -58,11 +58,14 @@ def test_learns(runs, arch, name):
     assert summary["outcome"] == "learned", (summary["best_val_loss"], summary["baseline_loss"], summary["n_spikes"])
 
 
-def test_seednorm_at_the_final_norm_too_lags_on_pre_ln(runs, tmp_path):
-    """The measurement behind norm.seed_final=false (docs/architectures.md §2): with SeeDNorm also
-    before the head, pre_ln ends ~0.6 nats behind (2.78 vs 2.18 at seed 0)."""
+def test_seednorm_at_the_final_norm_too_learns_at_the_width_transferred_init(runs, tmp_path):
+    """The measurement behind norm.seed_final=false (docs/architectures.md §2): at the old init (every
+    weight 0.02) SeeDNorm also before the head ended ~0.6 nats behind (2.78 vs 2.18 at seed 0). At the
+    presets' width-transferred init (issue 25, docs/init.md) that lag is gone (1.95 vs 1.94 at seed 0):
+    the final SeeDNorm learns within 0.15 nats of the default form."""
     final = trainer.run(compose([*RUN, "arch=pre_ln", "norm=seednorm", "norm.seed_final=true"]), tmp_path)
-    assert final["best_val_loss"] > runs["pre_ln", "seednorm"][0]["best_val_loss"] + 0.3
+    assert final["outcome"] == "learned"
+    assert abs(final["best_val_loss"] - runs["pre_ln", "seednorm"][0]["best_val_loss"]) < 0.15
 
 
 def test_batchnorm_report_row_says_it_leaked(runs):
