@@ -1,13 +1,21 @@
 """Export's errors and manners (issue 27, part 3): any OSError while writing OUT_DIR is one line (exit 2) and
 leaves nothing; a new OUT_DIR gets what a plain ``mkdir`` gives (umask, setgid parent) and its files what a
-plain ``open()`` gives; an existing empty OUT_DIR keeps its mode and group.
+plain ``open()`` gives; an existing empty OUT_DIR keeps its mode and group; a run still training is exported
+with a warning; the loading lines of docs/export.md run on a terminal without a prompt.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import pty
+import re
+import select
+import socket
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +26,7 @@ from normbench.errors import ConfigError
 from normbench.export import target
 from normbench.export.target import STAGE_PREFIX, staged
 
-from conftest import TINY, compose, run_cli
+from conftest import REPO, TINY, compose, run_cli
 
 ROOT = os.geteuid() == 0
 
@@ -219,3 +227,69 @@ def test_an_existing_empty_out_dir_keeps_its_mode_and_group(run, tmp_path, capsy
     for p in files:
         assert p.stat().st_gid == before.st_gid, p  # the setgid directory's group
         assert stat.S_IMODE(p.stat().st_mode) == 0o664, p  # model.safetensors too (safetensors writes 0600)
+
+
+def test_a_run_still_training_is_exported_with_a_warning(run, tmp_path, capsys):
+    lock = run / ".lock"
+    lock.write_text(f"{socket.gethostname()}:{os.getpid()}")  # a live owner: this very process
+    try:
+        code, lines = export(capsys, run, tmp_path / "out")
+        assert code == 0 and len(lines) == 1, lines
+        assert lines[0].startswith(f"normbench: warning: {run} is still being trained by process {os.getpid()}")
+        assert "this uses its last checkpoint, from step 2, not the finished model" in lines[0]
+        capsys.readouterr()
+        assert cli.main(["sample", str(run), "--prompt", "And", "--max-new-tokens", "2", "--hf"]) == 0
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1, "sample warns too, once"
+        ended = subprocess.Popen(["true"])  # a process that has ended: its lock is stale, no warning
+        ended.wait()
+        lock.write_text(f"{socket.gethostname()}:{ended.pid}")
+        code, lines = export(capsys, run, tmp_path / "out2")
+        assert code == 0 and lines == []
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------- the docs
+def _on_a_terminal(code: str, timeout: float = 240) -> tuple[str, bool]:
+    """Run ``python -c code`` on a pseudo-terminal; (what it printed, whether it asked [y/N]).
+    A prompt is answered "n" once; the child is then stopped."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a fresh interpreter on the terminal
+        os.execve(sys.executable, [sys.executable, "-c", code], os.environ)
+    out, asked, end = b"", False, time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            if not select.select([fd], [], [], 0.5)[0]:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+            if b"[y/N]" in out and not asked:
+                asked = True
+                os.kill(pid, 9)
+    finally:
+        os.waitpid(pid, 0)
+        os.close(fd)
+    return out.decode(errors="replace"), asked
+
+
+def test_the_docs_loading_lines_run_on_a_terminal_without_a_prompt(run, tmp_path, capsys):
+    code, _ = export(capsys, run, tmp_path / "my_model")
+    assert code == 0 and (tmp_path / "my_model" / "modeling_normbench.py").is_file(), "the custom class"
+    doc = (REPO / "docs" / "export.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
+    assert 'AutoTokenizer.from_pretrained("my_model", trust_remote_code=True)' in snippet
+    snippet = snippet.replace('"my_model"', repr(str(tmp_path / "my_model")))
+    out, asked = _on_a_terminal(snippet + "print('DONE')\n")
+    assert not asked and "DONE" in out, out[-2000:]
+    assert "And God said" in out
+    # the control: without the flag the tokenizer asks (so the terminal above would have shown a prompt)
+    path = repr(str(tmp_path / "my_model"))
+    tokenizer_line = f"AutoTokenizer.from_pretrained({path}, trust_remote_code=True)"
+    assert tokenizer_line in snippet
+    _, asked = _on_a_terminal(snippet.replace(tokenizer_line, f"AutoTokenizer.from_pretrained({path})"))
+    assert asked

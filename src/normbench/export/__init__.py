@@ -99,15 +99,16 @@ def _generation_config(vocab_size: int, n_tokens: int):
     return GenerationConfig(suppress_tokens=suppress, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
-def export_run(run_dir, out_dir, custom: bool = False, log=print) -> dict:
-    """Export the run at ``run_dir`` to ``out_dir``; returns {kind, class, max_abs_diff, out_dir}."""
+def export_run(run_dir, out_dir, custom: bool = False, log=print, warn: bool = True) -> dict:
+    """Export the run at ``run_dir`` to ``out_dir``; returns {kind, class, max_abs_diff, out_dir}. ``warn``:
+    say on stderr when the run is still training (its ``.lock`` names a live process)."""
     from normbench.export.run import load_run, run_tokenizer
     from normbench.export.target import check_out_dir, staged
     from normbench.export.tokenizer import hf_tokenizer
 
     out_dir = Path(out_dir)
     check_out_dir(out_dir)  # before the checkpoint is read: a wrong OUT_DIR is refused at once
-    run = load_run(run_dir)
+    run = load_run(run_dir, warn=warn)
     kind, hf = build_hf_model(run.model, run.cfg, run.vocab_size, custom=custom)
     tokenizer = hf_tokenizer(run_tokenizer(run.cfg), run.model.seq_len)
     with staged(out_dir) as stage:  # published whole once checked; on any error nothing is left
