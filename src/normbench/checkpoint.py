@@ -7,6 +7,18 @@ by the next save. Loading uses ``torch.load(weights_only=True)``: a checkpoint
 from a stranger cannot run code. Anything unreadable is refused with one line
 naming the file.
 
+Integrity: ``torch.save`` writes a zip archive (stored, uncompressed) whose every record
+carries the CRC-32 of its bytes; :func:`verify` has Python's ``zipfile`` recompute them all
+(``ZipFile.testzip``) before anything is unpickled, so a flipped byte anywhere in the pickle
+or in a tensor's data is refused instead of trained on or exported (``torch.load`` itself never
+checks them). The zip CRCs are used rather than a sha256 written beside the file because they
+are already inside it, written by torch and checked by the standard library: nothing new to
+keep atomic alongside ``last.pt`` (two renames are not one; a crash between them would leave a
+good checkpoint with a stale digest), and a copied checkpoint carries them with it. CRC-32 is a
+check against damage (disk, copy, truncation, a stray write), not against deliberate
+tampering; ``weights_only=True`` is what keeps a stranger's file from running code.
+:func:`serialize` therefore always saves with torch's CRC-32s on.
+
 :func:`serialize` writes the state into the open temp file (tests wrap it to tear a write).
 """
 
@@ -16,14 +28,16 @@ import os
 import re
 import warnings
 import zipfile
+import zlib
 from pathlib import Path
 
 import torch
 
-from normbench.errors import ConfigError
+from normbench.errors import ConfigError, first_line
 from normbench.metrics import write_atomic
 
 TMP_MARK = ".tmp."
+RESTORE = "restore a good copy, or delete it to start over"
 
 
 # What a resume reads unconditionally (train_state.TrainState.resume and load_state_dict).
@@ -51,7 +65,14 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def serialize(state: dict, f) -> None:
-    torch.save(state, f)
+    """``torch.save`` with its per-record CRC-32s on (``torch.serialization.set_crc32_options(False)``
+    elsewhere in the process would write zeros, which :func:`verify` refuses)."""
+    crc = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(True)
+    try:
+        torch.save(state, f)
+    finally:
+        torch.serialization.set_crc32_options(crc)
 
 
 def save_atomic(state: dict, path: Path) -> None:
@@ -72,6 +93,30 @@ def _why(exc: BaseException) -> str:
     return first[:160]
 
 
+def verify(path: Path) -> None:
+    """Check every record of the ``torch.save`` archive at ``path`` against its CRC-32 (and the zip's
+    structure); :class:`ConfigError`, one line naming the file and the record, otherwise. Reads only."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            sized = [info for info in archive.infolist() if info.file_size]
+            if sized and not any(info.CRC for info in sized):
+                raise ConfigError(
+                    f"checkpoint {path} carries no CRC-32s (saved with torch.serialization.set_crc32_options(False)), "
+                    "so its content cannot be verified; save it again with CRC-32s on"
+                )
+            bad = archive.testzip()  # reads every record, recomputing its CRC-32; the first bad one's name
+    except ConfigError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError, zlib.error) as exc:
+        why = first_line(exc, type(exc).__name__)[:120]
+        raise ConfigError(f"checkpoint {path} is truncated or corrupt ({why}); {RESTORE}") from None
+    if bad is not None:
+        raise ConfigError(
+            f"checkpoint {path} is corrupt: its record {bad} fails the zip's CRC-32 check "
+            f"(its bytes changed after torch.save wrote them); {RESTORE}"
+        )
+
+
 def load(path: Path) -> dict:
     """The state dict of a normbench checkpoint; :class:`ConfigError` (one line, naming the file) otherwise."""
     path = Path(path)
@@ -82,10 +127,8 @@ def load(path: Path) -> dict:
     except OSError as exc:
         raise ConfigError(f"checkpoint {path} cannot be read ({exc.strerror or exc})") from None
     if not is_archive:  # torch.save always writes a zip archive; never unpickle anything else
-        raise ConfigError(
-            f"checkpoint {path} is truncated or corrupt (not a complete torch.save archive); "
-            "delete it to start over, or restore a good copy"
-        )
+        raise ConfigError(f"checkpoint {path} is truncated or corrupt (not a complete torch.save archive); {RESTORE}")
+    verify(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's pickle-protocol warnings would break the one-line error

@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
             from normbench.export import export_run, load_exported
 
             with tempfile.TemporaryDirectory(prefix="normbench-sample-") as tmp:
-                export_run(args.run_dir, f"{tmp}/model", log=lambda *_: None)
+                export_run(args.run_dir, f"{tmp}/model", log=lambda *_: None, warn=False)  # load_run warned
                 hf = load_exported(f"{tmp}/model")
                 new = generate_hf(
                     hf, ids, args.max_new_tokens, args.temperature, args.top_k, args.seed, run.model.seq_len

@@ -5,13 +5,12 @@ self-contained custom class with ``auto_map`` (custom.py, hf_template/). Weights
 the tokenizer (tokenizer.py), a ``generation_config.json`` and a model card (card.py) go alongside.
 Before anything appears at OUT_DIR the export is loaded back with transformers and its logits are
 compared with normbench's own on the same tokens; a mismatch is an error and writes nothing.
+target.py stages the files and publishes them (a new OUT_DIR as ``mkdir`` makes one; an existing
+empty one keeps its mode and group); any OSError is one line, and nothing half-written stays.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -92,11 +91,6 @@ def max_logit_diff(model, hf, idx: torch.Tensor) -> tuple[float, float]:
     return float((ours - theirs).abs().max()), float(ours.abs().max())
 
 
-def _check_out_dir(out_dir: Path) -> None:
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise ConfigError(f"OUT_DIR {out_dir} exists and is not empty; choose a new directory or remove it")
-
-
 def _generation_config(vocab_size: int, n_tokens: int):
     from transformers import GenerationConfig
 
@@ -105,41 +99,42 @@ def _generation_config(vocab_size: int, n_tokens: int):
     return GenerationConfig(suppress_tokens=suppress, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
-def export_run(run_dir, out_dir, custom: bool = False, log=print) -> dict:
-    """Export the run at ``run_dir`` to ``out_dir``; returns {kind, class, max_abs_diff, out_dir}."""
-    from normbench.export.card import model_card
-    from normbench.export.custom import write_code
+def export_run(run_dir, out_dir, custom: bool = False, log=print, warn: bool = True) -> dict:
+    """Export the run at ``run_dir`` to ``out_dir``; returns {kind, class, max_abs_diff, out_dir}. ``warn``:
+    say on stderr when the run is still training (its ``.lock`` names a live process)."""
     from normbench.export.run import load_run, run_tokenizer
+    from normbench.export.target import check_out_dir, staged
     from normbench.export.tokenizer import hf_tokenizer
 
     out_dir = Path(out_dir)
-    _check_out_dir(out_dir)
-    run = load_run(run_dir)
+    check_out_dir(out_dir)  # before the checkpoint is read: a wrong OUT_DIR is refused at once
+    run = load_run(run_dir, warn=warn)
     kind, hf = build_hf_model(run.model, run.cfg, run.vocab_size, custom=custom)
     tokenizer = hf_tokenizer(run_tokenizer(run.cfg), run.model.seq_len)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.export-"))
-    try:
-        hf.save_pretrained(tmp, safe_serialization=True)
-        if kind == "custom":
-            write_code(tmp)
-        tokenizer.save_pretrained(tmp)
-        _generation_config(run.vocab_size, len(tokenizer)).save_pretrained(tmp)
-        loaded = load_exported(tmp, kind)
-        T = min(run.model.seq_len, 32)
-        idx = torch.randint(0, len(tokenizer), (2, T), generator=torch.Generator().manual_seed(0))
-        diff, scale = max_logit_diff(run.model, loaded, idx)
-        if not diff <= TOLERANCE * max(1.0, scale):
-            raise ConfigError(
-                f"export: the exported {type(loaded).__name__} gives logits {diff:.3g} away from normbench's "
-                f"(allowed {TOLERANCE * max(1.0, scale):.3g}); nothing written to {out_dir}"
-            )
-        (tmp / "README.md").write_text(model_card(run, kind, type(hf).__name__, len(tokenizer), diff, out_dir.name))
-        _check_out_dir(out_dir)
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with staged(out_dir) as stage:  # published whole once checked; on any error nothing is left
+        diff = _write_checked(stage, run, kind, hf, tokenizer, out_dir)
     log(f"exported {run.path} (step {run.step}) as {type(hf).__name__} to {out_dir} (logits match to {diff:.2e})")
     return {"kind": kind, "class": type(hf).__name__, "max_abs_diff": diff, "out_dir": out_dir}
+
+
+def _write_checked(stage: Path, run, kind: str, hf, tokenizer, out_dir: Path) -> float:
+    """Write the export into ``stage``, load it back and compare logits; the max |difference|."""
+    from normbench.export.card import model_card
+    from normbench.export.custom import write_code
+
+    hf.save_pretrained(stage, safe_serialization=True)
+    if kind == "custom":
+        write_code(stage)
+    tokenizer.save_pretrained(stage)
+    _generation_config(run.vocab_size, len(tokenizer)).save_pretrained(stage)
+    loaded = load_exported(stage, kind)
+    T = min(run.model.seq_len, 32)
+    idx = torch.randint(0, len(tokenizer), (2, T), generator=torch.Generator().manual_seed(0))
+    diff, scale = max_logit_diff(run.model, loaded, idx)
+    if not diff <= TOLERANCE * max(1.0, scale):
+        raise ConfigError(
+            f"export: the exported {type(loaded).__name__} gives logits {diff:.3g} away from normbench's "
+            f"(allowed {TOLERANCE * max(1.0, scale):.3g}); nothing written to {out_dir}"
+        )
+    (stage / "README.md").write_text(model_card(run, kind, type(hf).__name__, len(tokenizer), diff, out_dir.name))
+    return diff

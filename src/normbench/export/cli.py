@@ -31,6 +31,8 @@ def export_main(argv: list[str]) -> int:
         export_run(args.run_dir, args.out_dir, custom=args.custom)
     except ConfigError as exc:
         return error(str(exc))
+    except OSError as exc:  # reading the run (every write to OUT_DIR is one ConfigError line already)
+        return error(f"export: cannot read {exc.filename or args.run_dir} ({exc.strerror or exc})")
     return 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +45,24 @@ def _config(run_dir: Path, state: dict):
         return loaded
 
 
-def load_run(run_dir) -> Run:
-    """The run at ``run_dir`` with its last checkpoint's weights; ConfigError (one line) otherwise."""
+def warn_if_live(run_dir: Path, step: int) -> None:
+    """One line on stderr when ``run_dir``'s ``.lock`` names a live owner: the checkpoint is of a run still
+    training (an owner on another host may be alive: rundir.RunDir.owner_alive cannot tell from here)."""
+    rd = RunDir(run_dir)
+    if not rd.owner_alive():
+        return
+    host, pid = rd.lock_owner()
+    who = f"process {pid}" if host == socket.gethostname() else f"{host}:{pid}, on another host (it may have ended)"
+    print(
+        f"normbench: warning: {run_dir} is still being trained by {who} (its {rd.lock_path.name}); "
+        f"this uses its last checkpoint, from step {step}, not the finished model",
+        file=sys.stderr,
+    )
+
+
+def load_run(run_dir, warn: bool = True) -> Run:
+    """The run at ``run_dir`` with its last checkpoint's weights; ConfigError (one line) otherwise.
+    ``warn``: say on stderr when the run is still training (:func:`warn_if_live`)."""
     from normbench.model import build_model
 
     run_dir = Path(run_dir)
@@ -69,6 +87,8 @@ def load_run(run_dir) -> Run:
     except RuntimeError as exc:
         first = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
         raise ConfigError(f"checkpoint {path} does not match the run's config ({first[:200]})") from None
+    if warn:
+        warn_if_live(run_dir, int(state["step"]))
     summary = RunDir(run_dir).read_summary()
     if summary is None or summary.get("status") == "unreadable":
         summary = dict(state.get("summary") or {})

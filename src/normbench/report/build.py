@@ -12,7 +12,15 @@ from pathlib import Path
 from normbench.errors import ConfigError
 from normbench.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 from normbench.report import figures, layer_figures, tables
-from normbench.report.loading import check_key, filter_runs, group_runs, load_runs, load_yaml, parse_assignment
+from normbench.report.loading import (
+    check_key,
+    filter_runs,
+    group_runs,
+    load_runs,
+    load_yaml,
+    parse_assignment,
+    unreadable_summaries,
+)
 from normbench.report.stats import default_targets
 
 DASH = "—"
@@ -76,6 +84,8 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
         raise ConfigError(
             f"no runs below {', '.join(map(str, dirs))} (looked for summary.json, metrics.jsonl, .hydra/)"
         )
+    for line in unreadable_summaries(runs):  # listed, never trusted: say which file, once, on the console
+        print(f"normbench: warning: {line}", file=sys.stderr)
     runs = filter_runs(runs, filters)
     groups = group_runs(runs, group_by)
     for flag, key in (("--color-by", color_by), ("--style-by", style_by)):

@@ -3,7 +3,8 @@
 A run directory (README "run directory") holds ``.hydra/{config,overrides}.yaml``,
 ``metrics.jsonl``, ``summary.json`` and, while a trainer holds it, ``.lock``. Anything may be
 missing or half-written (a sweep still running, a job killed mid-write): nothing here raises
-on a damaged run; it shows up as ``failed``/``running`` with a reason.
+on a damaged run; it shows up as ``failed``/``running`` with a reason, and a ``summary.json`` that
+cannot be parsed as ``unreadable`` (:func:`unreadable_summaries` names each such file, for a warning).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from normbench.errors import ConfigError
 from normbench.metrics import read_jsonl
 from normbench.outcomes import classify, finite
-from normbench.rundir import BOOKKEEPING_KEYS, RunDir
+from normbench.rundir import BOOKKEEPING_KEYS, UNREADABLE, RunDir
 
 SUMMARY_FIRST = ("arch", "norm", "optim", "seed")  # the run itself wrote these into summary.json
 
@@ -154,6 +155,19 @@ def load_run(path: Path, root: Path | None = None) -> Run:
         live=rd.owner_alive(),
         root=root,
     )
+
+
+def unreadable_summaries(runs: list[Run]) -> list[str]:
+    """One line per run whose ``summary.json`` exists but cannot be trusted (not valid JSON, not an object,
+    unreadable), naming the file: the report lists such a run as ``unreadable`` and reads nothing from it."""
+    lines = []
+    for run in runs:
+        summary = run.summary or {}
+        if summary.get("status") == UNREADABLE:
+            path = RunDir(run.path).summary_path
+            reason = str(summary.get("reason") or "summary.json cannot be read").replace("summary.json", str(path), 1)
+            lines.append(f"{reason}; the run is listed as unreadable")
+    return lines
 
 
 def _natural(p: Path) -> list:

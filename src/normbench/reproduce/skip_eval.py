@@ -5,7 +5,8 @@ The measurement of Men et al. 2024 ("ShortGPT", arXiv:2403.03853) and of the Mix
 loss). Here: the trained model of a finished run (``checkpoints/last.pt``), the run's own val
 batches, one block replaced by the identity at a time. Written to ``layer_skip.json`` in the run
 dir: ``base`` (val loss with every block), ``skipped`` (the loss with block i skipped) and
-``increase`` (skipped - base). Runs without a checkpoint (diverged before one) get none.
+``increase`` (skipped - base). Runs without a checkpoint (diverged before one) get none; a corrupt
+checkpoint is refused with one line naming it (:func:`normbench.checkpoint.load`), and nothing is written.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ def skip_losses(run_dir: Path) -> dict | None:
     path = rd.checkpoint_path
     if not path.is_file() or not rd.config_path.is_file():
         return None
+    weights = ckpt.load(path)["model"]  # first: a corrupt checkpoint is refused (one line) before any work
     cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(rd.config_path))
     data = load_data(cfg.data, log=lambda *_: None)
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     model = build_model(cfg, padded_vocab(cfg, data.vocab_size))
-    model.load_state_dict(ckpt.load(path)["model"])
+    model.load_state_dict(weights)
     model.to(device).eval()
     T, t = cfg.model.seq_len, cfg.trainer
     batches = [b.to(device) for b in fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=1234)]
