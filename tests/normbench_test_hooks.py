@@ -29,7 +29,8 @@ def _env(name: str) -> str:
 
 
 def install() -> None:
-    from normbench import checkpoint, memory, metrics, trainer
+    from normbench.run import metrics
+    from normbench.train import checkpoint, memory, trainer
 
     if getattr(trainer.Trainer, "_test_hooks", False):
         return

@@ -12,11 +12,10 @@ import torch.nn.functional as F
 from torch._dynamo.backends.debugging import aot_eager
 from torch._dynamo.utils import counters
 
-from normbench import build, compiling, trainer
-from normbench.config import ARCHS, NORMS
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.validation import validate
+from normbench.train import build, compiling, trainer
+from normbench.train.validation import ARCHS, NORMS, validate
 
 from conftest import TINY, compose
 

@@ -23,10 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from normbench import build, cli, report, rundir, trainer
-from normbench import checkpoint as ckpt
+from normbench import cli, report
 from normbench.errors import ConfigError
-from normbench.metrics import JsonlWriter, read_jsonl
+from normbench.run import rundir
+from normbench.run.metrics import JsonlWriter, read_jsonl
+from normbench.train import build, trainer
+from normbench.train import checkpoint as ckpt
 
 from conftest import OFFLINE_ENV, compose, run_cli
 
@@ -208,7 +210,7 @@ def test_signal_in_a_sweep_stops_it_and_the_printed_command_resumes_the_sweep(tm
 def test_signal_after_the_last_safe_point_completes_then_stops(tmp_path, monkeypatch):
     """A signal during the final checkpoint write: the run is complete (nothing is lost), and the
     process still leaves with 143 so that a sweep goes no further."""
-    from normbench.signals import STOP
+    from normbench.train.signals import STOP
 
     original = trainer.Trainer.save_checkpoint
 

@@ -19,10 +19,10 @@ from normbench import cli
 from normbench.errors import ConfigError
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.model.more_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
 from normbench.model.norms import build_norm
-from normbench.optim import build_optimizer
-from normbench.validation import validate
+from normbench.model.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
+from normbench.train.optim import build_optimizer
+from normbench.train.validation import validate
 
 from conftest import compose
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from normbench import report, trainer
+from normbench import report
+from normbench.train import trainer
 
 from conftest import compose
 

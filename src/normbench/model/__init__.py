@@ -6,9 +6,9 @@ import math
 
 import torch.nn as nn
 
-import normbench.model.more_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
-import normbench.model.more_placements  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
-from normbench.config import qk_norm_mode
+import normbench.model.norm_sites  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
+import normbench.model.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
+from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT, base_init_std
 from normbench.model.ngpt import NGPT

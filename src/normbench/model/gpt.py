@@ -34,10 +34,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.config import init_std_of
+from normbench.config.schema import init_std_of
 from normbench.model.norms import EmbedScale, build_norm, offset_gain, upcast
 from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
-from normbench.stabilizers import head_logit_max
+from normbench.model.stabilizers import head_logit_max
 
 
 def rope_cache(

@@ -23,9 +23,9 @@ import socket
 import time
 from pathlib import Path
 
-from normbench.config import as_dict
+from normbench.config.schema import as_dict
 from normbench.errors import ConfigError
-from normbench.metrics import JsonlWriter, read_jsonl, write_json_atomic
+from normbench.run.metrics import JsonlWriter, read_jsonl, write_json_atomic
 
 UNREADABLE = "unreadable"  # the status of a run whose summary.json exists but cannot be parsed
 
@@ -201,7 +201,7 @@ def _canonical(flat: dict) -> dict:
     """Old spellings in their current form: a boolean ``arch.qk_norm`` (true -> head, false -> none);
     ``norm.width_init`` as the ``model.init_std`` it computed (config.upgrade_legacy); ``model.init_std:
     auto`` as the number it resolves to, so an old run that drew that number resumes under ``auto``."""
-    from normbench.config import init_std_of, qk_norm_mode, upgrade_legacy
+    from normbench.config.schema import init_std_of, qk_norm_mode, upgrade_legacy
 
     out = upgrade_legacy(flat)
     if "model.init_std" in out and "model.d_model" in out:

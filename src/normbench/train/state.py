@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-from normbench import checkpoint as ckpt
-from normbench import distributed as dist_utils
-from normbench.diagnostics import SpikeDetector
 from normbench.errors import ConfigError
-from normbench.optim import lr_factor
-from normbench.rundir import check_resume_config, flat_config
-from normbench.throughput import Throughput
+from normbench.run.rundir import check_resume_config, flat_config
+from normbench.train import checkpoint as ckpt
+from normbench.train import distributed as dist_utils
+from normbench.train.diagnostics import SpikeDetector
+from normbench.train.optim import lr_factor
+from normbench.train.throughput import Throughput
 
 log = logging.getLogger("normbench")
 

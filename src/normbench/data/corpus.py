@@ -17,7 +17,7 @@ Corpora (``data.name``):
   well below the unigram entropy.
 
 The last ``val_fraction`` of the text (cut at a line boundary) is validation.
-Tokenizers live in :mod:`normbench.tokenizer`. Token ids are cached once per
+Tokenizers live in :mod:`normbench.data.tokenizer`. Token ids are cached once per
 (corpus identity, tokenizer, vocab size, val_fraction) as ``train.bin``/``val.bin`` plus
 ``meta.json`` under ``data.cache_dir``, ``$NORMBENCH_CACHE`` or ``~/.cache/normbench``;
 an entry is built in a temp dir and renamed into place, so parallel jobs never read
@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from normbench.config import DataConfig
+from normbench.config.schema import DataConfig
+from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, Tokenizer, build_tokenizer, token_dtype
 from normbench.errors import DataError
-from normbench.tokenizer import DEFAULT_BPE_VOCAB, Tokenizer, build_tokenizer, token_dtype
 
 __all__ = ["TokenData", "build_tokenizer", "cache_root", "corpus_text", "load_data", "split_text"]
 
@@ -303,7 +303,7 @@ def corpus_text(cfg: Any) -> str:
     if name == "hf":
         return _hf_text(cfg)
     if name == "synthetic":
-        return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: validation.check_data
+        return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: data/checks.check_data
     raise DataError(f"data.name={name!r} is not allowed; choose one of: kjv, files, hf, synthetic")
 
 
@@ -401,7 +401,7 @@ def _entry_lock(root: Path, entry: Path):
 
 def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible."""
-    from normbench.validation import check_data
+    from normbench.data.checks import check_data
 
     check_data(cfg)  # the data keys, checked where the whole config is (validation.py)
     name, tok_name = _get(cfg, "name"), _get(cfg, "tokenizer")

@@ -15,7 +15,7 @@ import tempfile
 
 import torch
 
-from normbench.errors import ConfigError
+from normbench.errors import ConfigError, Parser, error
 from normbench.model.gpt import KVCache
 
 
@@ -90,8 +90,6 @@ def generate_hf(
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    from normbench.export.cli import Parser
-
     p = Parser(prog="python -m normbench sample", description="Generate text from a run's checkpoint.")
     p.add_argument("run_dir", help="a run directory (with checkpoints/last.pt)")
     p.add_argument("--prompt", required=True, help="text to continue")
@@ -105,7 +103,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.cli import error
     from normbench.export.run import load_run, run_tokenizer
 
     try:
