@@ -32,7 +32,7 @@ GPT2_SHAPE = ["norm=layernorm", "model.pos=learned", "model.mlp=gelu", "model.bi
 EXPORTED_NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none")
 NOT_EXPORTED = tuple(n for n in NORMS if n not in EXPORTED_NORMS)
 # The placements whose operations the exported classes lack (1/sqrt(l) input scale, width QK-norm, 1 + w
-# gains, NormFormer's head scale and FFN norm) are refused in one line (tests/test_more_placements.py).
+# gains, NormFormer's head scale and FFN norm) are refused in one line (tests/test_norm_sites.py).
 NOT_EXPORTED_ARCHS = ("lns", "reordered", "sandwich", "normformer")
 # every arch x exported norm that trains: norm=none only with pre_ln; nGPT ignores norm= (one entry)
 # simplenorm and the norm-free archs (their own blocks) are refused in one line (tests/test_simplenorm_normfree.py)

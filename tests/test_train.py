@@ -58,7 +58,7 @@ def test_every_group_option_composes_and_validates(group, option):
     extra = {
         "files": ["data.paths=[x.txt]"],
         "hf": ["data.hf_path=some/dataset"],
-        "batchnorm": ["norm.allow_leak=true"],  # refused without it (tests/test_more_norms.py)
+        "batchnorm": ["norm.allow_leak=true"],  # refused without it (tests/test_scale_and_batch_norms.py)
     }.get(option, [])
     cfg = compose([f"{group}={option}", *extra])
     node = cfg[group]

@@ -4,7 +4,7 @@ Hydra reports a bad override as a multi-line traceback, and only once a run (or,
 the job that holds the bad value) starts. Here the overrides are parsed against Hydra's grammar,
 the config is composed for the first value of every sweep and then once for each other sweep
 value, and each composed config goes through the same typed conversion and validation the trainer
-gets (``config.to_config``, ``model.check_combination``), plus the checks that need the whole
+gets (``validation.to_config``, ``model.check_combination``), plus the checks that need the whole
 command line: options of config groups (``hydra/...`` ones too), keys appended with ``+``, ``nan``
 anywhere, a run or sweep directory that cannot be written, a run directory a live run holds. A
 failure is a :class:`ConfigError` with one line naming the key and what is allowed;

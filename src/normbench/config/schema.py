@@ -86,7 +86,7 @@ class ArchConfig:
     s_uv_init: float = 1.0
     s_z_init: float = 1.0
     norm_eps: float = 1e-6  # eps of nGPT's L2 normalisations
-    # model/more_placements.py (docs/architectures.md §3.9 to §3.14)
+    # model/norm_sites.py (docs/architectures.md §3.9 to §3.14)
     attn_gate: str = "none"  # none | headwise | elementwise: sigmoid gate before the out-projection (any softmax arch)
     scale_resids: bool = False  # normformer: learned lambda (init 1) on the FFN residual
     gain_offset: bool = False  # sandwich: norm gains stored as 1 + w, w init 0 (Gemma)
@@ -106,7 +106,7 @@ class NormConfig:
     alpha_init_final: float | None = None
     shift_init: float = 0.0  # derf: initial scalar shift
     embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
-    # model/more_norms.py (docs/architectures.md §2)
+    # model/scale_and_batch_norms.py (docs/architectures.md §2)
     seed_heads: int = 1  # seednorm: slices with their own seed <x_i, beta_i> (the paper's multi-head form)
     seed_alpha_init: float = 1.0  # seednorm: alpha init (gamma = 1, beta = 0)
     seed_final: bool = False  # seednorm: also the final norm (false: RMSNorm there; docs/architectures.md §2)

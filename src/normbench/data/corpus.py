@@ -403,7 +403,7 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible."""
     from normbench.data.checks import check_data
 
-    check_data(cfg)  # the data keys, checked where the whole config is (validation.py)
+    check_data(cfg)  # the data keys, checked where the whole config is (train/validation.py)
     name, tok_name = _get(cfg, "name"), _get(cfg, "tokenizer")
     val_fraction = float(_get(cfg, "val_fraction"))
     vocab = {"byte": 256, "gpt2": 50257}.get(tok_name, _get(cfg, "vocab_size") or DEFAULT_BPE_VOCAB)

@@ -1,4 +1,4 @@
-"""The ``export`` and ``sample`` subcommands (cli.py dispatches here)."""
+"""The ``export`` and ``sample`` subcommands (the cli package dispatches here)."""
 
 from __future__ import annotations
 

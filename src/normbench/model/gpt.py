@@ -12,7 +12,7 @@ Init (docs/architectures.md §5):
   docs/init.md): the same for every norm, so a norm comparison starts from one init. DeepNorm's
   xavier matrices keep theirs.
 - ``arch.scaled_init``: attention and MLP output projections std/sqrt(2L) (GPT-2, nanoGPT).
-- ``arch.tiny_init`` (Pangu Ultra's TinyInit, model/more_placements.py): std sqrt(1/(2dL)), embedding 0.5.
+- ``arch.tiny_init`` (Pangu Ultra's TinyInit, model/norm_sites.py): std sqrt(1/(2dL)), embedding 0.5.
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
   The untied LM head (if any) gets the same std (OLMo's full_megatron gives it d^-0.5; the
   HybridNorm recipe ties embeddings, so this does not arise there).
@@ -307,7 +307,7 @@ def base_init_std(mcfg, arch) -> float:
     """The std of the plain weight matrices: the arch's own rule where its paper has one (Pangu Ultra's
     TinyInit, HybridNorm's small init), else ``model.init_std`` resolved at this width."""
     d, L = mcfg.d_model, mcfg.n_layer
-    if getattr(arch, "tiny_init", False):  # variance 1/(2dL), embedding std 0.5 (model/more_placements.py)
+    if getattr(arch, "tiny_init", False):  # variance 1/(2dL), embedding std 0.5 (model/norm_sites.py)
         return math.sqrt(1.0 / (2.0 * d * L))
     if arch.small_init:
         return math.sqrt(2.0 / (5.0 * d))

@@ -100,7 +100,7 @@ class Components:
 
 
 def build(cfg, rank: int, world: int) -> Components:
-    """Build what the run trains with from a validated config (config.to_config); ConfigError when this
+    """Build what the run trains with from a validated config (validation.to_config); ConfigError when this
     machine cannot run it (device, world size, memory)."""
     t, T = cfg.trainer, cfg.model.seq_len
     notes = check_combination(cfg)

@@ -185,7 +185,7 @@ class OptimizerSpec:
     matrices_apart: bool = False
 
 
-# The optimizer registry: ``optim=<name>``, validation, error messages and ``list`` read it (config.py).
+# The optimizer registry: ``optim=<name>``, validation, error messages and ``list`` read it (train/validation.py).
 OPTIMIZERS: dict[str, OptimizerSpec] = {}
 
 

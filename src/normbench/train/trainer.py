@@ -8,7 +8,7 @@ over micro-batches, clip, step, re-normalize (nGPT), log, evaluate, checkpoint, 
 Determinism: on CPU the same seed gives the same losses to the last bit, and a resumed run
 continues exactly (the schedule is a pure function of the step; everything else is in the state).
 
-Extension points (tests use them, as may plugins named by ``NORMBENCH_PLUGINS``, cli.py):
+Extension points (tests use them, as may plugins named by ``NORMBENCH_PLUGINS``, cli/__init__.py):
 :meth:`Trainer.forward_backward` (one step's gradients), :meth:`Trainer.eval_loss` (one
 validation batch), :meth:`Trainer.optimizer_step`, :meth:`Trainer.save_checkpoint`.
 """

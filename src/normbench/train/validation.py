@@ -82,8 +82,8 @@ LEAK = (
 )
 
 
-def _check_more_norms(n: Any, m: Any, a: Any) -> None:
-    """Keys of the norms in model/more_norms.py (ConfigError, one line)."""
+def _check_scale_and_batch_norms(n: Any, m: Any, a: Any) -> None:
+    """Keys of the norms in model/scale_and_batch_norms.py (ConfigError, one line)."""
     if n.name == "batchnorm" and not n.allow_leak:
         raise ConfigError(f"norm=batchnorm {LEAK}")
     if n.name == "powernorm" and n.pn_warmup > 0 and not n.allow_leak:
@@ -156,7 +156,7 @@ def validate(cfg: Any) -> None:
     _positive("norm.eps", n.eps)
     for site in ("attn", "ffn", "final"):
         _positive(f"norm.alpha_init_{site}", getattr(n, f"alpha_init_{site}"))
-    _check_more_norms(n, m, a)
+    _check_scale_and_batch_norms(n, m, a)
     stabilizers.check_config(cfg)
     _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
     _positive("optim.eps", o.eps, zero_ok=True)

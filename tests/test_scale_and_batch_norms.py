@@ -1,4 +1,4 @@
-"""The papers' further norm layers (model/more_norms.py) and FixNorm (model.fixnorm).
+"""The papers' further norm layers (model/scale_and_batch_norms.py) and FixNorm (model.fixnorm).
 
 Equations against hand-computed values in float64, init, the identities the papers state,
 the causal leak of batch statistics (BatchNorm, PowerNorm's warmup) and its absence in the
