@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from normbench.model import build_model
-from normbench.model.gpt import apply_rope, record_attention_stats
+from normbench.model.attention import apply_rope, record_attention_stats
 from normbench.run.metrics import read_jsonl
 from normbench.train import diagnostics as diag_mod
 from normbench.train.diagnostics import Diagnostics, SpikeDetector, _Gather, residual_stats

@@ -18,7 +18,7 @@ from normbench.export import build_hf_model, export_run, load_exported, max_logi
 from normbench.export.custom import write_code
 from normbench.export.sample import generate, generate_hf
 from normbench.model import build_model
-from normbench.model.gpt import KVCache
+from normbench.model.attention import KVCache
 from normbench.train.validation import ARCHS, NORMS
 
 from conftest import TINY, compose, run_cli

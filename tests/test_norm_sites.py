@@ -15,7 +15,7 @@ import torch
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.model.gpt import Attention
+from normbench.model.attention import Attention
 from normbench.model.kinds import param_kinds
 from normbench.run.rundir import check_resume_config
 from test_model import (

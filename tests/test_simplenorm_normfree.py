@@ -358,7 +358,7 @@ def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
 @pytest.mark.parametrize("arch", NEW)
 def test_kv_cache_decoding_matches_the_full_forward(arch):
     """Sampling's cached path: feeding tokens one at a time gives the full forward's logits."""
-    from normbench.model.gpt import KVCache
+    from normbench.model.attention import KVCache
 
     torch.manual_seed(0)
     model = build_model(compose(["model=tiny", f"arch={arch}"]), 64).eval()

@@ -16,7 +16,7 @@ import tempfile
 import torch
 
 from normbench.errors import ConfigError, Parser, error
-from normbench.model.gpt import KVCache
+from normbench.model.attention import KVCache
 
 
 def _check_length(n_prompt: int, max_new_tokens: int, seq_len: int) -> None:

@@ -59,7 +59,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from normbench.model.gpt import MLP, Attention
+from normbench.model.attention import Attention
+from normbench.model.gpt import MLP
 from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
 from normbench.model.ngpt import NGPTBlock
 from normbench.train.distributed import is_dtensor
