@@ -15,7 +15,7 @@ from normbench.errors import ConfigError
 from normbench.model import build_model, weight_init_std
 from normbench.reproduce.claims import claims_dir, load_claim
 from normbench.reproduce.shared import check_claim
-from normbench.run.rundir import check_resume_config, flat_config
+from normbench.run.resume import check_resume_config, flat_config
 
 from conftest import compose
 

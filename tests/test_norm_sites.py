@@ -17,7 +17,7 @@ from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
 from normbench.model.attention import Attention
 from normbench.model.kinds import param_kinds
-from normbench.run.rundir import check_resume_config
+from normbench.run.resume import check_resume_config
 from test_model import (
     causal_softmax_attention,
     check_block,
@@ -128,20 +128,20 @@ def test_checkpoint_from_before_the_new_keys_resumes_only_under_their_defaults(t
 def test_every_new_config_key_says_what_old_checkpoints_computed():
     """A key added to the config must get an ADDED_KEYS entry (the value that reproduces runs made
     before it), else every older checkpoint refuses to resume ("a different model: key (<absent> ...")."""
-    from normbench.run.rundir import ADDED_KEYS, FREE_KEYS, flat_config
+    from normbench.run.resume import ADDED_KEYS, FREE_KEYS, flat_config
 
     known = (REPO / "tests" / "data" / "config_keys_before_added.txt").read_text().split("\n")
     known = {k for k in known if k and not k.startswith("#")}
     free = lambda k: any(k == f or k.startswith(f + ".") for f in FREE_KEYS)  # noqa: E731
     new = [k for k in flat_config(compose(["model=tiny"])) if k not in known and k not in ADDED_KEYS and not free(k)]
-    assert new == [], f"add these keys to rundir.ADDED_KEYS (and the list in tests/data): {new}"
+    assert new == [], f"add these keys to resume.ADDED_KEYS (and the list in tests/data): {new}"
 
 
 @pytest.mark.parametrize("norm", ["rmsnorm", "dyt", "seednorm", "powernorm"])
 def test_checkpoint_without_the_added_keys_resumes_where_it_computed_the_same(tmp_path, norm):
     """The old runs' config (every ADDED_KEYS key absent) against today's: same computation resumes;
     SeeDNorm, whose old runs had it at the final norm too, resumes only with norm.seed_final=true."""
-    from normbench.run.rundir import ADDED_KEYS, flat_config
+    from normbench.run.resume import ADDED_KEYS, flat_config
 
     new = flat_config(compose(["model=tiny", f"norm={norm}"]))
     old = {k: v for k, v in new.items() if k not in ADDED_KEYS}

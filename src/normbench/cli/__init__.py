@@ -152,7 +152,8 @@ def run_job(cfg) -> float:
     from hydra.types import RunMode
 
     from normbench.run.callbacks import Refused
-    from normbench.run.rundir import RunDir, RunDirInUse
+    from normbench.run.lock import RunDirInUse
+    from normbench.run.rundir import RunDir
     from normbench.train import trainer
     from normbench.train.signals import STOP
 

@@ -239,6 +239,6 @@ def _check_run_dir_free(argv: list[str]) -> None:
         return
     dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
     if dirs and "${" not in dirs[-1]:
-        from normbench.run.rundir import RunDir
+        from normbench.run.lock import RunLock
 
-        RunDir(dirs[-1]).lock().check_free()
+        RunLock(dirs[-1]).check_free()

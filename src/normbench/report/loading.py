@@ -20,7 +20,8 @@ import yaml
 
 from normbench.errors import ConfigError
 from normbench.run.metrics import read_jsonl
-from normbench.run.rundir import BOOKKEEPING_KEYS, UNREADABLE, RunDir
+from normbench.run.resume import BOOKKEEPING_KEYS
+from normbench.run.rundir import UNREADABLE, RunDir
 from normbench.train.outcomes import classify, finite
 
 SUMMARY_FIRST = ("arch", "norm", "optim", "seed")  # the run itself wrote these into summary.json

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from normbench.errors import ConfigError
-from normbench.run.rundir import check_resume_config, flat_config
+from normbench.run.resume import check_resume_config, flat_config
 from normbench.train import checkpoint as ckpt
 from normbench.train import distributed as dist_utils
 from normbench.train.diagnostics import SpikeDetector
@@ -84,7 +84,7 @@ class TrainState:
 
     def resume(self, path: Path, cfg, max_steps: int, sched) -> bool:
         """Load ``path`` when ``trainer.resume`` asks for it; whether it did. A fresh run sets an old
-        checkpoint aside; a resume refuses a checkpoint of another config (rundir.check_resume_config)."""
+        checkpoint aside; a resume refuses a checkpoint of another config (run/resume.check_resume_config)."""
         if not cfg.trainer.resume:
             if path.exists() and self.rank == 0:  # a fresh run here: a later resume must not pick up the old one
                 kept = path.with_name(f"replaced-{time.strftime('%Y%m%d-%H%M%S')}.pt")

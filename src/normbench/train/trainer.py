@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from normbench.errors import ConfigError, first_line
-from normbench.run.rundir import RunDir, RunLock
+from normbench.run.lock import RunLock
+from normbench.run.rundir import RunDir
 from normbench.train import build as builder
 from normbench.train import checkpoint as ckpt
 from normbench.train import distributed as dist_utils

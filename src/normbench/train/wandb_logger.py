@@ -40,7 +40,7 @@ from urllib.parse import urlparse
 from omegaconf import OmegaConf
 
 from normbench.config.schema import as_dict
-from normbench.run.rundir import BOOKKEEPING_KEYS
+from normbench.run.resume import BOOKKEEPING_KEYS
 from normbench.train.outcomes import step_stats
 
 log = logging.getLogger("normbench")
