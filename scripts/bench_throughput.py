@@ -11,7 +11,7 @@ Suites (``--suite``, comma-separated; default baseline,archs,diag):
   ``normbench.train.memory``'s estimate; then the share of nGPT's step spent re-normalizing weights.
 - ``compile``: per architecture, eager against ``compile=true``: steady-state tokens/s and
   the compile time (the extra wall time a compiled run takes to reach its steady state,
-  with a cold inductor cache); the numbers behind ``compile=auto`` (normbench/compiling.py).
+  with a cold inductor cache); the numbers behind ``compile=auto`` (normbench/train/compiling.py).
 - ``diag``: diag=default and diag=full (every 10 steps) against diag=off.
 - ``paired``: each architecture and pre_ln built in one process and stepped in alternation
   (``--rounds`` rounds): the median of the per-round ratios and its quartiles, robust to a

@@ -3,7 +3,7 @@
 # flash attention, ~50 steps per architecture (every one in normbench's registry), then a table of
 # tokens/s, MFU, peak memory (and its ratio to pre_ln and to normbench.train.memory's estimate) and the
 # compile time per arch, read from each run's summary.json; one eager pre_ln run for the compile
-# speed-up (the numbers compile=auto needs, normbench/compiling.py); with 2+ GPUs a DDP
+# speed-up (the numbers compile=auto needs, normbench/train/compiling.py); with 2+ GPUs a DDP
 # 2-process smoke run.
 #
 #   bash scripts/gpu_check.sh                       # everything, one GPU, ~10 minutes on an H100/H200
@@ -22,7 +22,7 @@
 # Without a usable Python (no .venv, normbench not importable) it runs `make install` first (which
 # picks PyPI's CUDA build of torch when nvidia-smi exists).
 # Exit status: 0 all runs completed, 1 a run failed, 2 no usable GPU / setup error.
-# MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/flops.py.
+# MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/train/flops.py.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 2

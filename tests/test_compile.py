@@ -167,7 +167,7 @@ def test_compiled_training_every_arch_and_norm(arch, tmp_path, monkeypatch):
 
 # -------------------------------------------------------------------------- compile=auto
 def test_compile_auto_compiles_only_runs_that_repay_it():
-    """The rule of normbench/compiling.py, computed by hand from its constants."""
+    """The rule of normbench/train/compiling.py, computed by hand from its constants."""
     model = build_model(compose([*TINY]), 256)
     prof = compiling.PROFILES["cpu"]
     threads = torch.get_num_threads()

@@ -1,7 +1,7 @@
 """Optimizers, the weight-decay policy and the LR schedules (issue 6).
 
 The update rules of Lion and Muon are written out here, independently of
-src/normbench/optim.py and muon.py, and compared with one optimizer step on a small tensor.
+src/normbench/train/optim.py and muon.py, and compared with one optimizer step on a small tensor.
 The training tests run in-process at a tiny size (seq 32, batch 4, 30 steps), single-threaded.
 """
 

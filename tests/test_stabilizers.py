@@ -1,4 +1,4 @@
-"""QK-Clip (src/normbench/stabilizers.py): the max-logit statistic, the per-head rescale, the trainer hook.
+"""QK-Clip (src/normbench/model/stabilizers.py): the max-logit statistic, the per-head rescale, the trainer hook.
 
 Logits are recomputed here by hand from the weights (q = W_q x, RoPE by its formula, q.k / sqrt(d_h)
 over causal pairs) in float64, so the "brought to exactly tau" check does not reuse the code under test.

@@ -136,7 +136,7 @@ class OptimConfig:
     decay_bias: bool = False
     decay_embed: bool = False
     decay_scalars: bool = False
-    qk_clip: bool = False  # QK-Clip after each step (Kimi K2 MuonClip; normbench/stabilizers.py)
+    qk_clip: bool = False  # QK-Clip after each step (Kimi K2 MuonClip; normbench/model/stabilizers.py)
     qk_clip_tau: float = 100.0  # the max pre-softmax logit a head may reach
 
 
@@ -223,7 +223,7 @@ class Config:
     seed: int = 0
     device: str = "auto"
     precision: str = "fp32"
-    compile: Any = False  # true, false or "auto" (normbench/compiling.py)
+    compile: Any = False  # true, false or "auto" (normbench/train/compiling.py)
     parallel: str = "none"
     peak_flops: float | None = None  # for MFU; None -> known value for the GPU, if any
 
