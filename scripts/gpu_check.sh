@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU check, one command on a fresh CUDA machine: gpt2_124m (GPT-2 BPE), bf16 + torch.compile +
 # flash attention, ~50 steps per architecture (every one in normbench's registry), then a table of
-# tokens/s, MFU, peak memory (and its ratio to pre_ln and to normbench.memory's estimate) and the
+# tokens/s, MFU, peak memory (and its ratio to pre_ln and to normbench.train.memory's estimate) and the
 # compile time per arch, read from each run's summary.json; one eager pre_ln run for the compile
-# speed-up (the numbers compile=auto needs, normbench/compiling.py); with 2+ GPUs a DDP
+# speed-up (the numbers compile=auto needs, normbench/train/compiling.py); with 2+ GPUs a DDP
 # 2-process smoke run.
 #
 #   bash scripts/gpu_check.sh                       # everything, one GPU, ~10 minutes on an H100/H200
@@ -22,7 +22,7 @@
 # Without a usable Python (no .venv, normbench not importable) it runs `make install` first (which
 # picks PyPI's CUDA build of torch when nvidia-smi exists).
 # Exit status: 0 all runs completed, 1 a run failed, 2 no usable GPU / setup error.
-# MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/flops.py.
+# MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/train/flops.py.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 2
@@ -43,7 +43,7 @@ if [ -z "${PYTHON:-}" ]; then
         PYTHON=.venv/bin/python
     fi
 fi
-ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.config import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
+ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.train.validation import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
     || die "cannot read the arch registry with $PYTHON"
 [ -n "$ARCHS" ] || die "cannot read the arch registry with $PYTHON"
 STEPS=${STEPS:-50}
@@ -83,8 +83,8 @@ def load(name):
 
 def estimate_gb(arch):
     try:
-        from normbench.cli import compose_config
-        from normbench.memory import estimate
+        from normbench.config.files import compose_config
+        from normbench.train.memory import estimate
         from normbench.model import padded_vocab
 
         cfg = compose_config([*common, f"arch={arch}"])
@@ -172,7 +172,7 @@ try:
         F.scaled_dot_product_attention(q, q, q, is_causal=True, scale=8.0)  # nGPT's softmax scale
 except RuntimeError as exc:
     sys.exit(f"flash attention is not usable here for bf16, head_dim 64 ({str(exc).splitlines()[0]})")
-from normbench.flops import gpu_peak_flops
+from normbench.train.flops import gpu_peak_flops
 name = torch.cuda.get_device_name(0)
 peak = gpu_peak_flops(name)
 print(f"{torch.cuda.device_count()}|{name} | torch {torch.__version__} | CUDA {torch.version.cuda} | bf16 peak "
@@ -266,8 +266,8 @@ if [ "$DRY_RUN" = 1 ]; then
     # every planned run's config composes and passes normbench's checks (the CPU side of each run)
     "$PYTHON" - "${planned[@]}" <<'EOF' || die "a planned run's config is refused (above)"
 import sys
-from normbench.cli import compose_config
-from normbench.validation import validate
+from normbench.config.files import compose_config
+from normbench.train.validation import validate
 from normbench.errors import ConfigError
 from normbench.model import check_combination
 

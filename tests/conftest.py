@@ -32,7 +32,7 @@ import normbench_test_hooks  # noqa: E402, F401  (installs the hooks)
 
 def compose(overrides: list[str] | None = None):
     """The composed, schema-checked config for ``overrides`` (as `train` would see it)."""
-    from normbench.cli import compose_config
+    from normbench.config.files import compose_config
 
     return compose_config(overrides)
 

@@ -1,7 +1,7 @@
 """Fault-injection hooks for the tests, kept out of the package.
 
 Loaded in-process by conftest.py and, in the ``python -m normbench`` subprocesses the tests start,
-through ``NORMBENCH_PLUGINS=normbench_test_hooks`` (cli.py imports the modules it names; conftest.py
+through ``NORMBENCH_PLUGINS=normbench_test_hooks`` (normbench.cli imports the modules it names; conftest.py
 puts this directory on ``PYTHONPATH``). Each hook wraps one of the trainer's extension points and
 does nothing unless its environment variable is set (read at each call, so ``monkeypatch.setenv``
 works in-process):
@@ -29,7 +29,8 @@ def _env(name: str) -> str:
 
 
 def install() -> None:
-    from normbench import checkpoint, memory, metrics, trainer
+    from normbench.run import metrics
+    from normbench.train import checkpoint, memory, trainer
 
     if getattr(trainer.Trainer, "_test_hooks", False):
         return

@@ -15,9 +15,9 @@ import statistics
 import pytest
 import torch
 
-from normbench import trainer
 from normbench.errors import ConfigError
 from normbench.model import build_model
+from normbench.train import trainer
 
 from conftest import compose, run_cli
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from normbench import cli
-from normbench.metrics import read_jsonl
+from normbench.run.metrics import read_jsonl
 
 from conftest import run_cli
 

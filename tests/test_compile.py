@@ -12,11 +12,10 @@ import torch.nn.functional as F
 from torch._dynamo.backends.debugging import aot_eager
 from torch._dynamo.utils import counters
 
-from normbench import build, compiling, trainer
-from normbench.config import ARCHS, NORMS
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.validation import validate
+from normbench.train import build, compiling, trainer
+from normbench.train.validation import ARCHS, NORMS, validate
 
 from conftest import TINY, compose
 
@@ -168,7 +167,7 @@ def test_compiled_training_every_arch_and_norm(arch, tmp_path, monkeypatch):
 
 # -------------------------------------------------------------------------- compile=auto
 def test_compile_auto_compiles_only_runs_that_repay_it():
-    """The rule of normbench/compiling.py, computed by hand from its constants."""
+    """The rule of normbench/train/compiling.py, computed by hand from its constants."""
     model = build_model(compose([*TINY]), 256)
     prof = compiling.PROFILES["cpu"]
     threads = torch.get_num_threads()

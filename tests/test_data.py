@@ -1,4 +1,4 @@
-"""Tests of normbench.data / normbench.tokenizer: corpora, tokenizers, split, cache, errors (all offline)."""
+"""Tests of normbench.data (corpus, tokenizer): corpora, tokenizers, split, cache, errors (all offline)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from normbench.config import DataConfig
-from normbench.data import TokenData, corpus_text, load_data, split_text
+from normbench.config.schema import DataConfig
+from normbench.data.corpus import TokenData, corpus_text, load_data, split_text
+from normbench.data.tokenizer import build_tokenizer
 from normbench.errors import DataError
-from normbench.tokenizer import build_tokenizer
 
 
 def make_cfg(tmp_path, **kw):

@@ -9,13 +9,13 @@ import warnings
 import pytest
 import torch
 
-from normbench import diagnostics as diag_mod
-from normbench.diagnostics import Diagnostics, SpikeDetector, _Gather, residual_stats
-from normbench.metrics import read_jsonl
 from normbench.model import build_model
-from normbench.model.gpt import apply_rope, record_attention_stats
-from normbench.trainer import run
-from normbench.wandb_logger import flatten_record
+from normbench.model.attention import apply_rope, record_attention_stats
+from normbench.run.metrics import read_jsonl
+from normbench.train import diagnostics as diag_mod
+from normbench.train.diagnostics import Diagnostics, SpikeDetector, _Gather, residual_stats
+from normbench.train.trainer import run
+from normbench.train.wandb_logger import flatten_record
 
 from conftest import TINY, compose
 
@@ -520,7 +520,7 @@ def _count_hooks(model: torch.nn.Module) -> int:
 
 @pytest.mark.parametrize("name", ["off", "full"])
 def test_no_hooks_and_diag_off_never_runs(tmp_path, monkeypatch, name):
-    from normbench import trainer as trainer_mod
+    from normbench.train import trainer as trainer_mod
 
     seen: dict = {}
     orig_fit = trainer_mod.Trainer.fit

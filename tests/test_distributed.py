@@ -1,6 +1,6 @@
 """torchrun with 2 CPU processes (gloo): DDP and FSDP2 reproduce a single process with the same global batch.
 
-The fast tests at the top check the helpers of ``normbench.distributed`` in one process.
+The fast tests at the top check the helpers of ``normbench.train.distributed`` in one process.
 
 Every test here starts ``python -m torch.distributed.run --standalone --nproc_per_node=2``
 (a free rendezvous port each time) and compares against an in-process single run of
@@ -42,7 +42,7 @@ STEPS = 4
 
 # ------------------------------------------------------------------ one process, fast
 def test_single_process_helpers_are_plain(tiny_cfg, monkeypatch):
-    from normbench import distributed as du
+    from normbench.train import distributed as du
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     cfg = tiny_cfg("parallel=fsdp")
@@ -66,7 +66,7 @@ def test_shutdown_keeps_the_process_group_alive_until_the_process_exits(tmp_path
     finished rank that never exits). shutdown() keeps the group; torchrun workers leave by os._exit."""
     import torch.distributed as dist
 
-    from normbench import distributed as du
+    from normbench.train import distributed as du
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     store = dist.FileStore(str(tmp_path / "store"), 1)
@@ -79,8 +79,8 @@ def test_shutdown_keeps_the_process_group_alive_until_the_process_exits(tmp_path
 
 
 def test_fsdp_refuses_whole_matrix_optimizers(tiny_cfg, monkeypatch):
-    from normbench import distributed as du
     from normbench.errors import ConfigError
+    from normbench.train import distributed as du
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     for optim in ("muon", "adafactor"):
@@ -92,7 +92,7 @@ def test_fsdp_refuses_whole_matrix_optimizers(tiny_cfg, monkeypatch):
 
 def test_grad_accum_not_divisible_by_world_size_names_a_value_that_is(tiny_cfg, monkeypatch, tmp_path):
     from normbench.errors import ConfigError
-    from normbench.trainer import Trainer
+    from normbench.train.trainer import Trainer
 
     monkeypatch.setenv("WORLD_SIZE", "4")
     with pytest.raises(ConfigError, match=r"trainer.grad_accum=6 must be a multiple .* \(e.g. trainer.grad_accum=8\)"):
@@ -101,9 +101,9 @@ def test_grad_accum_not_divisible_by_world_size_names_a_value_that_is(tiny_cfg, 
 
 def test_checkpoint_state_round_trip(tiny_cfg):
     """torch's full-state-dict API in one process: the same states back, name-keyed, from the old format too."""
-    from normbench import distributed as du
     from normbench.model import build_model
-    from normbench.optim import build_optimizer
+    from normbench.train import distributed as du
+    from normbench.train.optim import build_optimizer
 
     cfg = tiny_cfg("optim=muon")  # an OptimizerList of two optimizers (AdamW + Muon)
 
@@ -225,7 +225,7 @@ def assert_same_weights(got: dict, ref: dict, atol: float = 1e-6) -> None:
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     """In-process single-process reference runs, by arch."""
-    from normbench import trainer
+    from normbench.train import trainer
 
     cache = {}
 
@@ -271,7 +271,7 @@ def test_torchrun_matches_single_process(mode, single, tmp_path):
 @pytest.mark.slow
 def test_ddp_resume_and_resume_across_world_sizes(single, tmp_path):
     """Stop a 2-process DDP run at step 2; resume it under DDP, FSDP2 and in one process."""
-    from normbench import trainer
+    from normbench.train import trainer
 
     ref = single("pre_ln")
     first = tmp_path / "first"
@@ -311,7 +311,7 @@ def test_ddp_resume_with_dropout_continues_each_ranks_stream(tmp_path):
 def test_ddp_qk_clip_takes_the_max_over_ranks(tmp_path):
     """Each rank sees one micro-batch; the clip must act on the MAX over both (all-reduced), as one
     process does over its two micro-batches: same measured logits, same clipped weights."""
-    from normbench import trainer
+    from normbench.train import trainer
 
     clip = [*BASE, "trainer.max_steps=3", "diag=off", "optim.qk_clip=true", "optim.qk_clip_tau=0.1"]
     ref = tmp_path / "single"
@@ -335,9 +335,9 @@ SIGNAL_WORKER = textwrap.dedent(
 
     from hydra import compose, initialize_config_dir
 
-    from normbench import distributed as du, trainer as tr
-    from normbench.cli import config_dir
-    from normbench.config import register_configs
+    from normbench.train import distributed as du, trainer as tr
+    from normbench.config.files import config_dir
+    from normbench.config.schema import register_configs
 
     out, overrides = Path(sys.argv[1]), sys.argv[2:]
     register_configs()
@@ -374,7 +374,7 @@ def test_a_signal_on_one_rank_stops_every_rank_at_the_next_step(tmp_path):
     assert [(out / f"exit{r}").read_text() for r in (0, 1)] == ["143", "143"]
     s = json.loads((out / "run" / "summary.json").read_text())
     assert s["status"] == "interrupted" and s["step"] == 4 and "SIGTERM at step 4" in s["reason"]
-    from normbench import checkpoint
+    from normbench.train import checkpoint
 
     assert checkpoint.load(out / "run" / "checkpoints" / "last.pt")["step"] == 4
 
@@ -391,9 +391,9 @@ WORKER = textwrap.dedent(
     from hydra import compose, initialize_config_dir
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    from normbench import distributed as du, trainer as tr
-    from normbench.cli import config_dir
-    from normbench.config import register_configs
+    from normbench.train import distributed as du, trainer as tr
+    from normbench.config.files import config_dir
+    from normbench.config.schema import register_configs
 
     out, overrides = Path(sys.argv[1]), sys.argv[2:]
     register_configs()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from normbench import trainer
-from normbench.metrics import read_jsonl
+from normbench.run.metrics import read_jsonl
+from normbench.train import trainer
 
 from conftest import REPO, TINY, compose
 

@@ -22,7 +22,7 @@ import json
 
 import pytest
 
-from normbench import trainer
+from normbench.train import trainer
 
 from conftest import compose
 

@@ -13,13 +13,13 @@ import json
 import pytest
 import torch
 
-from normbench.config import ARCHS, NORMS
 from normbench.errors import ConfigError
 from normbench.export import build_hf_model, export_run, load_exported, max_logit_diff
 from normbench.export.custom import write_code
+from normbench.export.sample import generate, generate_hf
 from normbench.model import build_model
-from normbench.model.gpt import KVCache
-from normbench.sample import generate, generate_hf
+from normbench.model.attention import KVCache
+from normbench.train.validation import ARCHS, NORMS
 
 from conftest import TINY, compose, run_cli
 
@@ -32,7 +32,7 @@ GPT2_SHAPE = ["norm=layernorm", "model.pos=learned", "model.mlp=gelu", "model.bi
 EXPORTED_NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none")
 NOT_EXPORTED = tuple(n for n in NORMS if n not in EXPORTED_NORMS)
 # The placements whose operations the exported classes lack (1/sqrt(l) input scale, width QK-norm, 1 + w
-# gains, NormFormer's head scale and FFN norm) are refused in one line (tests/test_more_placements.py).
+# gains, NormFormer's head scale and FFN norm) are refused in one line (tests/test_norm_sites.py).
 NOT_EXPORTED_ARCHS = ("lns", "reordered", "sandwich", "normformer")
 # every arch x exported norm that trains: norm=none only with pre_ln; nGPT ignores norm= (one entry)
 # simplenorm and the norm-free archs (their own blocks) are refused in one line (tests/test_simplenorm_normfree.py)
@@ -207,8 +207,8 @@ def test_kv_cache_leaves_training_untouched():
 def test_tokenizer_round_trip(tmp_path, name):
     from transformers import AutoTokenizer
 
+    from normbench.data.tokenizer import build_tokenizer
     from normbench.export.tokenizer import hf_tokenizer
-    from normbench.tokenizer import build_tokenizer
 
     text = "In the beginning God created the heaven and the earth.\n  Ünïcödé: naïve café — 1234 ✓ 🎉\tend"
     train = (text + "\n") * 50 + "the quick brown fox jumps over the lazy dog. " * 200
@@ -263,7 +263,7 @@ def test_cli_export_and_sample_agree_on_a_trained_gpt2_run(gpt2_run, capsys):
 
 def test_export_of_a_trained_custom_run_in_process(tmp_path):
     """peri_ln + derf with a trained BPE (config read back from the checkpoint: no .hydra/ here)."""
-    from normbench import trainer
+    from normbench.train import trainer
 
     overrides = ["arch=peri_ln", "norm=derf", "data=synthetic", "data.tokenizer=bpe", "data.vocab_size=300"]
     cfg = compose([*TINY, *overrides, "data.synthetic_tokens=40000", "trainer.max_steps=4", "diag=off"])

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 from safetensors import SafetensorError
 
-from normbench import cli, trainer
+from normbench import cli
 from normbench.errors import ConfigError
 from normbench.export import target
 from normbench.export.target import STAGE_PREFIX, staged
+from normbench.train import trainer
 
 from conftest import REPO, TINY, compose, run_cli
 

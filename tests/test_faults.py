@@ -23,10 +23,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from normbench import build, cli, report, rundir, trainer
-from normbench import checkpoint as ckpt
+from normbench import cli, report
 from normbench.errors import ConfigError
-from normbench.metrics import JsonlWriter, read_jsonl
+from normbench.run import lock as runlock
+from normbench.run import rundir
+from normbench.run.metrics import JsonlWriter, read_jsonl
+from normbench.train import build, trainer
+from normbench.train import checkpoint as ckpt
 
 from conftest import OFFLINE_ENV, compose, run_cli
 
@@ -101,8 +104,8 @@ def test_signal_checkpoints_marks_interrupted_and_resume_matches(tmp_path, refer
     proc = start(tmp_path, *RUN, "hydra.run.dir=run", NORMBENCH_TEST_SLOW_LOG="0.15")
     wait_for(lambda: len(steps(run)) >= 5, proc)
     # while it runs, the directory is locked: a second run is refused with the owner's pid
-    with pytest.raises(rundir.RunDirInUse, match=f"in use by process {socket.gethostname()}:{proc.pid}"):
-        rundir.RunLock(run).check_free()
+    with pytest.raises(runlock.RunDirInUse, match=f"in use by process {socket.gethostname()}:{proc.pid}"):
+        runlock.RunLock(run).check_free()
     proc.send_signal(sig)
     assert proc.wait(timeout=120) == 128 + sig
     assert "Traceback" not in (tmp_path / "err.txt").read_text()
@@ -208,7 +211,7 @@ def test_signal_in_a_sweep_stops_it_and_the_printed_command_resumes_the_sweep(tm
 def test_signal_after_the_last_safe_point_completes_then_stops(tmp_path, monkeypatch):
     """A signal during the final checkpoint write: the run is complete (nothing is lost), and the
     process still leaves with 143 so that a sweep goes no further."""
-    from normbench.signals import STOP
+    from normbench.train.signals import STOP
 
     original = trainer.Trainer.save_checkpoint
 
@@ -551,7 +554,7 @@ def _dead_pid() -> int:
 def test_live_lock_refuses_a_second_run(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    holder = rundir.RunLock(run)
+    holder = runlock.RunLock(run)
     holder.acquire()
     try:
         capsys.readouterr()
@@ -560,8 +563,8 @@ def test_live_lock_refuses_a_second_run(tmp_path, capsys):
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert f"run directory {run} is in use by process {socket.gethostname()}:{os.getpid()}" in err
         assert not (run / ".hydra").exists(), "refused before Hydra writes into the directory"
-        with pytest.raises(rundir.RunDirInUse):  # the lock the run itself takes (sweeps, torchrun)
-            rundir.RunLock(run).acquire()
+        with pytest.raises(runlock.RunDirInUse):  # the lock the run itself takes (sweeps, torchrun)
+            runlock.RunLock(run).acquire()
     finally:
         holder.release()
     assert not (run / ".lock").exists()
@@ -571,7 +574,7 @@ def test_sweep_job_into_a_live_run_dir_leaves_that_run_alone(tmp_path, capsys):
     job = tmp_path / "sweep" / "job0"
     job.mkdir(parents=True)
     (job / "summary.json").write_text('{"status": "running", "step": 7}')
-    holder = rundir.RunLock(job)
+    holder = runlock.RunLock(job)
     holder.acquire()
     try:
         code = cli.main(
@@ -606,11 +609,11 @@ def test_stale_lock_from_another_host(tmp_path):
     run.mkdir()
     (run / ".lock").write_text("node-17:4242")
     (run / "summary.json").write_text('{"status": "running", "step": 3}')
-    with pytest.raises(rundir.RunDirInUse, match=r"locked by node-17:4242 on another host, which wrote to it \d+ s"):
-        rundir.RunLock(run).acquire()
+    with pytest.raises(runlock.RunDirInUse, match=r"locked by node-17:4242 on another host, which wrote to it \d+ s"):
+        runlock.RunLock(run).acquire()
     hour_ago = time.time() - 3600
     os.utime(run / "summary.json", (hour_ago, hour_ago))
-    lock = rundir.RunLock(run)
+    lock = runlock.RunLock(run)
     lock.acquire()
     try:
         assert (run / ".lock").read_text() == f"{socket.gethostname()}:{os.getpid()}"
@@ -637,16 +640,16 @@ def test_lock_without_flock_falls_back_to_the_pid(tmp_path, monkeypatch):
     def no_flock(fd, op):
         raise OSError(37, "No locks available")
 
-    monkeypatch.setattr(rundir.fcntl, "flock", no_flock)
+    monkeypatch.setattr(runlock.fcntl, "flock", no_flock)
     lock_file = tmp_path / ".lock"
     lock_file.write_text(f"{socket.gethostname()}:{_dead_pid()}")
-    lock = rundir.RunLock(tmp_path)
+    lock = runlock.RunLock(tmp_path)
     lock.acquire()  # dead owner: taken over
     assert lock_file.read_text() == f"{socket.gethostname()}:{os.getpid()}"
     lock.release()
     lock_file.write_text(f"{socket.gethostname()}:{os.getppid()}")  # a live owner
-    with pytest.raises(rundir.RunDirInUse):
-        rundir.RunLock(tmp_path).acquire()
+    with pytest.raises(runlock.RunDirInUse):
+        runlock.RunLock(tmp_path).acquire()
 
 
 # ------------------------------------------------------------------------------------------- non-finite

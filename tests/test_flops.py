@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from normbench import flops
 from normbench.model import build_model
+from normbench.train import flops
 
 
 def test_flops_per_token_by_hand():
@@ -74,7 +74,7 @@ def test_peak_and_mfu_on_cpu():
 
 
 def test_throughput_keys_in_metrics_and_summary(tiny_cfg, tmp_path):
-    from normbench import trainer
+    from normbench.train import trainer
 
     cfg = tiny_cfg("trainer.batch_size=2", "trainer.max_steps=7", "trainer.log_every=7", "diag=off", "peak_flops=1e12")
     summary = trainer.run(cfg, tmp_path)

@@ -10,12 +10,12 @@ import pytest
 import torch
 import yaml
 
-from normbench.config import init_std_of, upgrade_legacy
+from normbench.config.schema import init_std_of, upgrade_legacy
 from normbench.errors import ConfigError
 from normbench.model import build_model, weight_init_std
 from normbench.reproduce.claims import claims_dir, load_claim
 from normbench.reproduce.shared import check_claim
-from normbench.rundir import check_resume_config, flat_config
+from normbench.run.resume import check_resume_config, flat_config
 
 from conftest import compose
 
@@ -65,7 +65,7 @@ def test_a_number_draws_exactly_what_it_drew_before():
 
 @pytest.mark.parametrize("bad", ["wide", "-0.1", "0", "true"])
 def test_bad_init_std_refused_in_one_line(bad):
-    from normbench.config import to_config
+    from normbench.train.validation import to_config
 
     with pytest.raises(ConfigError) as exc:
         to_config(compose(["model=tiny", f"model.init_std={bad}"]))

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from normbench import checkpoint as ckpt
 from normbench import cli, report
 from normbench.errors import ConfigError
 from normbench.reproduce.skip_eval import SKIP_FILE, skip_losses
+from normbench.train import checkpoint as ckpt
 
 from conftest import run_cli
 

@@ -1,7 +1,7 @@
 """Optimizers, the weight-decay policy and the LR schedules (issue 6).
 
 The update rules of Lion and Muon are written out here, independently of
-src/normbench/optim.py and muon.py, and compared with one optimizer step on a small tensor.
+src/normbench/train/optim.py and muon.py, and compared with one optimizer step on a small tensor.
 The training tests run in-process at a tiny size (seq 32, batch 4, 30 steps), single-threaded.
 """
 
@@ -16,12 +16,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from normbench import optim, trainer
-from normbench.config import ARCHS, OPTIMS
-from normbench.metrics import read_jsonl
 from normbench.model import build_model
 from normbench.model.kinds import is_norm
-from normbench.validation import validate
+from normbench.run.metrics import read_jsonl
+from normbench.train import optim, trainer
+from normbench.train.validation import ARCHS, OPTIMS, validate
 
 from conftest import compose
 
@@ -518,7 +517,7 @@ def test_resume_restores_the_optimizer_state_exactly(name, tmp_path, monkeypatch
 def test_optim_experiment_crosses_every_placement_with_every_optimizer():
     import yaml
 
-    from normbench.cli import config_dir
+    from normbench.config.files import config_dir
     from normbench.model import check_combination
 
     def params(name):

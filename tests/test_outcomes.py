@@ -1,5 +1,5 @@
 """Run outcomes (learned/unstable/stuck/diverged), the no-context baseline and the per-layer
-statistics of summary.json (normbench.outcomes)."""
+statistics of summary.json (normbench.train.outcomes)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from normbench import outcomes
-from normbench.data import load_data
-from normbench.metrics import read_jsonl
-from normbench.trainer import Trainer, run
+from normbench.data.corpus import load_data
+from normbench.run.metrics import read_jsonl
+from normbench.train import outcomes
+from normbench.train.trainer import Trainer, run
 
 from conftest import TINY, compose
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from normbench.config import ARCHS
+from normbench.train.validation import ARCHS
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 

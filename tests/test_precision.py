@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from normbench.model import build_model
-from normbench.model.gpt import apply_rope, rope_cache
+from normbench.model.attention import apply_rope, rope_cache
 from normbench.model.norms import LayerNorm, RMSNorm, upcast
 
 from conftest import compose

@@ -477,8 +477,8 @@ def test_report_on_a_partly_failed_real_sweep(tmp_path):
 
 
 def test_bookkeeping_keys_are_the_ones_hydra_leaves_out_of_job_dir_names():
-    from normbench.cli import config_dir
-    from normbench.rundir import BOOKKEEPING_KEYS
+    from normbench.config.files import config_dir
+    from normbench.run.resume import BOOKKEEPING_KEYS
 
     hydra_cfg = yaml.safe_load((config_dir() / "config.yaml").read_text())["hydra"]
     assert hydra_cfg["job"]["config"]["override_dirname"]["exclude_keys"] == list(BOOKKEEPING_KEYS)

@@ -368,7 +368,7 @@ def test_issue17_claims_compose_to_valid_configs(cid):
     """Every grid point of the claims added with the further norms and QK-Clip is a valid training config."""
     import itertools
 
-    from normbench.validation import validate
+    from normbench.train.validation import validate
 
     from conftest import compose
 

@@ -17,14 +17,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from normbench import cli, trainer
-from normbench.diagnostics import Diagnostics
+from normbench import cli
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
 from normbench.model.kinds import param_kinds
 from normbench.model.normfree import NormFreeBlock, fixup_branches, tfixup_factor
 from normbench.model.simplegpt import SimpleAttention, SimpleMLP
-from normbench.optim import decayed_kinds
+from normbench.train import trainer
+from normbench.train.diagnostics import Diagnostics
+from normbench.train.optim import decayed_kinds
 
 from conftest import TINY, compose
 
@@ -338,7 +339,7 @@ def test_export_refuses_in_one_line(arch):
 def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
     from normbench.reproduce import runner
     from normbench.reproduce.claims import load_claim
-    from normbench.validation import validate
+    from normbench.train.validation import validate
 
     claim = load_claim(cid)
     assert set(claim.scales) == {"cpu", "gpu"} and claim.tests
@@ -357,7 +358,7 @@ def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
 @pytest.mark.parametrize("arch", NEW)
 def test_kv_cache_decoding_matches_the_full_forward(arch):
     """Sampling's cached path: feeding tokens one at a time gives the full forward's logits."""
-    from normbench.model.gpt import KVCache
+    from normbench.model.attention import KVCache
 
     torch.manual_seed(0)
     model = build_model(compose(["model=tiny", f"arch={arch}"]), 64).eval()

@@ -1,4 +1,4 @@
-"""QK-Clip (src/normbench/stabilizers.py): the max-logit statistic, the per-head rescale, the trainer hook.
+"""QK-Clip (src/normbench/model/stabilizers.py): the max-logit statistic, the per-head rescale, the trainer hook.
 
 Logits are recomputed here by hand from the weights (q = W_q x, RoPE by its formula, q.k / sqrt(d_h)
 over causal pairs) in float64, so the "brought to exactly tau" check does not reuse the code under test.
@@ -12,10 +12,10 @@ import math
 import pytest
 import torch
 
-from normbench import trainer
 from normbench.errors import ConfigError
 from normbench.model import build_model
-from normbench.stabilizers import QKClip, head_logit_max
+from normbench.model.stabilizers import QKClip, head_logit_max
+from normbench.train import trainer
 
 from conftest import compose
 
@@ -164,7 +164,7 @@ def test_trains_with_muon_and_adamw_and_holds_the_logit(tmp_path, optim, lr, tau
     ],
 )
 def test_refused_where_it_cannot_act(overrides, needle):
-    from normbench.validation import validate
+    from normbench.train.validation import validate
 
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         validate(compose(["model=tiny", "optim.qk_clip=true", *overrides]))

@@ -16,14 +16,15 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from normbench import cli
-from normbench.config import ARCHS, NORMS, register_configs
-from normbench.overrides import _expand, prevalidate
-from normbench.sweeps import claim
+from normbench.cli.overrides import _expand, prevalidate
+from normbench.config import files
+from normbench.config.schema import register_configs
+from normbench.run.sweeps import claim
+from normbench.train.validation import ARCHS, NORMS
 
 from conftest import OFFLINE_ENV, REPO, TINY, run_cli
 
-EXPERIMENTS = sorted(p.stem for p in (cli.config_dir() / "experiment").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in (files.config_dir() / "experiment").glob("*.yaml"))
 FAST = [*TINY, "trainer.max_steps=4", "trainer.log_every=2", "trainer.eval_every=2", "diag.every=2"]
 
 
@@ -35,7 +36,7 @@ def compose_with_hydra(overrides: list[str]):
     register_configs()
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(cli.config_dir()), version_base="1.3", job_name="train"):
+        with initialize_config_dir(config_dir=str(files.config_dir()), version_base="1.3", job_name="train"):
             return compose(config_name="config", overrides=overrides, return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
@@ -44,7 +45,7 @@ def compose_with_hydra(overrides: list[str]):
 def header(name: str) -> str:
     """The leading comment block of an experiment file, as one line."""
     lines = []
-    for line in (cli.config_dir() / "experiment" / f"{name}.yaml").read_text().splitlines():
+    for line in (files.config_dir() / "experiment" / f"{name}.yaml").read_text().splitlines():
         if not line.startswith("#"):
             break
         lines.append(line.lstrip("#").strip())
@@ -92,7 +93,7 @@ def test_glob_sweeps_see_only_the_options():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     register_configs()
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(cli.config_dir())))
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(files.config_dir())))
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(["arch=glob(*)", "norm=glob(*)"])
     expanded = {o.key_or_group: sorted(o.sweep_string_iterator()) for o in parsed}
     assert expanded == {"arch": sorted(ARCHS), "norm": sorted(NORMS)}
@@ -118,7 +119,7 @@ def test_default_sweep_dir_names():
     raw = OmegaConf.to_container(hc.sweep, resolve=False)
     assert raw["dir"] == "outputs/multirun/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}"  # microseconds
     assert raw["subdir"] == "${hydra.job.num}_${nb_job_dir:${hydra.job.override_dirname}}"  # flat (rundir)
-    assert hc.callbacks.unique_sweep_dir._target_ == "normbench.sweeps.UniqueSweepDir"
+    assert hc.callbacks.unique_sweep_dir._target_ == "normbench.run.sweeps.UniqueSweepDir"
 
 
 def test_claim_takes_the_next_free_name(tmp_path):

@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from normbench import cli, listing, throughput, trainer
-from normbench.metrics import read_jsonl
-from normbench.validation import validate
+from normbench import cli
+from normbench.cli import listing
+from normbench.config import files
+from normbench.run.metrics import read_jsonl
+from normbench.train import throughput, trainer
+from normbench.train.validation import validate
 
 from conftest import TINY, compose, run_cli
 
@@ -50,12 +53,12 @@ SUMMARY_KEYS = {
 }
 
 
-@pytest.mark.parametrize("group,option", [(g, o) for g in cli.GROUPS if g != "experiment" for o in cli.options(g)])
+@pytest.mark.parametrize("group,option", [(g, o) for g in files.GROUPS if g != "experiment" for o in files.options(g)])
 def test_every_group_option_composes_and_validates(group, option):
     extra = {
         "files": ["data.paths=[x.txt]"],
         "hf": ["data.hf_path=some/dataset"],
-        "batchnorm": ["norm.allow_leak=true"],  # refused without it (tests/test_more_norms.py)
+        "batchnorm": ["norm.allow_leak=true"],  # refused without it (tests/test_scale_and_batch_norms.py)
     }.get(option, [])
     cfg = compose([f"{group}={option}", *extra])
     node = cfg[group]
@@ -63,11 +66,11 @@ def test_every_group_option_composes_and_validates(group, option):
     validate(cfg)
 
 
-@pytest.mark.parametrize("experiment", cli.options("experiment"))
+@pytest.mark.parametrize("experiment", files.options("experiment"))
 def test_every_experiment_composes(experiment):
     cfg = compose([f"experiment={experiment}"])
     assert cfg.model.name == "tiny"  # every ready ablation runs on CPU by default
-    text = (cli.config_dir() / "experiment" / f"{experiment}.yaml").read_text()
+    text = (files.config_dir() / "experiment" / f"{experiment}.yaml").read_text()
     assert "# Question:" in text and "# @package _global_" in text
 
 
@@ -81,17 +84,20 @@ CHECKPOINT_KEYS = {
 def test_list_prints_every_option_with_its_source(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    for group in cli.GROUPS:
+    for group in files.GROUPS:
         assert f"{group}:" in out
-        for option in cli.options(group):
+        for option in files.options(group):
             line = next(ln for ln in out.splitlines() if ln.strip().startswith(option + " "))
             assert len(line.split(None, 1)[1]) > 10, line  # a description, not just the name
     assert "arXiv:2410.01131" in out  # nGPT's paper
     assert max(len(ln) for ln in out.splitlines()) <= 180  # one short line per option
     assert "Adafactor (Shazeer & Stern 2018)" in out and "RELATIVE" not in out  # first sentence only
     for group in ("arch", "norm", "optim"):  # each with its paper (norm=none has none to cite)
-        for option in set(cli.options(group)) - {"none"}:
-            assert listing._CITES.search(listing.describe(cli.config_dir() / group / f"{option}.yaml")), (group, option)
+        for option in set(files.options(group)) - {"none"}:
+            assert listing._CITES.search(listing.describe(files.config_dir() / group / f"{option}.yaml")), (
+                group,
+                option,
+            )
     assert cli.main(["list", "arch"]) == 0
     assert cli.main(["list", "bogus"]) == 2
 
@@ -272,7 +278,7 @@ def test_console_script_is_installed():
 def test_user_config_dir_overlays_conf(tmp_path):
     import yaml
 
-    from normbench.config import qk_norm_mode
+    from normbench.config.schema import qk_norm_mode
 
     (tmp_path / "mine" / "arch").mkdir(parents=True)
     (tmp_path / "mine" / "arch" / "pre_qk.yaml").write_text(
@@ -294,7 +300,7 @@ def test_eval_follows_eval_every_whatever_log_every(tmp_path):
 
 def test_checkpoint_between_log_steps_carries_every_loss(tmp_path):
     """A periodic checkpoint taken between log steps must hold the loss bookkeeping up to its step."""
-    from normbench import checkpoint
+    from normbench.train import checkpoint
 
     _run_in_process(tmp_path / "r", "trainer.max_steps=12", "trainer.ckpt_every=5", "trainer.log_every=10")
     full = read_jsonl(tmp_path / "r" / "metrics.jsonl")
@@ -344,7 +350,7 @@ def test_ranks_split_the_global_batch_of_one_process():
     import numpy as np
     import torch
 
-    from normbench.batches import Batches
+    from normbench.data.batches import Batches
 
     tokens = np.arange(1000, dtype=np.uint16)
     cpu = torch.device("cpu")

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from normbench import report
-from normbench.wandb_logger import WandbLogger, sweep_group
+from normbench.train.wandb_logger import WandbLogger, sweep_group
 
 from conftest import REPO, TINY, compose, run_cli
 
@@ -147,7 +147,7 @@ def wandb_cfg(tmp_path, monkeypatch):
 
 
 def test_crashed_run_finishes_with_nonzero_exit_code(tmp_path, wandb_cfg, monkeypatch):
-    from normbench import trainer
+    from normbench.train import trainer
 
     def boom(self):
         self.recorder.wandb.log({"step": 1, "loss": 5.0})
@@ -164,7 +164,7 @@ def test_crashed_run_finishes_with_nonzero_exit_code(tmp_path, wandb_cfg, monkey
 
 
 def test_resumed_run_continues_the_same_wandb_run(tmp_path, wandb_cfg):
-    from normbench import checkpoint, trainer
+    from normbench.train import checkpoint, trainer
 
     run_dir = tmp_path / "run"
     first = trainer.run(wandb_cfg(), run_dir)
@@ -225,8 +225,8 @@ def test_depth_charts_are_few_and_cover_first_and_last(tmp_path):
 
 
 def test_resumed_logger_refills_depth_profiles_and_spike_steps_are_no_layers(tmp_path):
-    from normbench.metrics import JsonlWriter
-    from normbench.wandb_logger import flatten_record
+    from normbench.run.metrics import JsonlWriter
+    from normbench.train.wandb_logger import flatten_record
 
     writer = JsonlWriter(tmp_path / "metrics.jsonl")
     for step in (1, 10, 20):  # written by the first process

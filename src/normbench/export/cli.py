@@ -1,21 +1,11 @@
-"""The ``export`` and ``sample`` subcommands (cli.py dispatches here)."""
+"""The ``export`` and ``sample`` subcommands (the cli package dispatches here)."""
 
 from __future__ import annotations
 
-import argparse
-
-from normbench.errors import ConfigError
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are normbench's one line (``normbench: error: ...``, status 2)."""
-
-    def error(self, message: str):
-        raise ConfigError(f"{self.prog.split()[-1]}: {message} (see {self.prog} --help)")
+from normbench.errors import ConfigError, Parser, error
 
 
 def export_main(argv: list[str]) -> int:
-    from normbench.cli import error
     from normbench.export import export_run
 
     p = Parser(
@@ -37,7 +27,7 @@ def export_main(argv: list[str]) -> int:
 
 
 def sample_main(argv: list[str]) -> int:
-    from normbench.sample import main
+    from normbench.export.sample import main
 
     _quiet_transformers()
     return main(argv)

@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from normbench import checkpoint
 from normbench.errors import ConfigError
-from normbench.rundir import RunDir
+from normbench.run.rundir import RunDir
+from normbench.train import checkpoint
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Run:
 
 def _config(run_dir: Path, state: dict):
     """``.hydra/config.yaml`` over the schema (keys added since fill in), else the checkpoint's copy."""
-    from normbench.config import Config
+    from normbench.config.schema import Config
 
     path = RunDir(run_dir).config_path
     if path.is_file():
@@ -97,8 +97,8 @@ def load_run(run_dir, warn: bool = True) -> Run:
 
 def run_tokenizer(cfg):
     """The run's normbench tokenizer (``bpe``: the trained one from the token cache, rebuilt if gone)."""
-    from normbench.data import load_data
-    from normbench.tokenizer import build_tokenizer
+    from normbench.data.corpus import load_data
+    from normbench.data.tokenizer import build_tokenizer
 
     name = cfg.data.tokenizer
     if name in ("byte", "gpt2"):

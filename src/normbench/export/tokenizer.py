@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from normbench.tokenizer import BpeTokenizer, ByteTokenizer, Gpt2Tokenizer, _bytes_to_unicode
+from normbench.data.tokenizer import BpeTokenizer, ByteTokenizer, Gpt2Tokenizer, _bytes_to_unicode
 
 
 def _byte_level(tok):

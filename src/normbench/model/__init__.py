@@ -6,9 +6,9 @@ import math
 
 import torch.nn as nn
 
-import normbench.model.more_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
-import normbench.model.more_placements  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
-from normbench.config import qk_norm_mode
+import normbench.model.norm_sites  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
+import normbench.model.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
+from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT, base_init_std
 from normbench.model.ngpt import NGPT
@@ -54,7 +54,7 @@ def check_combination(cfg) -> list[str]:
     with a norm other than dyt/derf (the sqrt(d) embedding scalar is part of their LLM recipe);
     ``mix_ln`` without its final norm (the paper always applies it); ``arch.attn_gate`` with nGPT;
     ``arch.gain_offset`` and ``arch=sandwich_depth`` without a gain vector; ``arch.tiny_init`` with another
-    init rule (:func:`_check_more_placements`).
+    init rule (:func:`_check_norm_sites`).
     Noted, never silent: keys an arch ignores (nGPT ignores ``norm=``, warmup and the model
     keys it has no use for; ``arch.alpha``/``beta`` belong to DeepNorm, ``arch.post_ratio`` to
     Mix-LN), ablations that leave a paper's recipe (Peri-LN without Output-norm gains), and the
@@ -124,7 +124,7 @@ def check_combination(cfg) -> list[str]:
         raise ConfigError(
             f"arch.qk_norm={qk} needs a norm layer; norm=none has none (choose layernorm/rmsnorm/dyt/derf)"
         )
-    notes += _check_more_placements(cfg)
+    notes += _check_norm_sites(cfg)
     if cfg.norm.embed_scale and norm not in ("dyt", "derf"):
         raise ConfigError(
             f"norm.embed_scale=true belongs to the DyT/Derf recipe; norm={norm} has no embedding scalar "
@@ -206,8 +206,8 @@ def check_norm_free_and_simplenorm(cfg) -> list[str]:
     return notes
 
 
-def _check_more_placements(cfg) -> list[str]:
-    """The keys of model/more_placements.py: refused where they cannot act, noted where ignored."""
+def _check_norm_sites(cfg) -> list[str]:
+    """The keys of model/norm_sites.py: refused where they cannot act, noted where ignored."""
     arch, norm, a, notes = cfg.arch.name, cfg.norm.name, cfg.arch, []
     for key, value, owner in (("scale_resids", a.scale_resids, "normformer"), ("dssn_c_attn", a.dssn_c_attn,
                               "sandwich_depth"), ("dssn_c_mlp", a.dssn_c_mlp, "sandwich_depth")):  # fmt: skip

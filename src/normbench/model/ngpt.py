@@ -38,7 +38,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.gpt import CausalLM, LMHead, apply_rope, cached_attention, record_attention_stats
+from normbench.model.attention import apply_rope, cached_attention, record_attention_stats
+from normbench.model.gpt import CausalLM, LMHead
 from normbench.model.lean_grads import l2_normalize
 from normbench.model.norms import upcast
 
@@ -82,7 +83,7 @@ class NGPTBlock(nn.Module):
 
     def forward(self, h: torch.Tensor, rope, kv=None) -> torch.Tensor:
         B, T, C = h.shape
-        pos = 0 if kv is None else kv.length  # sampling with a KV cache (see gpt.KVCache)
+        pos = 0 if kv is None else kv.length  # sampling with a KV cache (see attention.KVCache)
         q, k, v = self.c_attn(h).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, hd)
         if rope is not None:  # RoPE before the q/k normalization (reference order)

@@ -50,7 +50,8 @@ import math
 import torch
 import torch.nn as nn
 
-from normbench.model.gpt import GPT, MLP, Attention, default_d_ff
+from normbench.model.attention import Attention
+from normbench.model.gpt import GPT, MLP, default_d_ff
 from normbench.model.placement import BlockSpec, SublayerSpec, register_placement
 
 NORM_FREE = ("rezero", "fixup", "tfixup")

@@ -16,7 +16,7 @@ References (equations and citations in docs/architectures.md §3):
 - hybridnorm: Zhuo et al. 2025, BryceZhuo/HybridNorm: q/k/v norm and no attention input norm;
   FFN ``z = N(y); x' = z + F(z)``.  hybridnorm_star: block 0 is Pre-Norm plus q/k/v norm.
 - deepnorm: Wang et al. 2022, arXiv:2203.00555; torchscale: ``N(alpha*x + f(x))``, alpha=(2L)^(1/4).
-- lns, reordered, sandwich, sandwich_depth, normformer: model/more_placements.py (their papers there).
+- lns, reordered, sandwich, sandwich_depth, normformer: model/norm_sites.py (their papers there).
 
 ``arch.qk_norm`` adds q/k norms before RoPE to any softmax arch: ``head`` per head over d_h
 (Qwen3/Gemma 3), ``width`` one norm over each whole projection width d before the split into
@@ -88,7 +88,7 @@ def mix_ln_post_blocks(n_layer: int, post_ratio: float) -> int:
 
 def qk_kwargs(arch) -> dict:
     """BlockSpec's q/k-norm fields for ``arch.qk_norm`` (none | head | width; old bools too)."""
-    from normbench.config import qk_norm_mode
+    from normbench.config.schema import qk_norm_mode
 
     mode = qk_norm_mode(arch.qk_norm)
     return {"qk_norm": mode != "none", "qk_width": mode == "width"}

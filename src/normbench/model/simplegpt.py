@@ -46,7 +46,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.gpt import GPT, Sublayer, apply_rope, cached_attention, default_d_ff, record_attention_stats
+from normbench.model.attention import apply_rope, cached_attention, record_attention_stats
+from normbench.model.gpt import GPT, Sublayer, default_d_ff
 from normbench.model.norms import build_norm
 from normbench.model.placement import BlockSpec, SublayerSpec, register_placement
 

@@ -15,7 +15,7 @@ The pieces, for code that builds on them (e.g. a ``reproduce`` command):
   :func:`welch_interval` and :func:`compare` (difference from a baseline group, 95% CI);
 - :mod:`.tables` and :mod:`.figures` format them; :mod:`.build` writes the report.
 
-Outcomes and per-layer statistics are defined in :mod:`normbench.outcomes`.
+Outcomes and per-layer statistics are defined in :mod:`normbench.train.outcomes`.
 """
 
 from normbench.report.build import build_report, main, make_report

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from normbench.errors import ConfigError
-from normbench.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 from normbench.report import figures, layer_figures, tables
 from normbench.report.loading import (
     check_key,
@@ -22,6 +21,7 @@ from normbench.report.loading import (
     unreadable_summaries,
 )
 from normbench.report.stats import default_targets
+from normbench.train.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 
 DASH = "—"
 

@@ -16,9 +16,9 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from normbench.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.report.loading import Group, Run, finite_series, is_lr_key, series, setting
 from normbench.report.stats import LEARNED, curve, healthy, learned_everywhere
+from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
 ARCH_COLORS = {
     "pre_ln": "tab:blue",

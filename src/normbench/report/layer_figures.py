@@ -1,5 +1,5 @@
 """Figures of the per-layer diagnostics over training: layer x step heatmaps (``grad_norm_layer``,
-``var_resid``) and the per-layer statistics of :mod:`normbench.outcomes` against steps. The
+``var_resid``) and the per-layer statistics of :mod:`normbench.train.outcomes` against steps. The
 conventions are :mod:`normbench.report.figures`'s."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import math
 import statistics
 from pathlib import Path
 
-from normbench.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.report.figures import STEP_LABEL, Styles, _figure, _finish, _kind, _mean_band, _single
 from normbench.report.loading import Group, Run, series
 from normbench.report.stats import healthy, run_layer_series
+from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
 HEATMAPS = {
     "grad_norm_layer": ("grad_norm_layer_heatmap.png", "gradient L2 norm of the block", "block l"),

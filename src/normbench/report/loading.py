@@ -19,9 +19,10 @@ from pathlib import Path
 import yaml
 
 from normbench.errors import ConfigError
-from normbench.metrics import read_jsonl
-from normbench.outcomes import classify, finite
-from normbench.rundir import BOOKKEEPING_KEYS, UNREADABLE, RunDir
+from normbench.run.metrics import read_jsonl
+from normbench.run.resume import BOOKKEEPING_KEYS
+from normbench.run.rundir import UNREADABLE, RunDir
+from normbench.train.outcomes import classify, finite
 
 SUMMARY_FIRST = ("arch", "norm", "optim", "seed")  # the run itself wrote these into summary.json
 
@@ -30,7 +31,7 @@ def read_metrics(path: str | Path) -> list[dict]:
     """Records of a ``metrics.jsonl`` in file order; ``[]`` if the file is missing.
 
     A run that is still writing, or was killed mid-write, can leave a truncated last
-    line: :func:`normbench.metrics.read_jsonl` skips it, and records without an
+    line: :func:`normbench.run.metrics.read_jsonl` skips it, and records without an
     integer ``step`` are left out here.
     """
     try:
@@ -73,7 +74,7 @@ class Run:
 
     @property
     def outcome(self) -> str | None:
-        """learned / unstable / stuck / diverged (normbench.outcomes), or None: no outcome yet
+        """learned / unstable / stuck / diverged (normbench.train.outcomes), or None: no outcome yet
         (running, failed, interrupted) or not known (a summary from before outcomes, without a baseline)."""
         s = self.summary or {}
         if self.status == "diverged":
@@ -226,7 +227,7 @@ def norm_value(value: str) -> str:
 def canonical_value(key: str, value: str | None) -> str | None:
     """A setting in its current spelling: the old boolean ``arch.qk_norm`` reads true -> head, false -> none."""
     if key == "arch.qk_norm" and value is not None:
-        from normbench.config import qk_norm_mode
+        from normbench.config.schema import qk_norm_mode
 
         return qk_norm_mode(value)
     return value

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import statistics
 
-from normbench.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.report.loading import Group, Run, setting
 from normbench.report.stats import (
     Difference,
@@ -21,6 +20,7 @@ from normbench.report.stats import (
     target_for,
     time_to_target,
 )
+from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
 DASH = "—"
 
@@ -98,7 +98,7 @@ def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[
 
 
 def layer_table(groups: list[Group]) -> tuple[list[str], list[list[str]]] | None:
-    """End-of-run per-layer statistics (normbench.outcomes.layer_stats), mean ± std over the
+    """End-of-run per-layer statistics (normbench.train.outcomes.layer_stats), mean ± std over the
     completed runs; None when no run has diagnostics."""
     header = ["group", "outcomes", "variance growth (last/first block)", "grad spread (first/last block)",
               "grad CV across blocks", "peak massive ratio", f"first step massive ratio > {MASSIVE_THRESHOLD:g}",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from normbench.errors import ConfigError
+from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|gpu] [seeds=N] [out=DIR]
                                    [min_seeds=N] [ladder=true] [--dry-run] [--no-run]
@@ -40,7 +40,6 @@ def list_claims() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.cli import error
     from normbench.reproduce.claims import SCALES, claim_ids, load_claim
     from normbench.reproduce.runner import reproduce
     from normbench.reproduce.summary import verdict_line

@@ -66,7 +66,7 @@ class Claim:
 
 
 def claims_dir() -> Path:
-    from normbench.cli import config_dir
+    from normbench.config.files import config_dir
 
     return config_dir() / "claims"
 

@@ -8,12 +8,12 @@ import statistics
 from collections import Counter
 from dataclasses import replace
 
-from normbench.outcomes import finite
 from normbench.report.loading import Run, canonical_value, norm_value, setting
 from normbench.report.stats import LEARNED, default_targets, learned_everywhere, lr_of, run_layer_stats, time_to_target
 from normbench.reproduce import verdict as V
 from normbench.reproduce.claims import Claim, Test
 from normbench.reproduce.skip_eval import read_skip
+from normbench.train.outcomes import finite
 
 FINISHED = ("completed", "diverged")
 
@@ -115,7 +115,7 @@ def tuned(runs: list[Run], key: str) -> tuple[str | None, list[Run]]:
 def seed_pairs(g_runs: list[Run], b_runs: list[Run], value, transform: str | None) -> list[tuple] | None:
     """[(group value, baseline value)] ordered by seed, when both sides ran each seed once and every run has a
     value (a log transform: a positive one); else None (Welch's interval then). Same seed, same data order and
-    val batches (normbench.batches): the pairs share their sampling noise (common random numbers)."""
+    val batches (normbench.data.batches): the pairs share their sampling noise (common random numbers)."""
     sides = []
     for runs in (g_runs, b_runs):
         by_seed = {setting(r, "seed"): value(r) for r in runs if r.status in FINISHED}

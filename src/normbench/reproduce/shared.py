@@ -3,7 +3,7 @@
 Before a claim's sweep runs, every job of it (one per grid point, seeds aside) is composed as
 ``normbench train`` would compose it, and each test's group is set against its baseline, key by key
 of the resolved config. A key may differ only when the claim sweeps it (a swept config group, e.g.
-``arch``, frees its whole section ``arch.*``), when it is bookkeeping (``rundir.FREE_KEYS``), or when
+``arch``, frees its whole section ``arch.*``), when it is bookkeeping (``run/resume.FREE_KEYS``), or when
 the claim file names it under ``part_of_claim`` with the reason. The weight init is checked beside
 the keys as ``init_std``: the std the plain matrices and the embedding start from, as the model
 builds them (``model.weight_init_std``). A swept ``norm`` frees ``norm.*`` but never the init, so a
@@ -36,7 +36,7 @@ def _spell(value) -> str:
 
 def compose_jobs(claim: Claim, scale: str, overrides=()) -> list[tuple[dict, object]]:
     """Every job of the claim's sweeps at ``scale`` (no seeds): ({swept key: value}, composed config)."""
-    from normbench.cli import compose_config
+    from normbench.config.files import compose_config
 
     s = claim.sweep(scale)
     fixed = [o for o in [*s.get("fixed", []), *overrides] if not o.startswith("hydra")]
@@ -66,7 +66,7 @@ def _selects(flat: dict, where: dict) -> bool:
 
 
 def _free(key: str, about: set[str], declared: set[str]) -> bool:
-    from normbench.rundir import FREE_KEYS
+    from normbench.run.resume import FREE_KEYS
 
     def under(k: str, prefixes) -> bool:
         return any(k == p or k.startswith(p + ".") for p in prefixes)
@@ -115,7 +115,7 @@ def check_claim(claim: Claim, scale: str, overrides=()) -> dict[str, dict[str, l
     about (its group, baseline, ``at`` and ``tune`` keys) and the claim does not declare; else
     {test name: {side: the init_std values}} for the start-up printout."""
     from normbench.model import weight_init_std
-    from normbench.rundir import flat_config
+    from normbench.run.resume import flat_config
 
     declared = set((claim.part_of_claim or {}).keys())
     jobs = [(values, flat_config(cfg), weight_init_std(cfg)) for values, cfg in compose_jobs(claim, scale, overrides)]

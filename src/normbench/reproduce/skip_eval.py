@@ -6,7 +6,7 @@ loss). Here: the trained model of a finished run (``checkpoints/last.pt``), the 
 batches, one block replaced by the identity at a time. Written to ``layer_skip.json`` in the run
 dir: ``base`` (val loss with every block), ``skipped`` (the loss with block i skipped) and
 ``increase`` (skipped - base). Runs without a checkpoint (diverged before one) get none; a corrupt
-checkpoint is refused with one line naming it (:func:`normbench.checkpoint.load`), and nothing is written.
+checkpoint is refused with one line naming it (:func:`normbench.train.checkpoint.load`), and nothing is written.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ def skip_losses(run_dir: Path) -> dict | None:
     import torch
     from omegaconf import OmegaConf
 
-    from normbench import checkpoint as ckpt
-    from normbench.batches import fixed_batches
-    from normbench.config import Config
-    from normbench.data import load_data
+    from normbench.config.schema import Config
+    from normbench.data.batches import fixed_batches
+    from normbench.data.corpus import load_data
     from normbench.model import build_model, padded_vocab
-    from normbench.rundir import RunDir
+    from normbench.run.rundir import RunDir
+    from normbench.train import checkpoint as ckpt
 
     run_dir = Path(run_dir)
     rd = RunDir(run_dir)

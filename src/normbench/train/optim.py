@@ -7,7 +7,7 @@ Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``
 - ``lion``: no torch implementation, so :class:`Lion` is written out here from its paper
   (Chen et al. 2023, arXiv:2302.06675, Algorithm 2): ``c = b1*m + (1-b1)*g``,
   ``p -= lr*(sign(c) + wd*p)``, ``m = b2*m + (1-b2)*g``.
-- ``muon``: :class:`normbench.muon.Muon`, torch.optim.Muon's update written out on torch's public
+- ``muon``: :class:`normbench.train.muon.Muon`, torch.optim.Muon's update written out on torch's public
   API (Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/; the formulas, references and
   deviations are in its module), on the 2-D hidden matrices only; embeddings, the LM head, norm
   gains, biases and scalars go to AdamW (``optim.adamw_lr``), as in KellerJordan/Muon's README and
@@ -59,11 +59,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from normbench.distributed import is_dtensor
-from normbench.model.gpt import MLP, Attention
+from normbench.model.attention import Attention
+from normbench.model.gpt import MLP
 from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
 from normbench.model.ngpt import NGPTBlock
-from normbench.muon import Muon
+from normbench.train.distributed import is_dtensor
+from normbench.train.muon import Muon
 
 
 def fused_splits(model: nn.Module) -> dict[str, int]:
@@ -185,7 +186,7 @@ class OptimizerSpec:
     matrices_apart: bool = False
 
 
-# The optimizer registry: ``optim=<name>``, validation, error messages and ``list`` read it (config.py).
+# The optimizer registry: ``optim=<name>``, validation, error messages and ``list`` read it (train/validation.py).
 OPTIMIZERS: dict[str, OptimizerSpec] = {}
 
 

@@ -10,7 +10,7 @@ the **outcome** says what training achieved, for runs that ended on their own:
   split, the loss of the best predictor that ignores context (:func:`baseline_loss`);
 - ``unstable``: learned, but had loss spikes (``n_spikes`` > 0; a spike is a train
   loss above ``diag.spike_factor`` x the median of the last ``diag.spike_window``
-  losses, :class:`normbench.diagnostics.SpikeDetector`);
+  losses, :class:`normbench.train.diagnostics.SpikeDetector`);
 - ``learned``: everything else that completed.
 
 Failed, interrupted and running runs have no outcome (``None``).
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normbench.metrics import read_jsonl
+from normbench.run.metrics import read_jsonl
 
 OUTCOMES = ("learned", "unstable", "stuck", "diverged")
 # A run must beat the unigram entropy by 0.1 nats to count as learned: exp(-0.1) = 0.905, i.e. a
@@ -72,7 +72,7 @@ def unigram_entropy(tokens: np.ndarray) -> float:
 def baseline_loss(data) -> float:
     """The no-context baseline of a (corpus, tokenizer): unigram entropy of the validation split.
 
-    ``data`` is a :class:`normbench.data.TokenData`; the value is cached next to its token ids
+    ``data`` is a :class:`normbench.data.corpus.TokenData`; the value is cached next to its token ids
     (``<cache entry>/baseline.json``), so it is computed once per cache entry. A read-only cache
     only costs a recount."""
     path = Path(data.cache_path) / BASELINE_FILE

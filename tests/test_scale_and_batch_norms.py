@@ -1,4 +1,4 @@
-"""The papers' further norm layers (model/more_norms.py) and FixNorm (model.fixnorm).
+"""The papers' further norm layers (model/scale_and_batch_norms.py) and FixNorm (model.fixnorm).
 
 Equations against hand-computed values in float64, init, the identities the papers state,
 the causal leak of batch statistics (BatchNorm, PowerNorm's warmup) and its absence in the
@@ -19,10 +19,10 @@ from normbench import cli
 from normbench.errors import ConfigError
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.model.more_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
 from normbench.model.norms import build_norm
-from normbench.optim import build_optimizer
-from normbench.validation import validate
+from normbench.model.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
+from normbench.train.optim import build_optimizer
+from normbench.train.validation import validate
 
 from conftest import compose
 

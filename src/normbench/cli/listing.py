@@ -11,7 +11,8 @@ import re
 import textwrap
 from pathlib import Path
 
-from normbench.cli import GROUPS, config_dir, error, options
+from normbench.config.files import GROUPS, config_dir, options
+from normbench.errors import error
 
 _CITES = re.compile(r"arXiv|et al\.|\b(19|20)\d\d\b|\b[A-Za-z][A-Za-z0-9-]{2,}/[A-Za-z][\w.-]{2,}")
 _SENTENCE_END = re.compile(r"(?<!al\.)(?<!e\.g\.)(?<!i\.e\.)(?<!vs\.)(?<=[.?!])\s+(?=[A-Za-z(`])")
@@ -45,9 +46,9 @@ def list_cli(argv: list[str]) -> int:
     for group in groups:
         if group not in GROUPS:
             return error(f"unknown group {group!r}; choose one of: {', '.join(GROUPS)}")
-    from normbench import config
+    from normbench.train import validation
 
-    registries = {"arch": config.archs, "norm": config.norms, "optim": config.optims}
+    registries = {"arch": validation.archs, "norm": validation.norms, "optim": validation.optims}
     for group in groups:
         print(f"{group}:")
         for opt in options(group):

@@ -19,8 +19,8 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from normbench.metrics import write_atomic
-from normbench.rundir import RunDir
+from normbench.run.metrics import write_atomic
+from normbench.run.rundir import RunDir
 
 
 class Refused(str):

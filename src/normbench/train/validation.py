@@ -1,6 +1,6 @@
-"""The semantic checks of a composed config: what the schema's types in config.py cannot express.
+"""The semantic checks of a composed config: what the schema's types in config/schema.py cannot express.
 
-:func:`validate` runs on every config once, in ``config.to_config`` (and so in ``normbench train``'s
+:func:`validate` runs on every config once, in :func:`to_config` (and so in ``normbench train``'s
 check of its overrides, before any work): a name that no registry holds, a learning rate below 0,
 ``d_model % n_head``, a warmup as long as the run, a norm whose batch statistics leak later
 positions, ... Each is a :class:`ConfigError` (:class:`DataError` for ``data.*``) with one line
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from normbench import stabilizers
-from normbench.config import (
+from omegaconf import DictConfig, OmegaConf
+
+from normbench.config.schema import (
     ATTN_GATES,
-    DATAS,
     DEVICES,
     DIAGS,
     INIT_RULES,
@@ -26,14 +26,42 @@ from normbench.config import (
     PRECISIONS,
     QK_NORMS,
     SCHEDS,
-    TOKENIZERS,
-    DataConfig,
-    archs,
-    norms,
-    optims,
+    Config,
     qk_norm_mode,
+    run_steps,
 )
-from normbench.errors import ConfigError, DataError
+from normbench.data.checks import check_data
+from normbench.errors import ConfigError
+from normbench.model import stabilizers
+
+
+def archs() -> tuple[str, ...]:
+    """``arch=`` names: the block placements (model/placement.py's registry), then nGPT (its own model)."""
+    from normbench.model.placement import PLACEMENTS
+
+    return (*PLACEMENTS, "ngpt")
+
+
+def norms() -> tuple[str, ...]:
+    """``norm=`` names: model/norms.py's registry (model/__init__ imports the modules that register)."""
+    import normbench.model  # noqa: F401
+    from normbench.model.norms import NORMS as registry
+
+    return tuple(registry)
+
+
+def optims() -> tuple[str, ...]:
+    """``optim=`` names: optim.py's registry."""
+    from normbench.train.optim import OPTIMIZERS
+
+    return tuple(OPTIMIZERS)
+
+
+def __getattr__(name: str):  # ARCHS, NORMS, OPTIMS: read from the registries when asked
+    lists = {"ARCHS": archs, "NORMS": norms, "OPTIMS": optims}
+    if name in lists:
+        return lists[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _choice(key: str, value: Any, allowed: tuple) -> None:
@@ -54,8 +82,8 @@ LEAK = (
 )
 
 
-def _check_more_norms(n: Any, m: Any, a: Any) -> None:
-    """Keys of the norms in model/more_norms.py (ConfigError, one line)."""
+def _check_scale_and_batch_norms(n: Any, m: Any, a: Any) -> None:
+    """Keys of the norms in model/scale_and_batch_norms.py (ConfigError, one line)."""
     if n.name == "batchnorm" and not n.allow_leak:
         raise ConfigError(f"norm=batchnorm {LEAK}")
     if n.name == "powernorm" and n.pn_warmup > 0 and not n.allow_leak:
@@ -82,43 +110,6 @@ def _check_more_norms(n: Any, m: Any, a: Any) -> None:
             raise ConfigError(f"norm.seed_heads={n.seed_heads} must divide the normalized widths {widths}")
     if n.name == "powernorm" and m.d_model % n.pn_groups:
         raise ConfigError(f"norm.pn_groups={n.pn_groups} must divide model.d_model={m.d_model}")
-
-
-def run_steps(cfg: Any) -> int:
-    """Optimizer steps the run takes: ``trainer.max_steps``, or fewer when ``trainer.max_tokens``
-    (at ``batch_size x grad_accum x seq_len`` tokens per step) comes first."""
-    t = cfg.trainer
-    if not t.max_tokens:
-        return t.max_steps
-    return min(t.max_steps, max(1, t.max_tokens // (t.batch_size * t.grad_accum * cfg.model.seq_len)))
-
-
-def check_data(d: Any) -> None:
-    """The ``data.*`` keys (DataError, one line). Part of :func:`validate`; data.load_data runs it too,
-    for callers that hand it a data section alone. ``val_fraction`` is in (0, 0.5): the split is cut
-    at a line boundary within 0.5x-1.5x of it (data.split_text), so the training part stays the larger."""
-    get = lambda key: getattr(d, key, getattr(DataConfig, key, None))  # noqa: E731 (any object, defaults)
-    name, tokenizer, vocab_size = get("name"), get("tokenizer"), get("vocab_size")
-    for key, value, allowed in (("data.name", name, DATAS), ("data.tokenizer", tokenizer, TOKENIZERS)):
-        if value not in allowed:
-            raise DataError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
-    val_fraction = get("val_fraction")
-    if not 0.0 < val_fraction < 0.5:
-        raise DataError(f"data.val_fraction={val_fraction} must be in (0, 0.5)")
-    if vocab_size is not None:
-        if vocab_size <= 0:
-            raise DataError(f"data.vocab_size={vocab_size} must be > 0")
-        fixed = {"byte": 256, "gpt2": 50257}.get(tokenizer)
-        if fixed is not None and vocab_size != fixed:
-            raise DataError(f"data.vocab_size={vocab_size} does not fit data.tokenizer={tokenizer} ({fixed})")
-        if tokenizer == "bpe" and vocab_size < 257:
-            raise DataError(f"data.vocab_size={vocab_size} must be >= 257 for data.tokenizer=bpe")
-    if name == "files" and not get("paths"):
-        raise DataError("data.paths is empty; data=files needs data.paths=[file1.txt,...]")
-    if name == "hf" and not get("hf_path"):
-        raise DataError("data.hf_path is not set; data=hf needs data.hf_path=<hub name or local path>")
-    if name == "synthetic" and get("synthetic_tokens") < 100:
-        raise DataError(f"data.synthetic_tokens={get('synthetic_tokens')} must be >= 100")
 
 
 def validate(cfg: Any) -> None:
@@ -165,7 +156,7 @@ def validate(cfg: Any) -> None:
     _positive("norm.eps", n.eps)
     for site in ("attn", "ffn", "final"):
         _positive(f"norm.alpha_init_{site}", getattr(n, f"alpha_init_{site}"))
-    _check_more_norms(n, m, a)
+    _check_scale_and_batch_norms(n, m, a)
     stabilizers.check_config(cfg)
     _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
     _positive("optim.eps", o.eps, zero_ok=True)
@@ -200,3 +191,13 @@ def validate(cfg: Any) -> None:
     _positive("diag.batch", cfg.diag.batch)
     _positive("diag.spike_factor", cfg.diag.spike_factor)
     _positive("diag.spike_window", cfg.diag.spike_window)
+
+
+def to_config(cfg: Any) -> Config:
+    """The composed config as a validated :class:`Config` (ConfigError, one line, if it is not valid)."""
+    if not isinstance(cfg, Config):
+        if not (isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is Config):
+            cfg = OmegaConf.merge(OmegaConf.structured(Config), cfg)  # a plain mapping: the schema first
+        cfg = OmegaConf.to_object(cfg)
+    validate(cfg)
+    return cfg

@@ -7,7 +7,7 @@ it when the run is long enough for the per-step saving to repay that time:
     compile  <=>  steps x (estimated eager step time) x SAVING  >  COMPILE_S
 
 - estimated eager step time = model FLOPs per optimizer step (``6N + 12LdT`` per token,
-  :mod:`normbench.flops`, times tokens per step) / the eager FLOP/s the device reaches;
+  :mod:`normbench.train.flops`, times tokens per step) / the eager FLOP/s the device reaches;
 - ``SAVING``: the fraction of the eager step time compile removes;
 - ``COMPILE_S``: seconds of compiling (both graphs) before the run reaches its steady state.
 
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from normbench.flops import model_flops_per_token, peak_flops
-from normbench.validation import run_steps
+from normbench.config.schema import run_steps
+from normbench.train.flops import model_flops_per_token, peak_flops
 
 CHOICES = (True, False, "auto")
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from normbench.errors import ConfigError, first_line
-from normbench.metrics import write_atomic
+from normbench.run.metrics import write_atomic
 
 TMP_MARK = ".tmp."
 RESTORE = "restore a good copy, or delete it to start over"

@@ -15,8 +15,8 @@ import tempfile
 
 import torch
 
-from normbench.errors import ConfigError
-from normbench.model.gpt import KVCache
+from normbench.errors import ConfigError, Parser, error
+from normbench.model.attention import KVCache
 
 
 def _check_length(n_prompt: int, max_new_tokens: int, seq_len: int) -> None:
@@ -90,8 +90,6 @@ def generate_hf(
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    from normbench.export.cli import Parser
-
     p = Parser(prog="python -m normbench sample", description="Generate text from a run's checkpoint.")
     p.add_argument("run_dir", help="a run directory (with checkpoints/last.pt)")
     p.add_argument("--prompt", required=True, help="text to continue")
@@ -105,7 +103,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.cli import error
     from normbench.export.run import load_run, run_tokenizer
 
     try:

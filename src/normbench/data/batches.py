@@ -3,7 +3,7 @@
 nanoGPT's ``get_batch`` (random offsets into one token array), made rank-aware: every rank
 draws the same global batch of ``batch_size * grad_accum`` offsets and reads only its own
 micro-batches, so N processes see exactly what one process with the same global batch would.
-The generator's state is the data position a checkpoint carries (train_state.py).
+The generator's state is the data position a checkpoint carries (train/state.py).
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The training loop: causal-LM pretraining with the run directory of docs/contract.md §3.
 
-Laid out as torchtitan's trainer: :func:`normbench.build.build` makes the components,
-:class:`normbench.train_state.TrainState` is what a checkpoint holds, :class:`normbench.throughput.
+Laid out as torchtitan's trainer: :func:`normbench.train.build.build` makes the components,
+:class:`normbench.train.state.TrainState` is what a checkpoint holds, :class:`normbench.train.throughput.
 Throughput` times the steps, and :meth:`Trainer.fit` is the algorithm: set the LR, forward/backward
 over micro-batches, clip, step, re-normalize (nGPT), log, evaluate, checkpoint, stop on a signal.
 
 Determinism: on CPU the same seed gives the same losses to the last bit, and a resumed run
 continues exactly (the schedule is a pure function of the step; everything else is in the state).
 
-Extension points (tests use them, as may plugins named by ``NORMBENCH_PLUGINS``, cli.py):
+Extension points (tests use them, as may plugins named by ``NORMBENCH_PLUGINS``, cli/__init__.py):
 :meth:`Trainer.forward_backward` (one step's gradients), :meth:`Trainer.eval_loss` (one
 validation batch), :meth:`Trainer.optimizer_step`, :meth:`Trainer.save_checkpoint`.
 """
@@ -23,19 +23,20 @@ from pathlib import Path
 
 import torch
 
-from normbench import build as builder
-from normbench import checkpoint as ckpt
-from normbench import distributed as dist_utils
-from normbench.config import to_config
-from normbench.diagnostics import SpikeDetector
 from normbench.errors import ConfigError, first_line
-from normbench.flops import mfu, peak_memory_gb
-from normbench.optim import lr_factor, set_lr
-from normbench.recorder import Recorder
-from normbench.rundir import RunDir, RunLock
-from normbench.signals import STOP, preemption_signals
-from normbench.throughput import Throughput
-from normbench.train_state import TrainState
+from normbench.run.lock import RunLock
+from normbench.run.rundir import RunDir
+from normbench.train import build as builder
+from normbench.train import checkpoint as ckpt
+from normbench.train import distributed as dist_utils
+from normbench.train.diagnostics import SpikeDetector
+from normbench.train.flops import mfu, peak_memory_gb
+from normbench.train.optim import lr_factor, set_lr
+from normbench.train.recorder import Recorder
+from normbench.train.signals import STOP, preemption_signals
+from normbench.train.state import TrainState
+from normbench.train.throughput import Throughput
+from normbench.train.validation import to_config
 
 log = logging.getLogger("normbench")
 
@@ -324,7 +325,7 @@ def run(cfg, run_dir: Path) -> dict:
     if rank == 0:
         lock.acquire()
     trainer = Trainer(cfg, run_dir)
-    # stop signals (normbench.signals): the step in progress ends, then checkpoint and `interrupted`.
+    # stop signals (normbench.train.signals): the step in progress ends, then checkpoint and `interrupted`.
     # The preemption signal is only chained in front of a Python handler that wants it (submitit's requeue)
     preempt = preemption_signals()
     installed = STOP.install([signal.SIGTERM, signal.SIGINT, *(s for s in preempt if callable(signal.getsignal(s)))])
@@ -374,7 +375,7 @@ def run(cfg, run_dir: Path) -> dict:
 
 
 def _last_words(trainer: Trainer, lock: RunLock, signum: int, why: str) -> None:
-    """The watchdog ends the process at once (normbench.signals): the summary says so first."""
+    """The watchdog ends the process at once (normbench.train.signals): the summary says so first."""
     name = signal.Signals(signum).name
     log.warning("%s: %s: stopping at once at step %d; the last checkpoint is kept", name, why, trainer.step)
     if trainer.summary and trainer.is_main:

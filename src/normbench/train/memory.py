@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from normbench.config import qk_norm_mode
+from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
 
 GB = 1024**3

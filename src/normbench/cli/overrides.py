@@ -4,7 +4,7 @@ Hydra reports a bad override as a multi-line traceback, and only once a run (or,
 the job that holds the bad value) starts. Here the overrides are parsed against Hydra's grammar,
 the config is composed for the first value of every sweep and then once for each other sweep
 value, and each composed config goes through the same typed conversion and validation the trainer
-gets (``config.to_config``, ``model.check_combination``), plus the checks that need the whole
+gets (``validation.to_config``, ``model.check_combination``), plus the checks that need the whole
 command line: options of config groups (``hydra/...`` ones too), keys appended with ``+``, ``nan``
 anywhere, a run or sweep directory that cannot be written, a run directory a live run holds. A
 failure is a :class:`ConfigError` with one line naming the key and what is allowed;
@@ -19,7 +19,7 @@ import os
 import shlex
 from pathlib import Path
 
-from normbench.cli import GROUPS, config_dir, options
+from normbench.config.files import GROUPS, config_dir, options
 from normbench.errors import ConfigError, first_line
 
 
@@ -95,8 +95,8 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import OverrideParseException
 
-    from normbench.config import to_config
     from normbench.model import check_combination
+    from normbench.train.validation import to_config
 
     user = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     for o in user:
@@ -126,7 +126,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
             cfg = to_config(cfg)  # the same typed, validated config the trainer gets
             check_combination(cfg)
             if cfg.device == "cuda" or cfg.precision == "fp16":
-                from normbench.build import resolve_device
+                from normbench.train.build import resolve_device
 
                 resolve_device(cfg)
     GlobalHydra.instance().clear()
@@ -239,6 +239,6 @@ def _check_run_dir_free(argv: list[str]) -> None:
         return
     dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
     if dirs and "${" not in dirs[-1]:
-        from normbench.rundir import RunDir
+        from normbench.run.lock import RunLock
 
-        RunDir(dirs[-1]).lock().check_free()
+        RunLock(dirs[-1]).check_free()

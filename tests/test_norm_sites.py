@@ -12,12 +12,12 @@ import math
 import pytest
 import torch
 
-from normbench.config import qk_norm_mode
+from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.model.gpt import Attention
+from normbench.model.attention import Attention
 from normbench.model.kinds import param_kinds
-from normbench.rundir import check_resume_config
+from normbench.run.resume import check_resume_config
 from test_model import (
     causal_softmax_attention,
     check_block,
@@ -104,7 +104,7 @@ def test_qk_norm_old_booleans_still_read(given, mode):
 
 
 def test_qk_norm_bad_value_is_one_line():
-    from normbench.validation import validate
+    from normbench.train.validation import validate
 
     with pytest.raises(ConfigError, match=r"^arch\.qk_norm='both' is not allowed; choose one of: none, head, width$"):
         validate(compose(["model=tiny", "arch.qk_norm=both"]))
@@ -128,20 +128,20 @@ def test_checkpoint_from_before_the_new_keys_resumes_only_under_their_defaults(t
 def test_every_new_config_key_says_what_old_checkpoints_computed():
     """A key added to the config must get an ADDED_KEYS entry (the value that reproduces runs made
     before it), else every older checkpoint refuses to resume ("a different model: key (<absent> ...")."""
-    from normbench.rundir import ADDED_KEYS, FREE_KEYS, flat_config
+    from normbench.run.resume import ADDED_KEYS, FREE_KEYS, flat_config
 
     known = (REPO / "tests" / "data" / "config_keys_before_added.txt").read_text().split("\n")
     known = {k for k in known if k and not k.startswith("#")}
     free = lambda k: any(k == f or k.startswith(f + ".") for f in FREE_KEYS)  # noqa: E731
     new = [k for k in flat_config(compose(["model=tiny"])) if k not in known and k not in ADDED_KEYS and not free(k)]
-    assert new == [], f"add these keys to rundir.ADDED_KEYS (and the list in tests/data): {new}"
+    assert new == [], f"add these keys to resume.ADDED_KEYS (and the list in tests/data): {new}"
 
 
 @pytest.mark.parametrize("norm", ["rmsnorm", "dyt", "seednorm", "powernorm"])
 def test_checkpoint_without_the_added_keys_resumes_where_it_computed_the_same(tmp_path, norm):
     """The old runs' config (every ADDED_KEYS key absent) against today's: same computation resumes;
     SeeDNorm, whose old runs had it at the final norm too, resumes only with norm.seed_final=true."""
-    from normbench.rundir import ADDED_KEYS, flat_config
+    from normbench.run.resume import ADDED_KEYS, flat_config
 
     new = flat_config(compose(["model=tiny", f"norm={norm}"]))
     old = {k: v for k, v in new.items() if k not in ADDED_KEYS}
@@ -228,7 +228,7 @@ IDX = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(2))
 
 # ------------------------------------------------------------------------------------- LNS
 def test_lns_scales_by_hand():
-    from normbench.model.more_placements import lns_scale
+    from normbench.model.norm_sites import lns_scale
 
     assert [round(lns_scale(i), 6) for i in range(4)] == [1.0, 0.707107, 0.57735, 0.5]
 
@@ -495,7 +495,7 @@ def test_attn_gate_on_every_placement(arch, gate):
 def test_bad_combinations_refused_in_one_line(overrides, needle):
     cfg = compose(["model=tiny", *overrides])
     with pytest.raises(ConfigError, match=r"^[^\n]*$") as exc:
-        from normbench.validation import validate
+        from normbench.train.validation import validate
 
         validate(cfg)
         check_combination(cfg)
@@ -503,7 +503,7 @@ def test_bad_combinations_refused_in_one_line(overrides, needle):
 
 
 def test_bad_attn_gate_value_is_one_line():
-    from normbench.validation import validate
+    from normbench.train.validation import validate
 
     with pytest.raises(ConfigError, match=r"^arch\.attn_gate='yes' is not allowed; choose one of: none, headwise"):
         validate(compose(["model=tiny", "arch.attn_gate=yes"]))
@@ -520,7 +520,7 @@ def test_ignored_keys_are_noted():
 
 @pytest.mark.parametrize("arch", ALL_NEW)
 def test_diagnostics_per_layer_lengths(arch):
-    from normbench.diagnostics import Diagnostics
+    from normbench.train.diagnostics import Diagnostics
 
     cfg = compose(
         ["model=tiny", "model.n_layer=3", "model.seq_len=16", f"arch={arch}", "arch.attn_gate=headwise", "diag=full"]
@@ -581,9 +581,9 @@ LEARN = [
 def test_placement_learns_in_200_steps(tmp_path, overrides):
     """Each with LayerNorm, RMSNorm, DyT, Derf; model=tiny (2 blocks, d 64), seq 16, batch 4, 200 steps.
 
-    The outcome is "learned" (normbench.outcomes: completed, best val loss at least 0.1 nats under the
+    The outcome is "learned" (normbench.train.outcomes: completed, best val loss at least 0.1 nats under the
     unigram entropy, no loss spikes)."""
-    from normbench import trainer
+    from normbench.train import trainer
 
     summary = trainer.run(compose([*TRAIN, *overrides]), tmp_path)
     assert summary["status"] == "completed", summary.get("reason")
@@ -593,8 +593,8 @@ def test_placement_learns_in_200_steps(tmp_path, overrides):
 # ------------------------------------------------------------------------------------- claims
 @pytest.mark.parametrize("cid", ["normformer_grads", "sandwich_spikes"])
 def test_claims_load_and_their_sweeps_validate(cid):
-    from normbench.config import register_configs
-    from normbench.overrides import prevalidate
+    from normbench.cli.overrides import prevalidate
+    from normbench.config.schema import register_configs
     from normbench.reproduce.claims import load_claim
 
     register_configs()

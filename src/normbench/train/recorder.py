@@ -11,10 +11,10 @@ import logging
 import math
 import socket
 
-from normbench import outcomes
-from normbench.flops import mfu, peak_memory_gb
-from normbench.throughput import Eta, fmt, fmt_time
-from normbench.wandb_logger import WandbLogger
+from normbench.train import outcomes
+from normbench.train.flops import mfu, peak_memory_gb
+from normbench.train.throughput import Eta, fmt, fmt_time
+from normbench.train.wandb_logger import WandbLogger
 
 log = logging.getLogger("normbench")
 

@@ -2,7 +2,7 @@
 
 ``train`` is a Hydra app over ``conf/config.yaml``: every Hydra flag works
 (``-m``, ``--cfg job``, ``--help``, ``hydra/launcher=...``). Before Hydra runs, the
-overrides are composed once (each sweep value too) and validated (:mod:`normbench.overrides`),
+overrides are composed once (each sweep value too) and validated (:mod:`normbench.cli.overrides`),
 so a typo, a wrong type or an impossible value ends before any work with one line:
 ``normbench: error: <key>...: <what is allowed>`` and exit status 2.
 """
@@ -20,14 +20,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from normbench.errors import ConfigError, first_line
-from normbench.rundir import job_dir_name
+from normbench.config.files import config_dir, user_config_dirs
+from normbench.errors import ConfigError, error, first_line
+from normbench.run.rundir import job_dir_name
 
 # sweep job directories: hydra.sweep.subdir in conf/config.yaml (registered here, at import, so that a
 # launcher's worker process that unpickles run_job has it too)
 OmegaConf.register_new_resolver("nb_job_dir", job_dir_name, replace=True)
 
-GROUPS = ("model", "arch", "norm", "optim", "sched", "data", "diag", "logger", "experiment")
 FLAGS_WITH_VALUE = (
     "-cp",
     "--config-path",
@@ -55,52 +55,6 @@ USAGE = """usage: python -m normbench {train,report,list,export,sample,reproduce
 """
 
 
-def config_dir() -> Path:
-    """``conf/`` of a source checkout, else the copy shipped inside the package."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent.parent / "conf", here / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    raise FileNotFoundError("normbench's conf/ directory was not found (broken install?)")
-
-
-def options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
-    dirs = (config_dir(), *extra_dirs)
-    return sorted({p.stem for d in dirs for p in (d / group).glob("*.yaml")})
-
-
-def user_config_dirs(argv: list[str]) -> tuple[Path, ...]:
-    """Directories given with Hydra's ``--config-dir``/``-cd`` (a user overlay on conf/)."""
-    dirs = []
-    for i, a in enumerate(argv):
-        if a in ("--config-dir", "-cd") and i + 1 < len(argv):
-            dirs.append(Path(argv[i + 1]).resolve())
-        elif a.startswith("--config-dir="):
-            dirs.append(Path(a.split("=", 1)[1]).resolve())
-    return tuple(dirs)
-
-
-def error(msg: str) -> int:
-    if int(os.environ.get("RANK", 0)) == 0:  # under torchrun, one line, not one per rank
-        print(f"normbench: error: {msg}", file=sys.stderr)
-    return 2
-
-
-def compose_config(overrides: list[str] | None = None):
-    """The composed, schema-checked config for ``overrides``, as `train` sees it (no run)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from normbench.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
-        cfg = compose(config_name="config", overrides=list(overrides or []))
-    GlobalHydra.instance().clear()
-    return cfg
-
-
 # ---------------------------------------------------------------------------- train
 
 
@@ -123,14 +77,14 @@ def train_cli(argv: list[str]) -> int:
     import hydra
     from omegaconf import DictConfig
 
-    from normbench.config import register_configs
-    from normbench.overrides import (
+    from normbench.cli.overrides import (
         _check_output_dir_writable,
         _check_override_syntax,
         _check_run_dir_free,
         prevalidate,
     )
-    from normbench.signals import STOP
+    from normbench.config.schema import register_configs
+    from normbench.train.signals import STOP
 
     register_configs()
     info_only = any(a in HYDRA_FLAGS_NO_VALIDATE for a in argv)
@@ -197,10 +151,11 @@ def run_job(cfg) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from normbench import trainer
-    from normbench.callbacks import Refused
-    from normbench.rundir import RunDir, RunDirInUse
-    from normbench.signals import STOP
+    from normbench.run.callbacks import Refused
+    from normbench.run.lock import RunDirInUse
+    from normbench.run.rundir import RunDir
+    from normbench.train import trainer
+    from normbench.train.signals import STOP
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
@@ -280,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(rest)
     if cmd == "list":
-        from normbench.listing import list_cli
+        from normbench.cli.listing import list_cli
 
         return list_cli(rest)
     if cmd in ("export", "sample"):

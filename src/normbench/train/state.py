@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-from normbench import checkpoint as ckpt
-from normbench import distributed as dist_utils
-from normbench.diagnostics import SpikeDetector
 from normbench.errors import ConfigError
-from normbench.optim import lr_factor
-from normbench.rundir import check_resume_config, flat_config
-from normbench.throughput import Throughput
+from normbench.run.resume import check_resume_config, flat_config
+from normbench.train import checkpoint as ckpt
+from normbench.train import distributed as dist_utils
+from normbench.train.diagnostics import SpikeDetector
+from normbench.train.optim import lr_factor
+from normbench.train.throughput import Throughput
 
 log = logging.getLogger("normbench")
 
@@ -84,7 +84,7 @@ class TrainState:
 
     def resume(self, path: Path, cfg, max_steps: int, sched) -> bool:
         """Load ``path`` when ``trainer.resume`` asks for it; whether it did. A fresh run sets an old
-        checkpoint aside; a resume refuses a checkpoint of another config (rundir.check_resume_config)."""
+        checkpoint aside; a resume refuses a checkpoint of another config (run/resume.check_resume_config)."""
         if not cfg.trainer.resume:
             if path.exists() and self.rank == 0:  # a fresh run here: a later resume must not pick up the old one
                 kept = path.with_name(f"replaced-{time.strftime('%Y%m%d-%H%M%S')}.pt")

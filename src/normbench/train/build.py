@@ -17,18 +17,17 @@ from typing import Any
 
 import torch
 
-from normbench import distributed as dist_utils
-from normbench import memory
-from normbench.batches import Batches, fixed_batches
-from normbench.config import as_dict
-from normbench.data import load_data
-from normbench.diagnostics import Diagnostics
+from normbench.config.schema import as_dict, run_steps
+from normbench.data.batches import Batches, fixed_batches
+from normbench.data.corpus import load_data
 from normbench.errors import ConfigError
-from normbench.flops import model_flops_per_token, peak_flops
 from normbench.model import build_model, check_combination, padded_vocab, weight_init_std
-from normbench.optim import build_optimizer
-from normbench.stabilizers import QKClip
-from normbench.validation import run_steps
+from normbench.model.stabilizers import QKClip
+from normbench.train import distributed as dist_utils
+from normbench.train import memory
+from normbench.train.diagnostics import Diagnostics
+from normbench.train.flops import model_flops_per_token, peak_flops
+from normbench.train.optim import build_optimizer
 
 log = logging.getLogger("normbench")
 
@@ -101,7 +100,7 @@ class Components:
 
 
 def build(cfg, rank: int, world: int) -> Components:
-    """Build what the run trains with from a validated config (config.to_config); ConfigError when this
+    """Build what the run trains with from a validated config (validation.to_config); ConfigError when this
     machine cannot run it (device, world size, memory)."""
     t, T = cfg.trainer, cfg.model.seq_len
     notes = check_combination(cfg)

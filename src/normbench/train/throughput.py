@@ -4,7 +4,7 @@ As torchtitan's metrics logger: the window since the last log line gives the con
 the steady state (every step from the sixth of each process segment on, diagnostics included,
 evaluations and checkpoints not) gives the summary's ``tokens_per_s`` and ``step_time_s``. The
 steady-state clock and the wall clock go on across a resume: :meth:`Throughput.state_dict` is
-the ``clock`` entry of a checkpoint (train_state.py).
+the ``clock`` entry of a checkpoint (train/state.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Corpora, tokenizers and batches."""

@@ -1,0 +1,1 @@
+"""A run directory: its files, lock, resume policy, and the Hydra callbacks that keep them."""

@@ -1,0 +1,126 @@
+"""The resume policy: which config keys a checkpoint may be resumed with.
+
+A resume refuses a checkpoint made with different model keys (they define the
+weights), allows the keys that do not change the computation, and allows any
+other key only when ``trainer.resume_allow_changed`` names it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from normbench.config.schema import as_dict
+from normbench.errors import ConfigError
+
+# Keys that define the model: a checkpoint can never be resumed with these changed.
+MODEL_KEYS = ("model", "arch", "norm", "data.name", "data.tokenizer", "data.vocab_size", "data.paths", "data.hf_path")
+# Overrides that say how a job runs, not what it computes: left out of job dir names (conf/config.yaml
+# hydra.job.config.override_dirname.exclude_keys), W&B run names and the report's groups.
+BOOKKEEPING_KEYS = ("trainer.resume", "trainer.resume_allow_changed", "logger", "logger.wandb.mode")
+# Keys that may always differ on resume (they do not change the computation).
+FREE_KEYS = (
+    "trainer.resume",
+    "trainer.resume_allow_changed",
+    "trainer.log_every",
+    "trainer.eval_every",
+    "trainer.ckpt_every",
+    "data.cache_dir",
+    "logger",
+    "device",
+    "diag.every",
+    "parallel",  # how, not what: checkpoints are full state dicts, resumable under any world size
+    "compile",
+    "peak_flops",
+    "trainer.stop_grace_s",
+    "trainer.skip_memory_check",
+)
+
+
+def flat_config(cfg) -> dict:
+    out = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(as_dict(cfg), "")
+    return out
+
+
+# Keys added after runs were made, with the value that computes what those runs computed: a
+# checkpoint without the key resumes under that value (and only under it). A callable gets the new
+# run's flat config (the old value can depend on, e.g., the norm).
+ADDED_KEYS: dict[str, object] = {
+    "arch.attn_gate": "none",
+    "arch.scale_resids": False,
+    "arch.gain_offset": False,
+    "arch.dssn_c_attn": None,
+    "arch.dssn_c_mlp": None,
+    "arch.tiny_init": False,
+    "model.fixnorm": False,
+    "norm.allow_leak": False,
+    "norm.bn_momentum": 0.05,
+    "norm.pn_alpha_fwd": 0.9,
+    "norm.pn_alpha_bkw": 0.9,
+    "norm.pn_groups": 1,
+    "norm.pn_warmup": 0,
+    "norm.seed_alpha_init": 1.0,
+    "norm.seed_heads": 1,
+    # SeeDNorm runs made before the key had SeeDNorm at the final norm too; for other norms it is inert
+    "norm.seed_final": lambda new: new.get("norm.name") == "seednorm" or new.get("norm.seed_final"),
+    "optim.qk_clip": False,
+    "optim.qk_clip_tau": 100.0,
+}
+
+
+def _canonical(flat: dict) -> dict:
+    """Old spellings in their current form: a boolean ``arch.qk_norm`` (true -> head, false -> none);
+    ``norm.width_init`` as the ``model.init_std`` it computed (config.upgrade_legacy); ``model.init_std:
+    auto`` as the number it resolves to, so an old run that drew that number resumes under ``auto``."""
+    from normbench.config.schema import init_std_of, qk_norm_mode, upgrade_legacy
+
+    out = upgrade_legacy(flat)
+    if "model.init_std" in out and "model.d_model" in out:
+        out["model.init_std"] = init_std_of(out["model.init_std"], out["model.d_model"])
+    if "arch.qk_norm" in out:
+        out["arch.qk_norm"] = qk_norm_mode(out["arch.qk_norm"])
+    return out
+
+
+def config_diff(old: dict, new: dict) -> list[str]:
+    old, new = _canonical(old), _canonical(new)
+    added = {k: v(new) if callable(v) else v for k, v in ADDED_KEYS.items() if k in new and k not in old}
+    old = {**added, **old}
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def _changes(keys: list[str], old: dict, new: dict) -> str:
+    """``key (checkpoint -> now)`` for the first few keys, one line."""
+    shown = ", ".join(f"{k} ({_short(old.get(k, '<absent>'))} -> {_short(new.get(k, '<absent>'))})" for k in keys[:6])
+    return shown + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+
+
+def _short(value) -> str:
+    text = str(value).replace("\n", " ")
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_resume_config(old: dict, new: dict, allowed: list[str], path: Path) -> list[str]:
+    """The keys that differ from the checkpoint's config; ConfigError if any may not (one line, names them)."""
+    diff = [k for k in config_diff(old, new) if not any(k == f or k.startswith(f + ".") for f in FREE_KEYS)]
+    model_diff = [k for k in diff if any(k == m or k.startswith(m + ".") for m in MODEL_KEYS)]
+    if model_diff:
+        raise ConfigError(
+            f"checkpoint {path} was made with a different model: {_changes(model_diff, old, new)} "
+            "(model keys can never change on resume; use a new run directory)"
+        )
+    refused = [k for k in diff if "all" not in allowed and not any(k == a or k.startswith(a + ".") for a in allowed)]
+    if refused:
+        raise ConfigError(
+            f"checkpoint {path} was made with a different config: {_changes(refused, old, new)} "
+            f"(allow with trainer.resume_allow_changed=[{','.join(refused[:8])}])"
+        )
+    return diff

@@ -1,0 +1,1 @@
+"""The training loop and its stateful parts: build, state, checkpoint, signals, optimizers, diagnostics."""
