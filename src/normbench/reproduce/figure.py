@@ -38,7 +38,14 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
             v > 0 for g in t["groups"].values() for v in g["values"]
         ):
             ax.set_yscale("log")
-    fig.suptitle(f"{result['claim']} ({result['scale']}): {result['verdict']}", fontsize=10)
+    return save_figure(fig, path, f"{result['claim']} ({result['scale']}): {result['verdict']}")
+
+
+def save_figure(fig, path: Path, title: str) -> Path:
+    """Title, tight layout, PNG at the claims' resolution; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -93,6 +93,8 @@ def plot_ladder(ladder: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from normbench.reproduce.figure import save_figure
+
     rungs_ = ladder["rungs"]
     names = [t["name"] for t in rungs_[0]["tests"]] if rungs_ else []
     fig, axes = plt.subplots(1, max(len(names), 1), figsize=(4.4 * max(len(names), 1), 3.5), squeeze=False)
@@ -120,11 +122,7 @@ def plot_ladder(ladder: dict, path: Path) -> Path:
         ylabel = "effect" + (" (log ratio)" if first.get("transform") == "log" else "")
         ax.set_ylabel(ylabel + (f", {first['interval']} 95% CI" if first.get("interval") else ""), fontsize=8)
         ax.set_title(name + (" (reported)" if first.get("informative") else ""), fontsize=9)
-    fig.suptitle(f"{ladder['claim']} ({ladder['scale']}): effect against model width", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}): effect against model width")
 
 
 def _threshold_lines(ax, t: dict) -> None:
