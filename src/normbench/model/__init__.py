@@ -10,11 +10,11 @@ import normbench.model.norm_sites  # noqa: F401 (registers lns, reordered, sandw
 import normbench.model.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
-from normbench.model.gpt import GPT, base_init_std
+from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
 from normbench.model.normfree import NORM_FREE, NormFreeGPT
 from normbench.model.norms import site_alphas
-from normbench.model.simplegpt import SIMPLENORM_NORMS, SimpleGPT, simple_init_std
+from normbench.model.simplegpt import SIMPLENORM_NORMS, SimpleGPT
 
 __all__ = ["GPT", "NANOGPT_SHAPE", "NGPT", "build_model", "check_combination", "padded_vocab", "weight_init_std"]
 
@@ -134,7 +134,7 @@ def check_combination(cfg) -> list[str]:
         d = cfg.model.d_model
         a = site_alphas(cfg.norm, d)
         notes.append(f"norm={norm}: alpha0 attn/ffn/final {a['attn']:g}/{a['ffn']:g}/{a['final']:g} (d_model={d})")
-        if cfg.model.init_std == "auto" and cfg.arch.name not in ("hybridnorm", "hybridnorm_star"):
+        if cfg.model.init_std == "auto" and not (cfg.arch.small_init or cfg.arch.tiny_init):  # auto is drawn
             notes.append(
                 f"norm={norm} at model.init_std=auto starts at GPT-2's gain (0.55); its LLaMA-style references start "
                 "near 1.3, and at small widths it learns far better at model.init_std=fan_in (gain 1; docs/init.md)"
@@ -143,16 +143,11 @@ def check_combination(cfg) -> list[str]:
 
 
 def weight_init_std(cfg) -> float:
-    """The std a run's plain weight matrices and embedding start from, as the model builds them: the
-    arch's own recipe where it has one (nGPT's and the norm-free archs' d^-0.5, SimpleGPT's 0.02,
-    TinyInit, HybridNorm's small init), else ``model.init_std`` at this width. ``reproduce`` records
-    it per group and refuses a comparison whose groups differ in it unless the claim says so."""
-    m = cfg.model
-    if cfg.arch.name == "ngpt" or cfg.arch.name in NORM_FREE:
-        return m.d_model**-0.5
-    if cfg.arch.name == "simplenorm":
-        return simple_init_std(m)
-    return base_init_std(m, cfg.arch)
+    """The std a run's plain weight matrices and embedding start from, as the model builds them (the model
+    class's own ``init_std``: nGPT's and the norm-free archs' d^-0.5, SimpleGPT's 0.02, TinyInit,
+    HybridNorm's small init, else ``model.init_std`` at this width). ``reproduce`` records it per group
+    and refuses a comparison whose groups differ in it unless the claim says so."""
+    return model_class(cfg).init_std(cfg.model, cfg.arch)
 
 
 def check_norm_free_and_simplenorm(cfg) -> list[str]:
@@ -231,11 +226,17 @@ def _check_norm_sites(cfg) -> list[str]:
     return notes
 
 
-def build_model(cfg, vocab_size: int) -> nn.Module:
+def model_class(cfg) -> type[nn.Module]:
+    """The module class an arch builds: its own geometry (nGPT, SimpleGPT, the norm-free nets) or the GPT."""
     if cfg.arch.name == "ngpt":
-        return NGPT(cfg.model, cfg.arch, vocab_size)
+        return NGPT
     if cfg.arch.name == "simplenorm":
-        return SimpleGPT(cfg.model, cfg.arch, cfg.norm, vocab_size)
-    if cfg.arch.name in NORM_FREE:
-        return NormFreeGPT(cfg.model, cfg.arch, cfg.norm, vocab_size)
-    return GPT(cfg.model, cfg.arch, cfg.norm, vocab_size)
+        return SimpleGPT
+    return NormFreeGPT if cfg.arch.name in NORM_FREE else GPT
+
+
+def build_model(cfg, vocab_size: int) -> nn.Module:
+    cls = model_class(cfg)
+    if cls is NGPT:
+        return NGPT(cfg.model, cfg.arch, vocab_size)
+    return cls(cfg.model, cfg.arch, cfg.norm, vocab_size)

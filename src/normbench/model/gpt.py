@@ -159,17 +159,6 @@ class CausalLM:
         return sum(p.numel() for p in self.parameters())
 
 
-def base_init_std(mcfg, arch) -> float:
-    """The std of the plain weight matrices: the arch's own rule where its paper has one (Pangu Ultra's
-    TinyInit, HybridNorm's small init), else ``model.init_std`` resolved at this width."""
-    d, L = mcfg.d_model, mcfg.n_layer
-    if getattr(arch, "tiny_init", False):  # variance 1/(2dL), embedding std 0.5 (model/norm_sites.py)
-        return math.sqrt(1.0 / (2.0 * d * L))
-    if arch.small_init:
-        return math.sqrt(2.0 / (5.0 * d))
-    return init_std_of(mcfg.init_std, d)
-
-
 class GPT(CausalLM, nn.Module):
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         super().__init__()
@@ -204,10 +193,22 @@ class GPT(CausalLM, nn.Module):
         return Block(spec, mcfg, norm_cfg, default_d_ff(mcfg), getattr(arch, "attn_gate", "none"))
 
     # ----- init -----
+    @staticmethod
+    def init_std(mcfg, arch) -> float:
+        """The std of the plain weight matrices and the embedding: the arch's own rule where its paper has one
+        (Pangu Ultra's TinyInit, HybridNorm's small init), else ``model.init_std`` resolved at this width.
+        Each model class owns this rule; ``model.weight_init_std`` reports it."""
+        d, L = mcfg.d_model, mcfg.n_layer
+        if getattr(arch, "tiny_init", False):  # variance 1/(2dL), embedding std 0.5 (model/norm_sites.py)
+            return math.sqrt(1.0 / (2.0 * d * L))
+        if arch.small_init:
+            return math.sqrt(2.0 / (5.0 * d))
+        return init_std_of(mcfg.init_std, d)
+
     def _init_weights(self, mcfg, arch) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
         tiny = getattr(arch, "tiny_init", False)
-        std = base_init_std(mcfg, arch)
+        std = self.init_std(mcfg, arch)
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else (0.5 if tiny else std)
 
         def normal(w: torch.Tensor, s: float) -> None:

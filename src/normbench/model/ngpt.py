@@ -114,6 +114,11 @@ class NGPTBlock(nn.Module):
 
 
 class NGPT(CausalLM, nn.Module):
+    @staticmethod
+    def init_std(mcfg, arch) -> float:
+        """The reference's 1/sqrt(d) draw, before every row is projected onto the unit sphere."""
+        return 1.0 / math.sqrt(mcfg.d_model)
+
     def __init__(self, mcfg, arch, vocab_size: int):
         super().__init__()
         d, L = mcfg.d_model, mcfg.n_layer
@@ -127,7 +132,7 @@ class NGPT(CausalLM, nn.Module):
         self.head_dim, self.rope_theta, self.seq_len = d // mcfg.n_head, mcfg.rope_theta, mcfg.seq_len
         self.use_rope = True  # the reference always uses RoPE; model.pos=learned is ignored (start-up note)
         self._rope = None
-        base = 1.0 / math.sqrt(d)
+        base = self.init_std(mcfg, arch)
         for mod in self.modules():
             if isinstance(mod, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(mod.weight, std=base)

@@ -181,10 +181,15 @@ class NormFreeGPT(GPT):
             x = x + self.wpe(torch.arange(start, start + idx.shape[1], device=idx.device))
         return self.drop(x)
 
+    @staticmethod
+    def init_std(mcfg, arch) -> float:
+        """fairseq's base std d^-1/2, whatever ``model.init_std`` says (the papers' init sets every weight)."""
+        return mcfg.d_model**-0.5
+
     @torch.no_grad()
     def _init_weights(self, mcfg, arch) -> None:
-        d, L, kind = mcfg.d_model, mcfg.n_layer, arch.name
-        base = d**-0.5
+        L, kind = mcfg.n_layer, arch.name
+        base = self.init_std(mcfg, arch)
         for mod in self.modules():
             if isinstance(mod, nn.Linear):
                 nn.init.normal_(mod.weight, std=base)

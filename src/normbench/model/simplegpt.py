@@ -55,11 +55,6 @@ from normbench.model.placement import BlockSpec, SublayerSpec, register_placemen
 SIMPLENORM_NORMS = ("rmsnorm", "layernorm")
 
 
-def simple_init_std(mcfg) -> float:
-    """SimpleGPT's std for the matrices before its norms: the reference's 0.02 unless a number is set."""
-    return float(mcfg.init_std) if isinstance(mcfg.init_std, (int, float)) else 0.02
-
-
 @register_placement("simplenorm")
 def _simplenorm(arch, n_layer: int) -> list[BlockSpec]:
     """No norm around the sublayers: SimpleGPT's norms sit inside them (SimpleAttention, SimpleMLP)."""
@@ -152,9 +147,14 @@ class SimpleGPT(GPT):
     def make_block(self, index: int, spec: BlockSpec, mcfg, arch, norm_cfg) -> nn.Module:
         return SimpleBlock(mcfg, norm_cfg, default_d_ff(mcfg))
 
+    @staticmethod
+    def init_std(mcfg, arch) -> float:
+        """SimpleGPT's std for the matrices before its norms: the reference's 0.02 unless a number is set."""
+        return float(mcfg.init_std) if isinstance(mcfg.init_std, (int, float)) else 0.02
+
     @torch.no_grad()
     def _init_weights(self, mcfg, arch) -> None:
-        std, d = simple_init_std(mcfg), mcfg.d_model
+        std, d = self.init_std(mcfg, arch), mcfg.d_model
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else 1.0
         for emb in (self.wte, self.wpe):
             if emb is not None:

@@ -113,8 +113,9 @@ def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: b
     if ladder is None:
         return
     for r in ladder["rungs"]:
-        parts = [f"{t['name']}: {t['verdict']} {fmt(t['effect'])} [{fmt((t['ci'] or [None])[0])}, "
-                 f"{fmt((t['ci'] or [None, None])[1])}]" for t in r["tests"]]  # fmt: skip
+        cis = [t["ci"] or (None, None) for t in r["tests"]]
+        parts = [f"{t['name']}: {t['verdict']} {fmt(t['effect'])} [{fmt(lo)}, {fmt(hi)}]"
+                 for t, (lo, hi) in zip(r["tests"], cis)]  # fmt: skip
         print(f"{claim.id} d_model {r['d_model']}, {r['n_layer']} blocks: {r['verdict']} ({'; '.join(parts)})")
     where = Path(opts["out"]) / claim.id
     print(f"normbench: {where / 'ladder.json'}, figure {where / 'ladder.png'} ({ladder['run_time_s']:.0f} s of runs)")

@@ -64,6 +64,23 @@ class Claim:
             )
         return self.scales[scale]
 
+    def settings(self, scale: str, overrides=()) -> list[str]:
+        """The overrides every job of the claim trains with: its ``fixed`` ones, then the user's (no hydra.*)."""
+        return [o for o in [*self.sweep(scale).get("fixed", []), *overrides] if not o.startswith("hydra")]
+
+    def grids(self, scale: str, overrides=()) -> list[dict[str, list[str]]]:
+        """Each grid of the claim's sweeps, values spelled as overrides; a key the user sets is not swept."""
+        given = {override_key(o) for o in overrides}
+        return [
+            {k: [as_str(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items() if k not in given}
+            for grid in self.sweep(scale)["sweeps"]
+        ]
+
+
+def override_key(override: str) -> str:
+    """The key of a Hydra override (``+key=v``, ``~key``, ``key=v`` -> ``key``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
 
 def claims_dir() -> Path:
     from normbench.config.files import config_dir

@@ -49,11 +49,10 @@ def _size(overrides: list[str], base: dict) -> dict:
 def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, dry_run: bool = False,
                launch: bool = True, log=print) -> dict | None:  # fmt: skip
     from normbench.reproduce.runner import reproduce
-    from normbench.reproduce.shared import compose_jobs
+    from normbench.reproduce.shared import compose
 
     out = Path(out)
-    settings = [o for o in overrides if not o.startswith("hydra")]
-    cfg = compose_jobs(claim, scale, settings)[0][1]
+    cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")  # the size every rung starts from
     base = {"d_model": int(cfg.model.d_model), "n_layer": int(cfg.model.n_layer)}
     start, steps = time.perf_counter(), []
     for rung in rungs(claim, scale, base["d_model"]):

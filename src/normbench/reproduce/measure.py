@@ -48,12 +48,15 @@ def metric_value(run: Run, metric: str, target: float | None) -> float | None:
 
 
 def run_init(run: Run) -> float | None:
-    """The weight init a run started from (``model.weight_init_std`` of its config; an old run's
-    ``norm.width_init`` read as what it computed, d^-0.5)."""
+    """The weight init a run started from: the ``init_std`` its summary recorded; for a run from before
+    that key, ``model.weight_init_std`` of its config (an old ``norm.width_init`` read as what it
+    computed, d^-0.5)."""
     from omegaconf import OmegaConf
 
     from normbench.model import weight_init_std
 
+    if (run.summary or {}).get("init_std") is not None:
+        return float(run.summary["init_std"])
     if not run.config or "model" not in run.config:
         return None
     cfg = OmegaConf.create(run.config)

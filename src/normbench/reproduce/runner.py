@@ -21,16 +21,12 @@ from pathlib import Path
 
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
-from normbench.reproduce.claims import Claim, as_str
+from normbench.reproduce.claims import Claim, override_key
 from normbench.reproduce.measure import FINISHED, judge_claim
 from normbench.reproduce.shared import check_claim
 from normbench.reproduce.skip_eval import read_skip, skip_losses
 
 BASE_EXCLUDE = ["trainer.resume", "trainer.resume_allow_changed", "logger", "logger.wandb.mode"]
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def plan(
@@ -39,16 +35,14 @@ def plan(
     """(settings dir, one `train -m` argv per sweep, the expected jobs {key: value} of each sweep)."""
     s = claim.sweep(scale)
     n_seeds = int(seeds if seeds is not None else s.get("seeds", 3))
-    settings = [o for o in [*s.get("fixed", []), *overrides] if not o.startswith("hydra")]
+    settings = claim.settings(scale, overrides)
     launch = [o for o in overrides if o.startswith("hydra")]
     digest = hashlib.sha1("\n".join(settings).encode()).hexdigest()[:8]
     root = out / claim.id / "runs" / f"{scale}-{digest}"
     argvs, jobs = [], []
-    exclude = BASE_EXCLUDE + sorted({_key(o) for o in settings})
-    for i, grid in enumerate(s["sweeps"]):
-        grid = {k: [as_str(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items()}
-        grid = {k: v for k, v in grid.items() if k not in {_key(o) for o in overrides}}  # a user override wins
-        if "seed" not in {_key(o) for o in overrides}:  # seed=K: one seed, the user's
+    exclude = BASE_EXCLUDE + sorted({override_key(o) for o in settings})
+    for i, grid in enumerate(claim.grids(scale, overrides)):  # a user override wins over a swept key
+        if "seed" not in {override_key(o) for o in overrides}:  # seed=K: one seed, the user's
             grid["seed"] = [str(x) for x in range(n_seeds)]
         argvs.append(["-m", *settings, *[f"{k}={','.join(v)}" for k, v in grid.items()], "trainer.resume=true",
                       f"hydra.sweep.dir={root / f'sweep{i}'}", "hydra.sweep.subdir=${hydra.job.override_dirname}",

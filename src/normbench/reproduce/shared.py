@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import itertools
 
+from normbench.config.files import GROUPS
 from normbench.errors import ConfigError
 from normbench.reproduce.claims import Claim, Test, as_str
 
-GROUPS = ("arch", "norm", "optim", "sched", "model", "data", "diag", "logger")
 INIT = "init_std"
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _spell(value) -> str:
@@ -34,25 +30,26 @@ def _spell(value) -> str:
     return norm_value(as_str(value))
 
 
-def compose_jobs(claim: Claim, scale: str, overrides=()) -> list[tuple[dict, object]]:
-    """Every job of the claim's sweeps at ``scale`` (no seeds): ({swept key: value}, composed config)."""
+def compose(claim: Claim, overrides: list[str], what) -> object:
+    """The config ``train`` would compose for ``overrides``; Hydra's error as one line naming ``what``."""
     from normbench.config.files import compose_config
 
-    s = claim.sweep(scale)
-    fixed = [o for o in [*s.get("fixed", []), *overrides] if not o.startswith("hydra")]
-    given = {_key(o) for o in overrides}
+    try:
+        return compose_config(overrides)
+    except Exception as exc:  # noqa: BLE001 - Hydra's own errors: one line with the job
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"claim {claim.id}: job {what} does not compose: {first}") from None
+
+
+def compose_jobs(claim: Claim, scale: str, overrides=()) -> list[tuple[dict, object]]:
+    """Every job of the claim's sweeps at ``scale`` (no seeds): ({swept key: value}, composed config)."""
+    fixed = claim.settings(scale, overrides)
     jobs = []
-    for grid in s["sweeps"]:
-        grid = {k: [as_str(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items()}
-        grid = {k: v for k, v in grid.items() if k not in given and k != "seed"}
+    for grid in claim.grids(scale, overrides):
+        grid = {k: v for k, v in grid.items() if k != "seed"}
         for combo in itertools.product(*grid.values()):
             values = dict(zip(grid, combo))
-            try:
-                cfg = compose_config([*fixed, *(f"{k}={v}" for k, v in values.items())])
-            except Exception as exc:  # noqa: BLE001 - Hydra's own errors: one line with the job
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ConfigError(f"claim {claim.id}: job {values} does not compose: {first}") from None
-            jobs.append((values, cfg))
+            jobs.append((values, compose(claim, [*fixed, *(f"{k}={v}" for k, v in values.items())], values)))
     return jobs
 
 
