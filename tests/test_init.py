@@ -90,6 +90,51 @@ def test_old_width_init_runs_resume_as_what_they_computed(tmp_path):
     assert check_resume_config(same, auto, [], tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    "overrides, noted",
+    [
+        (["norm=dyt"], True),  # auto is drawn: GPT-2's gain, far from DyT's references
+        (["norm=derf"], True),
+        (["norm=dyt", "model.init_std=fan_in"], False),
+        (["norm=dyt", "arch=hybridnorm"], False),  # its small init is drawn, not auto
+        (["norm=layernorm"], False),
+    ],
+)
+def test_dyt_at_auto_gets_a_start_up_note(overrides, noted):
+    from normbench.model import check_combination
+
+    notes = check_combination(compose(["model=tiny", *overrides]))
+    assert any("model.init_std=fan_in" in n for n in notes) == noted
+
+
+def test_a_runs_init_is_the_recorded_one_else_what_its_config_computed():
+    from normbench.config.schema import as_dict
+    from normbench.report.loading import Run
+    from normbench.reproduce.measure import run_init
+
+    def run(config, summary):
+        return Run(path=None, config=config, overrides=[], summary=summary, records=[])
+
+    cfg = as_dict(compose(["model=tiny"]))
+    assert run_init(run(cfg, {"init_std": 0.05})) == 0.05  # what the run wrote at its start wins
+    assert run_init(run(cfg, {})) == pytest.approx(init_std_of("auto", 64))
+    old = {**cfg, "model": {**cfg["model"], "init_std": 0.02}, "norm": {**cfg["norm"], "width_init": True}}
+    assert run_init(run(old, {})) == 0.125  # an old norm.width_init run drew d^-0.5
+    assert run_init(run({}, {})) is None
+
+
+def test_malformed_part_of_claim_is_refused_in_one_line(tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({
+        "claim": "x", "paper": "y", "part_of_claim": {"init_std": ""},
+        "scales": {"cpu": {"sweeps": [{"norm": ["layernorm"]}]}},
+        "tests": [{"name": "t", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "dyt"},
+                   "baseline": {"norm": "layernorm"}, "band": [-0.05, 0.05]}],
+    }))  # fmt: skip
+    with pytest.raises(ConfigError) as exc:
+        load_claim("bad", tmp_path)
+    assert "part_of_claim" in str(exc.value) and "\n" not in str(exc.value)
+
+
 # ------------------------------------------------------------------ one init per comparison (reproduce)
 
 

@@ -134,6 +134,7 @@ def test_run_dir_holds_every_file_and_key(tmp_path):
     assert len(diag[0]["var_resid"]) == 3 and len(diag[0]["grad_norm_layer"]) == 2
     summary = json.loads((run / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
+    assert summary["init_std"] == pytest.approx(0.02 * (768 / 64) ** 0.5)  # model=tiny's auto init, as drawn
     # the checkpoint format (docs/contract.md §3: train_state.TrainState's list) stays what older versions wrote
     assert set(torch.load(run / "checkpoints" / "last.pt", weights_only=True)) == CHECKPOINT_KEYS
     assert summary["status"] == "completed" and summary["step"] == 30
