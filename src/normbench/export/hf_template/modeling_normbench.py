@@ -5,14 +5,21 @@ transformers only). It recomputes normbench's model (github: normbench, src/norm
 with the same parameter names, so the exported weights are normbench's state dict unchanged:
 
 - Every softmax-attention placement is one block whose two sublayers compute, for a sublayer f,
-  ``h = N_in(x) or x; x = h if residual_after_norm; y = N_out(f(h)) or f(h);
-  x' = N_post(alpha*x + y) or alpha*x + y`` (Pre-LN, Post-LN, Peri-LN, Mix-LN, HybridNorm(*),
-  DeepNorm differ only in these flags, listed per block in the config).
-- Norms: LayerNorm, RMSNorm (statistics in fp32), DyT ``g*tanh(a x)+b`` (Zhu et al. 2025,
-  arXiv:2503.10622), Derf ``g*erf(a x + s)+b`` (arXiv:2512.10938), or none.
+  ``h = N_in(x) or x; x = h if residual_after_norm; y = N_out(f(h * in_scale)) or f(h * in_scale);
+  x' = N_post(lambda*x + y) or lambda*x + y`` with lambda the scalar ``alpha`` or a learned vector
+  ``resid_scale`` (Pre-LN, Post-LN, Peri-LN, Mix-LN, HybridNorm(*), DeepNorm, LNS's 1/sqrt(l), OLMo 2's
+  reordered norms, sandwich, NormFormer differ only in these flags, listed per block in the config).
+  Per block also: q/k norms per head or over the whole width (OLMo 2), a v norm, a sigmoid gate on
+  the attention output (per head or per element, arXiv:2505.06708), NormFormer's head scale and FFN
+  norm over d_ff.
+- Norms (norms_normbench.py): LayerNorm, RMSNorm, DyT, Derf, ScaleNorm, CRMSNorm, SeeDNorm,
+  BatchNorm and PowerNorm (running statistics), or none; computed in the model's dtype (fp64 when
+  cast to float64), statistics in at least fp32.
+- FixNorm (arXiv:1910.05895): unit-L2 embedding rows times sqrt(d), and a tied head of unit rows.
 - nGPT (Loshchilov et al. 2024, arXiv:2410.01131; NVIDIA/ngpt): unit-norm hidden states, eigen
   learning rates; scale vectors are used as ``param * multiplier`` (the multipliers are in the config).
-- RoPE is rotate-half (GPT-NeoX/LLaMA), applied after any q/k norm (nGPT: before its q/k L2 norm).
+- RoPE is rotate-half (GPT-NeoX/LLaMA), applied after any q/k norm (nGPT: before its q/k L2 norm);
+  its table is computed in the weights' dtype promoted to fp32.
 The KV cache is transformers' own ``Cache`` (``generate`` works); attention is
 ``F.scaled_dot_product_attention``.
 """
@@ -30,80 +37,11 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_normbench import NormbenchConfig
+from .norms_normbench import build_norm, upcast
 
 _V5 = int(transformers.__version__.split(".")[0]) >= 5
 # transformers 5 names the cache `cache` (4.x: `past_key_values`), in outputs and in forward
 _CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
-
-
-# ----------------------------------------------------------------------------- norms
-class LayerNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, affine: bool, bias: bool):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-        y = F.layer_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
-        if self.weight is not None:
-            y = y * self.weight
-        if self.bias is not None:
-            y = y + self.bias
-        return y
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, affine: bool):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
-        y = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
-        return y * self.weight if self.weight is not None else y
-
-
-class PointwiseNorm(nn.Module):
-    """DyT (fn=tanh, no shift) and Derf (fn=erf, scalar shift): ``g * fn(alpha*x + shift) + b``."""
-
-    def __init__(self, dim: int, fn, shift: bool, affine: bool, bias: bool):
-        super().__init__()
-        self.fn = fn
-        self.alpha = nn.Parameter(torch.ones(1))
-        self.shift = nn.Parameter(torch.zeros(1)) if shift else None
-        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.alpha * x
-        if self.shift is not None:
-            z = z + self.shift
-        y = self.fn(z)
-        if self.weight is not None:
-            y = y * self.weight
-        if self.bias is not None:
-            y = y + self.bias
-        return y
-
-
-def build_norm(spec: dict, dim: int) -> nn.Module:
-    kind, affine, bias = spec["kind"], spec.get("affine", True), spec.get("bias", False)
-    if kind == "layernorm":
-        return LayerNorm(dim, spec["eps"], affine, bias)
-    if kind == "rmsnorm":
-        return RMSNorm(dim, spec["eps"], affine)
-    if kind == "dyt":
-        return PointwiseNorm(dim, torch.tanh, False, affine, bias)
-    if kind == "derf":
-        return PointwiseNorm(dim, torch.erf, True, affine, bias)
-    if kind == "none":
-        return nn.Identity()
-    raise ValueError(f"norm kind {kind!r} is not one of: layernorm, rmsnorm, dyt, derf, none")
 
 
 class EmbedScale(nn.Module):
@@ -116,10 +54,13 @@ class EmbedScale(nn.Module):
 
 
 # ----------------------------------------------------------------------------- attention
-def rope(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (B, 1, T, head_dim) for integer positions (B, T)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
-    freqs = positions.float()[..., None] * inv_freq
+def rope(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype=torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (B, 1, T, head_dim) for integer positions (B, T), in ``dtype`` promoted to fp32."""
+    dtype = torch.promote_types(dtype, torch.float32)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=dtype) / head_dim))
+    freqs = positions.to(dtype)[..., None] * inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)[:, None]
     return emb.cos(), emb.sin()
 
@@ -162,16 +103,25 @@ class Attention(nn.Module):
         self.head_dim, self.dropout = d // self.n_head, config.dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=config.bias)
         self.c_proj = nn.Linear(d, d, bias=config.bias)
-        qk = spec.get("qk_norm", False)
-        self.q_norm = build_norm(config.norm, self.head_dim) if qk else None
-        self.k_norm = build_norm(config.norm, self.head_dim) if qk else None
+        gate = int(spec.get("gate_width", 0))  # H (one gate per head), d (per element) or 0
+        self.gate = nn.Linear(d, gate, bias=config.bias) if gate else None
+        self.head_scale = nn.Parameter(torch.ones(self.n_head)) if spec.get("head_scale") else None
+        self.qk_width = bool(spec.get("qk_width", False))  # one q and one k norm over the whole width
+        qk, qk_dim = spec.get("qk_norm", False), d if self.qk_width else self.head_dim
+        self.q_norm = build_norm(config.norm, qk_dim) if qk else None
+        self.k_norm = build_norm(config.norm, qk_dim) if qk else None
         self.v_norm = build_norm(config.norm, self.head_dim) if spec.get("v_norm", False) else None
 
     def forward(self, x, ctx: dict) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
-        if self.q_norm is not None:
+        if self.qk_width:
+            q, k, v = self.c_attn(x).split(C, dim=-1)
             q, k = self.q_norm(q), self.k_norm(k)
+            q, k, v = (t.view(B, T, self.n_head, self.head_dim) for t in (q, k, v))
+        else:
+            q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
         if self.v_norm is not None:
             v = self.v_norm(v)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -180,16 +130,23 @@ class Attention(nn.Module):
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if ctx["cache"] is not None:
             k, v = ctx["cache"].update(k, v, ctx["layer"])
-        y = attend(q, k, v, ctx["mask"], dropout=self.dropout if self.training else 0.0)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        y = attend(q, k, v, ctx["mask"], dropout=self.dropout if self.training else 0.0).transpose(1, 2)
+        H, hd = self.n_head, self.head_dim
+        if self.gate is not None:  # the sigmoid in at least fp32
+            g = torch.sigmoid(upcast(self.gate(x))).type_as(y)
+            y = y * (g.unsqueeze(-1) if g.shape[-1] == H else g.view(B, T, H, hd))
+        if self.head_scale is not None:
+            y = y * self.head_scale.unsqueeze(-1)
+        return self.c_proj(y.reshape(B, T, H * hd))
 
 
 class MLP(nn.Module):
-    def __init__(self, config: NormbenchConfig):
+    def __init__(self, config: NormbenchConfig, mid_norm: bool = False):
         super().__init__()
         d, d_ff, self.kind = config.hidden_size, config.intermediate_size, config.mlp
         self.c_fc = nn.Linear(d, 2 * d_ff if self.kind == "swiglu" else d_ff, bias=config.bias)
         self.c_proj = nn.Linear(d_ff, d, bias=config.bias)
+        self.mid_norm = build_norm(config.norm, d_ff) if mid_norm else None  # NormFormer's FFN norm
 
     def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
         h = self.c_fc(x)
@@ -200,6 +157,8 @@ class MLP(nn.Module):
             h = F.gelu(h)
         else:
             h = F.relu(h)
+        if self.mid_norm is not None:
+            h = self.mid_norm(h)
         return self.c_proj(h)
 
 
@@ -214,19 +173,26 @@ class Sublayer(nn.Module):
         self.norm_out = build_norm(config.norm, d) if spec.get("out_norm") else None
         self.norm_post = build_norm(config.norm, d) if spec.get("post_norm") else None
         self.residual_after_norm = bool(spec.get("residual_after_norm", False))
+        self.in_scale = float(spec.get("in_scale", 1.0))
         self.alpha = float(spec.get("alpha", 1.0))
+        self.resid_scale = nn.Parameter(torch.ones(d)) if spec.get("resid_scale") else None
         self.resid_dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
 
     def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
         h = self.norm_in(x) if self.norm_in is not None else x
         if self.residual_after_norm:
             x = h
+        if self.in_scale != 1.0:
+            h = h * self.in_scale
         y = self.core(h, ctx)
         if self.norm_out is not None:
             y = self.norm_out(y)
         if self.resid_dropout is not None:
             y = self.resid_dropout(y)
-        x = x + y if self.alpha == 1.0 else x * self.alpha + y
+        if self.resid_scale is not None:
+            x = x * self.resid_scale + y
+        else:
+            x = x + y if self.alpha == 1.0 else x * self.alpha + y
         return self.norm_post(x) if self.norm_post is not None else x
 
 
@@ -234,7 +200,7 @@ class Block(nn.Module):
     def __init__(self, config: NormbenchConfig, spec: dict):
         super().__init__()
         self.attn = Sublayer(config, spec["attn"], Attention(config, spec))
-        self.mlp = Sublayer(config, spec["mlp"], MLP(config))
+        self.mlp = Sublayer(config, spec["mlp"], MLP(config, spec["mlp"].get("mid_norm", False)))
 
     def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
         return self.mlp(self.attn(x, ctx), ctx)
@@ -267,7 +233,7 @@ class NGPTBlock(nn.Module):
         self.suv = ScaledVector(2 * d_ff, mult["suv"])
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(x.float(), dim=-1, eps=self.eps).type_as(x)
+        return F.normalize(upcast(x), dim=-1, eps=self.eps).type_as(x)
 
     def forward(self, h: torch.Tensor, ctx: dict) -> torch.Tensor:
         B, T, C = h.shape
@@ -313,7 +279,8 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
             self.emb_norm = build_norm(config.norm, d) if config.embed_norm else None
             self.drop = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
             self.blocks = nn.ModuleList(Block(config, spec) for spec in config.blocks)
-            self.ln_f = build_norm(config.norm, d) if config.final_norm else None
+            self.ln_f = build_norm(config.final_norm_spec or config.norm, d) if config.final_norm else None
+        self.fixnorm = bool(getattr(config, "fixnorm", False))
         self.lm_head = nn.Linear(d, V, bias=False)
         self.post_init()
 
@@ -334,6 +301,30 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.lm_head = value
+
+    def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        if self.fixnorm:  # FixNorm: unit-L2 rows times sqrt(d)
+            x = F.embedding(input_ids, F.normalize(self.wte.weight, dim=-1)) * math.sqrt(self.config.hidden_size)
+        else:
+            x = self.wte(input_ids)
+        if self.is_ngpt:
+            return x
+        if self.wpe is not None:
+            x = x + self.wpe(position_ids)
+        if self.emb_scale is not None:
+            x = self.emb_scale(x)
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
+        return self.drop(x)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.is_ngpt:
+            return self.sz() * self.lm_head(x)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        if self.fixnorm and self.config.tie_word_embeddings:  # tied: the head uses the unit-norm rows
+            return F.linear(x, F.normalize(self.lm_head.weight, dim=-1))
+        return self.lm_head(x)
 
     def forward(
         self,
@@ -359,27 +350,16 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
             position_ids = torch.arange(past, past + T, device=input_ids.device)[None].expand(B, T)
         ctx = {"cache": cache, "mask": causal_mask(attention_mask, past, T, input_ids.device), "rope": None}
         if self.is_ngpt or self.config.position == "rope":
-            ctx["rope"] = rope(position_ids, self.head_dim, self.config.rope_theta)
-        x = self.wte(input_ids)
-        if not self.is_ngpt:
-            if self.wpe is not None:
-                x = x + self.wpe(position_ids)
-            if self.emb_scale is not None:
-                x = self.emb_scale(x)
-            if self.emb_norm is not None:
-                x = self.emb_norm(x)
-            x = self.drop(x)
+            ctx["rope"] = rope(position_ids, self.head_dim, self.config.rope_theta, self.wte.weight.dtype)
+        x = self.embed(input_ids, position_ids)
         for i, block in enumerate(self.blocks):
             ctx["layer"] = i
             x = block(x, ctx)
-        if self.is_ngpt:
-            logits = self.sz() * self.lm_head(x)
-        else:
-            logits = self.lm_head(self.ln_f(x) if self.ln_f is not None else x)
+        logits = self.logits(x)
         loss = None
         if labels is not None:  # transformers convention: labels are the inputs, shifted here
             loss = F.cross_entropy(
-                logits[:, :-1].float().reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
+                upcast(logits[:, :-1]).reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
             )
         out = CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache})
         return out if return_dict is not False else out.to_tuple()
