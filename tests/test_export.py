@@ -350,3 +350,23 @@ def test_custom_class_left_padding_and_labels(tmp_path, pos):
         ours = model(idx[:, :-1], idx[:, 1:])[1]
         theirs = hf(input_ids=idx, labels=idx).loss
     assert abs(ours.item() - theirs.item()) <= 1e-6
+
+
+@pytest.mark.parametrize(("norm", "leak"), [("batchnorm", True), ("powernorm", False), ("rmsnorm", False)])
+def test_model_card_says_what_the_batch_statistic_norms_compute(norm, leak):
+    """BatchNorm's card says its training forward leaked the future; every custom card's loading lines pass
+    trust_remote_code to the tokenizer too (it reads config.json's auto_map)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from normbench.export.card import model_card
+
+    cfg, model = make(["arch=pre_ln", f"norm={norm}"])
+    run = SimpleNamespace(cfg=OmegaConf.structured(cfg), summary={}, model=model, vocab_size=VOCAB, tokens=0, step=0)
+    card = model_card(run, "custom", "NormbenchForCausalLM", VOCAB, 0.0, "out")
+    assert ("BatchNorm leaked the future in training" in card) == leak
+    assert ("running quadratic mean" in card) == (norm == "powernorm")
+    assert "AutoTokenizer.from_pretrained('out', trust_remote_code=True)" in card
+    stock = model_card(run, "llama", "LlamaForCausalLM", VOCAB, 0.0, "out")
+    assert "AutoTokenizer.from_pretrained('out')\n" in stock and "trust_remote_code" not in stock
