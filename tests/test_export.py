@@ -29,14 +29,13 @@ SMALL = ["model=tiny", "model.d_model=32", "model.n_head=4", "model.n_layer=4", 
 GPT2_SHAPE = ["norm=layernorm", "model.pos=learned", "model.mlp=gelu", "model.bias=true"]
 
 FIRST_NORMS = ("layernorm", "rmsnorm", "dyt", "derf")
-# simplenorm and the norm-free archs (their own blocks) are refused in one line (tests/test_export_every.py)
-NOT_EXPORTED_ARCHS = ("simplenorm", "rezero", "fixup", "tfixup")
-# the placements whose norms carry no gain vector are refused by sandwich/sandwich_depth with the later norms
-# (model.check_combination); norm=none only with pre_ln; nGPT ignores norm= (one entry)
+# their own blocks: SimpleGPT (rmsnorm/layernorm only), the norm-free archs and nGPT (they ignore norm=: one entry)
+OWN_BLOCKS = ("simplenorm", "rezero", "fixup", "tfixup", "ngpt")
 COMBOS = (
     [("pre_ln", n) for n in NORMS]
-    + [(a, n) for a in ARCHS if a not in (*NOT_EXPORTED_ARCHS, "pre_ln", "ngpt") for n in FIRST_NORMS]
-    + [("ngpt", "none")]
+    + [(a, n) for a in ARCHS if a not in (*OWN_BLOCKS, "pre_ln") for n in FIRST_NORMS]
+    + [("simplenorm", "rmsnorm"), ("simplenorm", "layernorm")]
+    + [(a, "none") for a in OWN_BLOCKS if a != "simplenorm"]
 )
 # which stock class each exact shape exports to; the rest of COMBOS export the custom class
 STOCK = [
@@ -169,7 +168,10 @@ def test_the_custom_class_is_self_contained(tmp_path):
 
     cfg, model = make(["arch=hybridnorm_star", "norm=derf", "model.pos=learned"])
     roundtrip(tmp_path, model, cfg, custom=True)
-    for name in ("modeling_normbench.py", "configuration_normbench.py"):
+    from normbench.export.custom import FILES
+
+    assert set(FILES) == {f"{n}_normbench.py" for n in ("configuration", "modeling", "layers", "norms")}
+    for name in FILES:
         tree = ast.parse((tmp_path / name).read_text())
         roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}

@@ -11,7 +11,7 @@ logits within 1e-5 of normbench's; a forced continuation (a prompt, then one tok
 through ``past_key_values``) equal to the full forward; cast to float64, logits within 1e-12
 relative of normbench's float64 model (custom class: it computes in the model's dtype; the stock
 Llama/Qwen3 classes compute their RMSNorm in fp32 whatever the dtype, so only fp32 is checked there).
-The archs export refuses are checked to refuse in one line.
+A model class export does not know (a plugin's own blocks) is refused in one line.
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ pytestmark = pytest.mark.slow
 
 VOCAB, T = 64, 20
 SMALL = ["model=tiny", "model.d_model=32", "model.n_head=4", "model.n_layer=3", f"model.seq_len={T}"]
-# archs whose own geometry export does not express (refused in one line; docs/export.md lists them)
-REFUSED = ("simplenorm", "rezero", "fixup", "tfixup")
-IGNORE_NORM = ("ngpt",)  # one run each: the arch ignores norm=
+IGNORE_NORM = ("ngpt", "rezero", "fixup", "tfixup")  # one run each: the arch ignores norm=
 OPTIONS = [
     ["arch=pre_ln", "norm=rmsnorm", "arch.qk_norm=width"],
     ["arch=pre_ln", "norm=layernorm", "arch.qk_norm=width", "model.bias=true"],
@@ -58,6 +56,10 @@ OPTIONS = [
     ["arch=pre_ln", "norm=crmsnorm", "norm.affine=true"],
     ["arch=pre_ln", "norm=dyt", "norm.embed_scale=true", "model.tie_embeddings=false"],
     ["arch=lns", "norm=rmsnorm", "arch.qk_norm=width", "model.n_layer=4"],
+    ["arch=simplenorm", "norm=layernorm", "model.pos=learned", "model.mlp=gelu", "model.bias=true"],
+    ["arch=rezero", "norm=none", "model.fixnorm=true", "model.pos=learned"],
+    ["arch=fixup", "norm=none", "model.mlp=relu", "model.bias=true", "model.tie_embeddings=false"],
+    ["arch=tfixup", "norm=none", "model.pos=learned", "model.tie_embeddings=false"],
 ]
 
 
@@ -76,8 +78,6 @@ def _valid(overrides: list[str]):
 def cases() -> dict[str, list[str]]:
     found = {}
     for arch in ARCHS:
-        if arch in REFUSED:
-            continue
         for norm in NORMS[:1] if arch in IGNORE_NORM else NORMS:
             if _valid([f"arch={arch}", f"norm={norm}"]) is not None:
                 found[f"{arch}-{norm}"] = [f"arch={arch}", f"norm={norm}"]
@@ -159,7 +159,7 @@ def test_every_arch_norm_and_option_exports_and_loads_without_normbench(tmp_path
                 ref["fp64"] = model.double()(idx)[0]
         torch.save(ref, tmp_path / f"{name}.pt")
     names = list(kinds)
-    assert {n.split("-")[0] for n in names if "-" in n} == set(ARCHS) - set(REFUSED)
+    assert {n.split("-")[0] for n in names if "-" in n} == set(ARCHS)
     assert {n.split("-")[1] for n in names if n.startswith("pre_ln-")} == set(NORMS)
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(tmp_path), json.dumps(names)],
@@ -178,9 +178,17 @@ def test_every_arch_norm_and_option_exports_and_loads_without_normbench(tmp_path
     assert sum(k == "custom" for k in kinds.values()) > 100
 
 
-@pytest.mark.parametrize("arch", REFUSED)
-def test_archs_with_their_own_blocks_are_refused_in_one_line(arch):
-    cfg = compose([*SMALL, f"arch={arch}", "norm=rmsnorm"])
-    with pytest.raises(ConfigError, match=f"^export: arch={arch} is not supported") as exc:
-        build_hf_model(build_model(cfg, VOCAB), cfg, VOCAB)
-    assert "\n" not in str(exc.value)
+def test_a_model_class_export_does_not_know_is_refused_in_one_line():
+    """A plugin placement whose blocks are its own class: refused by name, never a traceback."""
+    from normbench.model.gpt import GPT
+
+    class MyGPT(GPT):
+        pass
+
+    cfg = compose([*SMALL, "arch=pre_ln", "norm=rmsnorm"])
+    model = MyGPT(cfg.model, cfg.arch, cfg.norm, VOCAB)
+    for custom in (False, True):
+        with pytest.raises(ConfigError) as exc:
+            build_hf_model(model, cfg, VOCAB, custom=custom)
+        assert str(exc.value).startswith("export: arch=pre_ln is not supported (its model class MyGPT is not one")
+        assert "\n" not in str(exc.value)

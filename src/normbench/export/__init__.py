@@ -27,8 +27,6 @@ def build_hf_model(model, cfg, vocab_size: int, custom: bool = False):
     from normbench.export.custom import config_dict, shipped_state, template_classes
     from normbench.export.stock import build_stock, stock_kind
 
-    if not getattr(model, "EXPORTABLE", True):  # SimpleGPT and the norm-free GPTs: blocks no exported class has
-        raise ConfigError(f"export: arch={cfg.arch.name} is not supported (no exported class has its blocks)")
     config_cls, model_cls = template_classes()
     config = config_cls(**config_dict(model, cfg, vocab_size))  # first: refuses a norm it does not compute
     kind = None if custom else stock_kind(model, cfg)

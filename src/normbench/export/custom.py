@@ -1,6 +1,6 @@
 """The self-contained transformers model for any normbench arch x norm (``trust_remote_code``).
 
-The export ships ``hf_template/{configuration,modeling,norms}_normbench.py`` into the output
+The export ships ``hf_template/*_normbench.py`` (configuration, modeling, layers, norms) into the output
 directory. Its config is read off the trained module tree (norm classes, eps, which norms
 each sublayer has, residual and input scales, gates, head scales, nGPT's multipliers), never
 from normbench's config defaults, so a model built under other defaults exports as it computes.
@@ -19,11 +19,13 @@ import torch.nn as nn
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
+from normbench.model.normfree import NormFreeGPT
 from normbench.model.norms import Derf, DyT, EmbedScale, LayerNorm, RMSNorm
 from normbench.model.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
+from normbench.model.simplegpt import SimpleGPT
 
 TEMPLATE = Path(__file__).resolve().parent / "hf_template"
-FILES = ("configuration_normbench.py", "modeling_normbench.py", "norms_normbench.py")
+FILES = tuple(sorted(p.name for p in TEMPLATE.glob("*_normbench.py")))  # modeling_ imports the others
 AUTO_MAP = {
     "AutoConfig": "configuration_normbench.NormbenchConfig",
     "AutoModelForCausalLM": "modeling_normbench.NormbenchForCausalLM",
@@ -84,7 +86,9 @@ def _norms(model: GPT) -> list[nn.Module]:
     for b in model.blocks:
         for sub in (b.attn, b.mlp):
             found += [sub.norm_in, sub.norm_out, sub.norm_post]
-        found += [b.attn.core.q_norm, b.attn.core.k_norm, b.attn.core.v_norm, getattr(b.mlp.core, "mid_norm", None)]
+        attn, mlp = b.attn.core, b.mlp.core  # SimpleGPT's norms sit inside its sublayers
+        found += [getattr(attn, n, None) for n in ("q_norm", "k_norm", "v_norm", "o_norm")]
+        found += [getattr(mlp, n, None) for n in ("mid_norm", "fc_norm", "gate_norm", "down_norm")]
     return [m for m in found if m is not None]
 
 
@@ -137,6 +141,11 @@ def _embed_scale(model: GPT) -> bool:
 
 def config_dict(model: nn.Module, cfg, vocab_size: int) -> dict:
     """The NormbenchConfig fields that make the template compute ``model``."""
+    if type(model) not in (GPT, SimpleGPT, NormFreeGPT, NGPT):
+        raise ConfigError(
+            f"export: arch={cfg.arch.name} is not supported (its model class {type(model).__name__} is not one the "
+            "exported class computes: GPT, SimpleGPT, NormFreeGPT, NGPT)"
+        )
     b0 = model.blocks[0]
     base = {
         "vocab_size": vocab_size,
@@ -153,41 +162,54 @@ def config_dict(model: nn.Module, cfg, vocab_size: int) -> dict:
         "eos_token_id": None,
     }
     if isinstance(model, NGPT):
-        mult = lambda v: v.init / v.scale  # noqa: E731 - ScaledVector: param * (init / scale)
-        names = ("attn_alpha", "mlp_alpha", "sqk", "suv")
-        return {
-            **base,
-            "intermediate_size": b0.mlp_c_proj.in_features,
-            "position": "rope",
-            "mlp": "swiglu",
-            "bias": False,
-            "norm": {"kind": "none"},
-            "blocks": [],
-            "final_norm": False,
-            "ngpt": {
-                "eps": b0.eps,
-                "blocks": [{n: mult(getattr(b, n)) for n in names} for b in model.blocks],
-                "sz": mult(model.sz),
-            },
-            "tie_word_embeddings": False,
-        }
-    if not isinstance(model, GPT):
-        raise ConfigError(f"export: {type(model).__name__} is not a normbench GPT or nGPT model")
-    norm, final = _common_norm(model, cfg.norm.name)
+        return {**base, **_ngpt_fields(model)}
+    return {**base, **_gpt_fields(model, cfg)}
+
+
+def _ngpt_fields(model: NGPT) -> dict:
+    b0 = model.blocks[0]
+    mult = lambda v: v.init / v.scale  # noqa: E731 - ScaledVector: param * (init / scale)
+    names = ("attn_alpha", "mlp_alpha", "sqk", "suv")
     return {
-        **base,
+        "intermediate_size": b0.mlp_c_proj.in_features,
+        "position": "rope",
+        "mlp": "swiglu",
+        "bias": False,
+        "norm": {"kind": "none"},
+        "blocks": [],
+        "final_norm": False,
+        "ngpt": {
+            "eps": b0.eps,
+            "blocks": [{n: mult(getattr(b, n)) for n in names} for b in model.blocks],
+            "sz": mult(model.sz),
+        },
+        "tie_word_embeddings": False,
+    }
+
+
+def _gpt_fields(model: GPT, cfg) -> dict:
+    """The fields of a GPT, a SimpleGPT (its norms inside the sublayers) or a norm-free GPT."""
+    b0 = model.blocks[0]
+    free = isinstance(model, NormFreeGPT)
+    if free:  # no norm anywhere; fixup's ln_f is its output shift
+        norm, final, blocks = {"kind": "none"}, None, [{} for _ in model.blocks]
+    else:
+        norm, final = _common_norm(model, cfg.norm.name)
+        blocks = [block_spec(b) | ({"simple": True} if isinstance(model, SimpleGPT) else {}) for b in model.blocks]
+    return {
         "intermediate_size": b0.mlp.core.c_proj.in_features,
         "position": "rope" if model.use_rope else "learned",
         "mlp": b0.mlp.core.kind,
         "bias": b0.attn.core.c_attn.bias is not None,
         "dropout": float(getattr(model.drop, "p", 0.0)),
         "norm": norm,
-        "blocks": [block_spec(b) for b in model.blocks],
-        "final_norm": model.ln_f is not None,
+        "blocks": blocks,
+        "final_norm": model.ln_f is not None and not free,
         "final_norm_spec": final,
         "embed_norm": model.emb_norm is not None,
         "embed_scale": _embed_scale(model),
         "fixnorm": bool(getattr(model, "fixnorm", False)),
+        "norm_free": {"kind": model.kind, "embed_mult": float(model.embed_mult)} if free else None,
         "tie_word_embeddings": model.lm_head.weight is model.wte.weight,
     }
 

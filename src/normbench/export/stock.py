@@ -47,7 +47,7 @@ def _norm_specs(model: GPT, with_qk: bool) -> list[dict]:
 
 def stock_kind(model, cfg) -> str | None:
     """``gpt2``, ``llama``, ``qwen3``, or None when no stock class computes exactly this model."""
-    if not isinstance(model, GPT) or not _is_plain_pre_ln(model):
+    if type(model) is not GPT or not _is_plain_pre_ln(model):  # SimpleGPT, the norm-free GPTs: their own blocks
         return None
     b0 = model.blocks[0]
     qk = b0.attn.core.q_norm is not None

@@ -33,6 +33,7 @@ class NormbenchConfig(PretrainedConfig):
         final_norm: bool = True,
         final_norm_spec: dict | None = None,  # the final norm where it differs from `norm` (else None)
         fixnorm: bool = False,  # unit-L2 embedding rows times sqrt(d); a tied head uses the unit rows
+        norm_free: dict | None = None,  # rezero/fixup/tfixup: {"kind", "embed_mult"}; blocks without norms
         embed_norm: bool = False,
         embed_scale: bool = False,  # a learnable scalar times the embedding (DyT/Derf recipe)
         ngpt: dict | None = None,  # nGPT only: {"eps", "blocks": [{name: multiplier}], "sz": multiplier}
@@ -58,6 +59,7 @@ class NormbenchConfig(PretrainedConfig):
         self.final_norm = final_norm
         self.final_norm_spec = final_norm_spec
         self.fixnorm = fixnorm
+        self.norm_free = norm_free
         self.embed_norm = embed_norm
         self.embed_scale = embed_scale
         self.ngpt = ngpt

@@ -16,6 +16,9 @@ with the same parameter names, so the exported weights are normbench's state dic
   BatchNorm and PowerNorm (running statistics), or none; computed in the model's dtype (fp64 when
   cast to float64), statistics in at least fp32.
 - FixNorm (arXiv:1910.05895): unit-L2 embedding rows times sqrt(d), and a tied head of unit rows.
+- SimpleGPT (arXiv:2602.01212): the same sublayers with a norm after every linear map inside them
+  and none around them (layers_normbench.py). ReZero, Fixup, T-Fixup (arXiv:2003.04887,
+  1901.09321; Huang et al. 2020): blocks without norms, ``x + a_l f(x)`` or ``x + s f(x - b)``.
 - nGPT (Loshchilov et al. 2024, arXiv:2410.01131; NVIDIA/ngpt): unit-norm hidden states, eigen
   learning rates; scale vectors are used as ``param * multiplier`` (the multipliers are in the config).
 - RoPE is rotate-half (GPT-NeoX/LLaMA), applied after any q/k norm (nGPT: before its q/k L2 norm);
@@ -37,6 +40,17 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_normbench import NormbenchConfig
+from .layers_normbench import (
+    MLP,
+    Attention,
+    FixupMLP,
+    SimpleAttention,
+    SimpleMLP,
+    apply_rope,
+    attend,
+    causal_mask,
+    rope,
+)
 from .norms_normbench import build_norm, upcast
 
 _V5 = int(transformers.__version__.split(".")[0]) >= 5
@@ -51,115 +65,6 @@ class EmbedScale(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.scale
-
-
-# ----------------------------------------------------------------------------- attention
-def rope(
-    positions: torch.Tensor, head_dim: int, theta: float, dtype=torch.float32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (B, 1, T, head_dim) for integer positions (B, T), in ``dtype`` promoted to fp32."""
-    dtype = torch.promote_types(dtype, torch.float32)
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=dtype) / head_dim))
-    freqs = positions.to(dtype)[..., None] * inv_freq
-    emb = torch.cat([freqs, freqs], dim=-1)[:, None]
-    return emb.cos(), emb.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return (x * cos + torch.cat([-x2, x1], dim=-1) * sin).type_as(x)
-
-
-def attend(q, k, v, mask, scale=None, dropout: float = 0.0) -> torch.Tensor:
-    """``mask``: None for plain causal attention over the whole (uncached) sequence, else a bool mask."""
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale)
-    if mask is True:  # one new token attends to every cached one
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
-
-
-def causal_mask(attention_mask, past: int, T: int, device):
-    """None (plain causal), True (no mask needed) or a (B|1, 1, T, past+T) bool mask."""
-    padded = attention_mask is not None and not bool(attention_mask[:, : past + T].all())
-    if not padded:
-        if past == 0:
-            return None
-        if T == 1:
-            return True
-    mask = torch.ones(T, past + T, dtype=torch.bool, device=device).tril(past)[None, None]
-    if padded:
-        keys = attention_mask[:, None, None, : past + T].bool()
-        own = torch.zeros_like(mask)
-        own[..., torch.arange(T), past + torch.arange(T)] = True  # a padded query row still sees itself
-        mask = (mask & keys) | own
-    return mask
-
-
-class Attention(nn.Module):
-    def __init__(self, config: NormbenchConfig, spec: dict):
-        super().__init__()
-        d, self.n_head = config.hidden_size, config.num_attention_heads
-        self.head_dim, self.dropout = d // self.n_head, config.dropout
-        self.c_attn = nn.Linear(d, 3 * d, bias=config.bias)
-        self.c_proj = nn.Linear(d, d, bias=config.bias)
-        gate = int(spec.get("gate_width", 0))  # H (one gate per head), d (per element) or 0
-        self.gate = nn.Linear(d, gate, bias=config.bias) if gate else None
-        self.head_scale = nn.Parameter(torch.ones(self.n_head)) if spec.get("head_scale") else None
-        self.qk_width = bool(spec.get("qk_width", False))  # one q and one k norm over the whole width
-        qk, qk_dim = spec.get("qk_norm", False), d if self.qk_width else self.head_dim
-        self.q_norm = build_norm(config.norm, qk_dim) if qk else None
-        self.k_norm = build_norm(config.norm, qk_dim) if qk else None
-        self.v_norm = build_norm(config.norm, self.head_dim) if spec.get("v_norm", False) else None
-
-    def forward(self, x, ctx: dict) -> torch.Tensor:
-        B, T, C = x.shape
-        if self.qk_width:
-            q, k, v = self.c_attn(x).split(C, dim=-1)
-            q, k = self.q_norm(q), self.k_norm(k)
-            q, k, v = (t.view(B, T, self.n_head, self.head_dim) for t in (q, k, v))
-        else:
-            q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
-            if self.q_norm is not None:
-                q, k = self.q_norm(q), self.k_norm(k)
-        if self.v_norm is not None:
-            v = self.v_norm(v)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if ctx["rope"] is not None:
-            cos, sin = ctx["rope"]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if ctx["cache"] is not None:
-            k, v = ctx["cache"].update(k, v, ctx["layer"])
-        y = attend(q, k, v, ctx["mask"], dropout=self.dropout if self.training else 0.0).transpose(1, 2)
-        H, hd = self.n_head, self.head_dim
-        if self.gate is not None:  # the sigmoid in at least fp32
-            g = torch.sigmoid(upcast(self.gate(x))).type_as(y)
-            y = y * (g.unsqueeze(-1) if g.shape[-1] == H else g.view(B, T, H, hd))
-        if self.head_scale is not None:
-            y = y * self.head_scale.unsqueeze(-1)
-        return self.c_proj(y.reshape(B, T, H * hd))
-
-
-class MLP(nn.Module):
-    def __init__(self, config: NormbenchConfig, mid_norm: bool = False):
-        super().__init__()
-        d, d_ff, self.kind = config.hidden_size, config.intermediate_size, config.mlp
-        self.c_fc = nn.Linear(d, 2 * d_ff if self.kind == "swiglu" else d_ff, bias=config.bias)
-        self.c_proj = nn.Linear(d_ff, d, bias=config.bias)
-        self.mid_norm = build_norm(config.norm, d_ff) if mid_norm else None  # NormFormer's FFN norm
-
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
-        h = self.c_fc(x)
-        if self.kind == "swiglu":
-            up, gate = h.chunk(2, dim=-1)
-            h = up * F.silu(gate)
-        elif self.kind == "gelu":
-            h = F.gelu(h)
-        else:
-            h = F.relu(h)
-        if self.mid_norm is not None:
-            h = self.mid_norm(h)
-        return self.c_proj(h)
 
 
 class Sublayer(nn.Module):
@@ -197,13 +102,64 @@ class Sublayer(nn.Module):
 
 
 class Block(nn.Module):
+    """A GPT block; ``spec["simple"]``: SimpleGPT's sublayers (their norms inside, none around them)."""
+
     def __init__(self, config: NormbenchConfig, spec: dict):
         super().__init__()
-        self.attn = Sublayer(config, spec["attn"], Attention(config, spec))
-        self.mlp = Sublayer(config, spec["mlp"], MLP(config, spec["mlp"].get("mid_norm", False)))
+        if spec.get("simple"):
+            attn, mlp = SimpleAttention(config), SimpleMLP(config)
+        else:
+            attn, mlp = Attention(config, spec), MLP(config, spec["mlp"].get("mid_norm", False))
+        self.attn = Sublayer(config, spec["attn"], attn)
+        self.mlp = Sublayer(config, spec["mlp"], mlp)
 
     def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
         return self.mlp(self.attn(x, ctx), ctx)
+
+
+class Branch(nn.Module):
+    """A norm-free residual branch: ``scale * f(x - shift)`` (Fixup) or ``f(x)``; the block adds it."""
+
+    def __init__(self, config: NormbenchConfig, core: nn.Module, fixup: bool):
+        super().__init__()
+        self.core = core
+        self.resid_dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
+        self.shift = nn.Parameter(torch.zeros(1)) if fixup else None
+        self.scale = nn.Parameter(torch.ones(1)) if fixup else None
+
+    def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
+        y = self.core(x - self.shift if self.shift is not None else x, ctx)
+        if self.resid_dropout is not None:
+            y = self.resid_dropout(y)
+        return y * self.scale if self.scale is not None else y
+
+
+class NormFreeBlock(nn.Module):
+    """ReZero (``x + a_l f(x)``, one scalar per block), Fixup or T-Fixup (plain ``x + f(x)``): no norm."""
+
+    def __init__(self, config: NormbenchConfig, kind: str):
+        super().__init__()
+        fixup, plain = kind == "fixup", {"qk_norm": False, "v_norm": False}
+        self.attn = Branch(config, Attention(config, plain), fixup)
+        self.mlp = Branch(config, FixupMLP(config) if fixup else MLP(config), fixup)
+        self.resweight = nn.Parameter(torch.zeros(1)) if kind == "rezero" else None
+
+    def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
+        a = self.attn(x, ctx)
+        x = x + (self.resweight * a if self.resweight is not None else a)
+        f = self.mlp(x, ctx)
+        return x + (self.resweight * f if self.resweight is not None else f)
+
+
+class OutputShift(nn.Module):
+    """Fixup's scalar shift of the last hidden state, before the LM head."""
+
+    def __init__(self):
+        super().__init__()
+        self.shift = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x - self.shift
 
 
 # ----------------------------------------------------------------------------- nGPT
@@ -261,7 +217,7 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
     base_model_prefix = "normbench"
     supports_gradient_checkpointing = False
     _supports_sdpa = True
-    _no_split_modules = ["Block", "NGPTBlock"]
+    _no_split_modules = ["Block", "NormFreeBlock", "NGPTBlock"]
     _tied_weights_keys = {"lm_head.weight": "wte.weight"} if _V5 else ["lm_head.weight"]
 
     def __init__(self, config: NormbenchConfig):
@@ -278,8 +234,13 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
             self.emb_scale = EmbedScale() if config.embed_scale else None
             self.emb_norm = build_norm(config.norm, d) if config.embed_norm else None
             self.drop = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
-            self.blocks = nn.ModuleList(Block(config, spec) for spec in config.blocks)
+            free = (config.norm_free or {}).get("kind")
+            self.embed_mult = float((config.norm_free or {}).get("embed_mult", 1.0))
+            make = (lambda spec: NormFreeBlock(config, free)) if free else (lambda spec: Block(config, spec))
+            self.blocks = nn.ModuleList(make(spec) for spec in config.blocks)
             self.ln_f = build_norm(config.final_norm_spec or config.norm, d) if config.final_norm else None
+            if free == "fixup":
+                self.ln_f = OutputShift()
         self.fixnorm = bool(getattr(config, "fixnorm", False))
         self.lm_head = nn.Linear(d, V, bias=False)
         self.post_init()
@@ -303,6 +264,9 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
         self.lm_head = value
 
     def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        if not self.is_ngpt and self.embed_mult != 1.0:  # Fixup/T-Fixup: sqrt(d) * embedding + positions
+            x = self.wte(input_ids) * self.embed_mult
+            return self.drop(x + self.wpe(position_ids) if self.wpe is not None else x)
         if self.fixnorm:  # FixNorm: unit-L2 rows times sqrt(d)
             x = F.embedding(input_ids, F.normalize(self.wte.weight, dim=-1)) * math.sqrt(self.config.hidden_size)
         else:
