@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from normbench.export.custom import FILES
 from normbench.model.scale_and_batch_norms import BatchNormBT, PowerNorm
 
 _SUMMARY_KEYS = (
@@ -54,7 +55,7 @@ def _data_keys(d) -> dict:
 def _code_note(run, remote: bool, hf_class: str) -> str:
     """Which class this is; for the batch-statistic norms, which statistics the export uses and why it matters."""
     code = (
-        "It is a custom class: `modeling_normbench.py`, `configuration_normbench.py` and `norms_normbench.py`\n"
+        f"It is a custom class: {', '.join(f'`{name}`' for name in FILES)}\n"
         "in this directory (torch and transformers only), loaded with `trust_remote_code=True`."
         if remote
         else f"It is exactly a stock `{hf_class}`: no remote code."
