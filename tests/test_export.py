@@ -1,9 +1,10 @@
 """Export to Hugging Face transformers and sampling: logits, greedy tokens, KV cache, tokenizers, CLI.
 
-Every arch x norm that trains is exported (tiny, random parameters so norm gains and DyT/Derf
-scalars are not at their init) and loaded back with ``AutoModelForCausalLM``; its logits must
-equal normbench's to 1e-5 (fp32), and transformers' greedy ``generate`` must produce the tokens
-normbench's own KV-cache sampler produces.
+Every placement with the four original norms, and every norm with Pre-LN, is exported (tiny, random
+parameters so norm gains and DyT/Derf scalars are not at their init) and loaded back with
+``AutoModelForCausalLM``; its logits must equal normbench's to 1e-5 (fp32), and transformers' greedy
+``generate`` must produce the tokens normbench's own KV-cache sampler produces. Every registered
+combination and option, trained and loaded in a process without normbench: tests/test_export_every.py.
 """
 
 from __future__ import annotations
@@ -27,20 +28,14 @@ VOCAB = 64
 SMALL = ["model=tiny", "model.d_model=32", "model.n_head=4", "model.n_layer=4", "model.seq_len=24"]
 GPT2_SHAPE = ["norm=layernorm", "model.pos=learned", "model.mlp=gelu", "model.bias=true"]
 
-# The norms the exporter covers: the five of the original design. The norm layers added later
-# (scalenorm, crmsnorm, seednorm, batchnorm, powernorm) are refused in one line (test below).
-EXPORTED_NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none")
-NOT_EXPORTED = tuple(n for n in NORMS if n not in EXPORTED_NORMS)
-# The placements whose operations the exported classes lack (1/sqrt(l) input scale, width QK-norm, 1 + w
-# gains, NormFormer's head scale and FFN norm) are refused in one line (tests/test_norm_sites.py).
-NOT_EXPORTED_ARCHS = ("lns", "reordered", "sandwich", "normformer")
-# every arch x exported norm that trains: norm=none only with pre_ln; nGPT ignores norm= (one entry)
-# simplenorm and the norm-free archs (their own blocks) are refused in one line (tests/test_simplenorm_normfree.py)
-NOT_EXPORTED_ARCHS += ("ngpt", "simplenorm", "rezero", "fixup", "tfixup")
+FIRST_NORMS = ("layernorm", "rmsnorm", "dyt", "derf")
+# their own blocks: SimpleGPT (rmsnorm/layernorm only), the norm-free archs and nGPT (they ignore norm=: one entry)
+OWN_BLOCKS = ("simplenorm", "rezero", "fixup", "tfixup", "ngpt")
 COMBOS = (
-    [("pre_ln", "none")]
-    + [(a, n) for a in ARCHS if a not in NOT_EXPORTED_ARCHS for n in EXPORTED_NORMS if n != "none"]
-    + [("ngpt", "none")]
+    [("pre_ln", n) for n in NORMS]
+    + [(a, n) for a in ARCHS if a not in (*OWN_BLOCKS, "pre_ln") for n in FIRST_NORMS]
+    + [("simplenorm", "rmsnorm"), ("simplenorm", "layernorm")]
+    + [(a, "none") for a in OWN_BLOCKS if a != "simplenorm"]
 )
 # which stock class each exact shape exports to; the rest of COMBOS export the custom class
 STOCK = [
@@ -104,19 +99,37 @@ def test_every_arch_and_norm_exports_with_equal_logits_and_greedy_tokens(tmp_pat
     check_equivalent(model, hf)
 
 
-@pytest.mark.parametrize("norm", NOT_EXPORTED)
-def test_norms_the_exporter_does_not_cover_are_refused_in_one_line(tmp_path, norm):
-    extra = ["norm.allow_leak=true"] if norm == "batchnorm" else []
-    cfg, model = make(["arch=pre_ln", f"norm={norm}", *extra])
-    with pytest.raises(ConfigError, match="not supported") as exc:
-        build_hf_model(model, cfg, VOCAB, custom=True)
-    assert "\n" not in str(exc.value)
+def test_a_norm_the_exporter_does_not_know_is_refused_in_one_line_naming_it():
+    """A plugin's ``register_norm``: its module class is not one the template computes."""
+    import torch.nn as nn
+
+    from normbench.model.norms import NORMS as registry
+    from normbench.model.norms import register_norm
+
+    class HalfNorm(nn.Module):
+        def forward(self, x):
+            return x / 2
+
+    cfg = compose([*SMALL, "arch=pre_ln", "norm=rmsnorm"])
+    cfg.norm.name = "halfnorm"
+    register_norm("halfnorm")(lambda cfg, dim, alpha: HalfNorm())
+    try:
+        model = build_model(cfg, VOCAB)
+    finally:
+        del registry["halfnorm"]
+    for custom in (False, True):
+        with pytest.raises(ConfigError) as exc:
+            build_hf_model(model, cfg, VOCAB, custom=custom)
+        assert str(exc.value).startswith("export: norm=halfnorm (HalfNorm) is not supported: the exported class ")
+        assert "\n" not in str(exc.value)
 
 
-def test_fixnorm_is_refused_in_one_line():
-    cfg, model = make(["arch=pre_ln", "norm=rmsnorm", "model.fixnorm=true"])
-    with pytest.raises(ConfigError, match="fixnorm"):
-        build_hf_model(model, cfg, VOCAB)
+@pytest.mark.parametrize("tied", ["true", "false"])
+def test_fixnorm_exports_with_unit_norm_rows(tmp_path, tied):
+    cfg, model = make(["arch=pre_ln", "norm=rmsnorm", "model.fixnorm=true", f"model.tie_embeddings={tied}"])
+    kind, hf = roundtrip(tmp_path, model, cfg)
+    assert kind == "custom" and json.loads((tmp_path / "config.json").read_text())["fixnorm"] is True
+    check_equivalent(model, hf)
 
 
 @pytest.mark.parametrize(("kind", "overrides"), STOCK, ids=[f"{k}-{i}" for i, (k, _) in enumerate(STOCK)])
@@ -155,7 +168,10 @@ def test_the_custom_class_is_self_contained(tmp_path):
 
     cfg, model = make(["arch=hybridnorm_star", "norm=derf", "model.pos=learned"])
     roundtrip(tmp_path, model, cfg, custom=True)
-    for name in ("modeling_normbench.py", "configuration_normbench.py"):
+    from normbench.export.custom import FILES
+
+    assert set(FILES) == {f"{n}_normbench.py" for n in ("configuration", "modeling", "layers", "norms")}
+    for name in FILES:
         tree = ast.parse((tmp_path / name).read_text())
         roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
@@ -336,3 +352,23 @@ def test_custom_class_left_padding_and_labels(tmp_path, pos):
         ours = model(idx[:, :-1], idx[:, 1:])[1]
         theirs = hf(input_ids=idx, labels=idx).loss
     assert abs(ours.item() - theirs.item()) <= 1e-6
+
+
+@pytest.mark.parametrize(("norm", "leak"), [("batchnorm", True), ("powernorm", False), ("rmsnorm", False)])
+def test_model_card_says_what_the_batch_statistic_norms_compute(norm, leak):
+    """BatchNorm's card says its training forward leaked the future; every custom card's loading lines pass
+    trust_remote_code to the tokenizer too (it reads config.json's auto_map)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from normbench.export.card import model_card
+
+    cfg, model = make(["arch=pre_ln", f"norm={norm}"])
+    run = SimpleNamespace(cfg=OmegaConf.structured(cfg), summary={}, model=model, vocab_size=VOCAB, tokens=0, step=0)
+    card = model_card(run, "custom", "NormbenchForCausalLM", VOCAB, 0.0, "out")
+    assert ("BatchNorm leaked the future in training" in card) == leak
+    assert ("running quadratic mean" in card) == (norm == "powernorm")
+    assert "AutoTokenizer.from_pretrained('out', trust_remote_code=True)" in card
+    stock = model_card(run, "llama", "LlamaForCausalLM", VOCAB, 0.0, "out")
+    assert "AutoTokenizer.from_pretrained('out')\n" in stock and "trust_remote_code" not in stock

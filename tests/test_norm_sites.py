@@ -167,12 +167,15 @@ def test_report_reads_old_qk_norm_runs_as_new_names(tmp_path):
     assert select([old, new, run(False)], {"arch.qk_norm": True}) == [old, new]
 
 
-def test_export_refuses_width_qk_norm():
+def test_export_computes_width_qk_norm():
     from normbench.export import build_hf_model
 
     model, cfg = make("arch.qk_norm=width", "model.n_layer=1")
-    with pytest.raises(ConfigError, match=r"^export: not supported yet: arch.qk_norm=width"):
-        build_hf_model(model, cfg, 256)
+    randomize(model)
+    kind, hf = build_hf_model(model, cfg, 256)
+    idx = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert kind == "custom" and torch.equal(model.eval()(idx)[0], hf(input_ids=idx).logits)
 
 
 # ------------------------------------------------------------------------------ references
@@ -547,12 +550,17 @@ def test_diagnostics_per_layer_lengths(arch):
 @pytest.mark.parametrize(
     "overrides", [["arch=lns"], ["arch=sandwich"], ["arch=normformer"], ["arch.attn_gate=elementwise"]]
 )
-def test_export_refuses_what_it_cannot_compute(overrides):
+def test_export_computes_each_placement(overrides):
+    """The 1/sqrt(l) input scale, 1 + w gains, NormFormer's head scale, FFN norm and gate travel to the
+    exported class (every combination, loaded without normbench: tests/test_export_every.py)."""
     from normbench.export import build_hf_model
 
     model, cfg = make(*overrides, "model.n_layer=2")  # 2: LNS's first block is plain Pre-LN
-    with pytest.raises(ConfigError, match=r"^export: not supported yet: [^\n]*$"):
-        build_hf_model(model, cfg, 256)
+    randomize(model)
+    kind, hf = build_hf_model(model, cfg, 256)
+    idx = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert kind == "custom" and torch.equal(model.eval()(idx)[0], hf(input_ids=idx).logits)
 
 
 # ------------------------------------------------------------------ 200 steps: each placement learns

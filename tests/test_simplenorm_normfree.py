@@ -326,13 +326,20 @@ def test_learns_on_tiny_in_200_steps(tmp_path, arch, norm):
 
 
 @pytest.mark.parametrize("arch", NEW)
-def test_export_refuses_in_one_line(arch):
+def test_export_computes_it(arch):
+    """Its own blocks travel to the exported class (loaded without normbench: tests/test_export_every.py)."""
     from normbench.export import build_hf_model
 
     cfg = compose(["model=tiny", f"arch={arch}"])
-    with pytest.raises(ConfigError) as exc:
-        build_hf_model(build_model(cfg, 64), cfg, 64)
-    assert str(exc.value) == f"export: arch={arch} is not supported (no exported class has its blocks)"
+    torch.manual_seed(0)
+    model = build_model(cfg, 64).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # off the init (Fixup's zero projections, ReZero's zero scalars)
+            p.add_(0.05 * torch.randn(p.shape))
+    kind, hf = build_hf_model(model, cfg, 64)
+    idx = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert kind == "custom" and torch.equal(model(idx)[0], hf(input_ids=idx).logits)
 
 
 @pytest.mark.parametrize("cid", ["simplenorm_lr", "normfree_stable"])

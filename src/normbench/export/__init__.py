@@ -22,42 +22,18 @@ __all__ = ["build_hf_model", "export_run", "load_exported", "max_logit_diff"]
 TOLERANCE = 1e-4  # max |logit difference| at export, relative to max(1, max |logit|); fp32
 
 
-def unexportable(model) -> list[str]:
-    """Parts of ``model`` that neither the stock classes nor the custom template compute (read off the modules)."""
-    found = []
-    checks = (
-        ("arch.qk_norm=width (q/k norms over the whole width)", lambda m: getattr(m, "qk_width", False)),
-        ("arch.attn_gate (gated attention)", lambda m: getattr(m, "gate", None) is not None),
-        ("NormFormer's head scale", lambda m: getattr(m, "head_scale", None) is not None),
-        ("NormFormer's FFN norm", lambda m: getattr(m, "mid_norm", None) is not None),
-        ("arch.scale_resids (NormFormer's residual scale)", lambda m: getattr(m, "resid_scale", None) is not None),
-        ("arch=lns (input norms scaled by 1/sqrt(l))", lambda m: getattr(m, "in_scale", 1.0) != 1.0),
-        ("arch.gain_offset (norm gains stored as 1 + w)", lambda m: getattr(m, "unit_offset", 0.0) != 0.0),
-    )
-    for what, hit in checks:
-        if any(hit(m) for m in model.modules()):
-            found.append(what)
-    return found
-
-
 def build_hf_model(model, cfg, vocab_size: int, custom: bool = False):
     """(kind, transformers model with ``model``'s weights); kind is gpt2/llama/qwen3/custom."""
-    from normbench.export.custom import config_dict, template_classes
+    from normbench.export.custom import config_dict, shipped_state, template_classes
     from normbench.export.stock import build_stock, stock_kind
 
-    if not getattr(model, "EXPORTABLE", True):  # SimpleGPT and the norm-free GPTs: blocks no exported class has
-        raise ConfigError(f"export: arch={cfg.arch.name} is not supported (no exported class has its blocks)")
-    if getattr(model, "fixnorm", False):  # neither stock classes nor the template normalize embedding rows
-        raise ConfigError("export: model.fixnorm=true is not supported (no exported class has unit-norm embeddings)")
-    if missing := unexportable(model):
-        raise ConfigError(f"export: not supported yet: {', '.join(missing)} (no exported class computes it)")
+    config_cls, model_cls = template_classes()
+    config = config_cls(**config_dict(model, cfg, vocab_size))  # first: refuses a norm it does not compute
     kind = None if custom else stock_kind(model, cfg)
     if kind is not None:
         return kind, build_stock(kind, model, cfg, vocab_size)
-    config_cls, model_cls = template_classes()
-    config = config_cls(**config_dict(model, cfg, vocab_size))
     hf = model_cls(config).float().eval()
-    state = model.state_dict()
+    state = shipped_state(model)
     if config.tie_word_embeddings:
         state = {k: v for k, v in state.items() if k != "lm_head.weight"}
     try:

@@ -1,10 +1,12 @@
 """The self-contained transformers model for any normbench arch x norm (``trust_remote_code``).
 
-The export ships ``hf_template/{configuration,modeling}_normbench.py`` into the output
+The export ships ``hf_template/*_normbench.py`` (configuration, modeling, layers, norms) into the output
 directory. Its config is read off the trained module tree (norm classes, eps, which norms
-each sublayer has, residual scales, nGPT's multipliers), never from normbench's config
-defaults, so a model built under other defaults exports as it computes. Its parameter names
-are normbench's, so the weights are the checkpoint's state dict as it is.
+each sublayer has, residual and input scales, gates, head scales, nGPT's multipliers), never
+from normbench's config defaults, so a model built under other defaults exports as it computes.
+Its parameter names are normbench's, so the weights are the checkpoint's state dict as it is,
+less PowerNorm's training-only buffers. A norm module class the template does not compute (a
+plugin's ``register_norm``) is refused in one line naming its ``norm=``.
 """
 
 from __future__ import annotations
@@ -17,54 +19,90 @@ import torch.nn as nn
 from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
+from normbench.model.normfree import NormFreeGPT
 from normbench.model.norms import Derf, DyT, EmbedScale, LayerNorm, RMSNorm
+from normbench.model.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
+from normbench.model.simplegpt import SimpleGPT
 
 TEMPLATE = Path(__file__).resolve().parent / "hf_template"
-FILES = ("configuration_normbench.py", "modeling_normbench.py")
+FILES = tuple(sorted(p.name for p in TEMPLATE.glob("*_normbench.py")))  # modeling_ imports the others
 AUTO_MAP = {
     "AutoConfig": "configuration_normbench.NormbenchConfig",
     "AutoModelForCausalLM": "modeling_normbench.NormbenchForCausalLM",
 }
 
 
-def norm_spec(mod: nn.Module) -> dict:
-    """What a norm module computes, read from the module itself."""
+def _pointwise_spec(mod: nn.Module, has) -> dict:
+    kind = "derf" if isinstance(mod, Derf) else "dyt"
+    if has("shift") != (kind == "derf"):
+        raise ConfigError(f"export: a {kind} norm {'without' if kind == 'derf' else 'with'} a shift is not supported")
+    return {"kind": kind, "affine": has("weight"), "bias": has("bias")}
+
+
+# norm module class -> its spec for the template (norms_normbench.build_norm); the first match wins
+_SPECS = (
+    (LayerNorm, lambda m, has: {"kind": "layernorm", "eps": m.eps, "affine": has("weight"), "bias": has("bias")}),
+    (RMSNorm, lambda m, has: {"kind": "rmsnorm", "eps": m.eps, "affine": has("weight"), "bias": False}),
+    ((DyT, Derf), _pointwise_spec),
+    (ScaleNorm, lambda m, has: {"kind": "scalenorm", "eps": m.eps, "affine": has("weight")}),
+    (CRMSNorm, lambda m, has: {"kind": "crmsnorm", "eps": m.eps, "affine": has("weight")}),
+    (SeeDNorm, lambda m, has: {"kind": "seednorm", "eps": m.eps, "heads": int(m.heads)}),
+    (BatchNormBT, lambda m, has: {"kind": "batchnorm", "eps": m.eps, "affine": has("weight"), "bias": has("bias")}),
+    (
+        PowerNorm,
+        lambda m, has: {
+            "kind": "powernorm", "eps": m.eps, "groups": int(m.groups), "affine": has("weight"), "bias": has("bias"),
+        },
+    ),
+    (nn.Identity, lambda m, has: {"kind": "none"}),
+)  # fmt: skip
+# what the template's build_norm computes; a norm class outside this list is refused naming its ``norm=``
+EXPORTED_NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
+# training-only state that the evaluation form does not read: not shipped
+TRAINING_BUFFERS = {PowerNorm: ("ema_gz", "iters")}
+
+
+def norm_spec(mod: nn.Module, norm_name: str | None = None) -> dict:
+    """What a norm module computes, read from the module itself (its class, eps, which parameters it has).
+
+    ``norm_name``: the run's ``norm=``, named in the refusal of a module the template does not compute."""
     has = lambda name: getattr(mod, name, None) is not None  # noqa: E731
-    if isinstance(mod, LayerNorm):
-        return {"kind": "layernorm", "eps": mod.eps, "affine": has("weight"), "bias": has("bias")}
-    if isinstance(mod, RMSNorm):
-        return {"kind": "rmsnorm", "eps": mod.eps, "affine": has("weight"), "bias": False}
-    if isinstance(mod, (DyT, Derf)):
-        kind = "derf" if isinstance(mod, Derf) else "dyt"
-        if has("shift") != (kind == "derf"):
-            raise ConfigError(
-                f"export: a {kind} norm {'without' if kind == 'derf' else 'with'} a shift is not supported"
-            )
-        return {"kind": kind, "affine": has("weight"), "bias": has("bias")}
-    if isinstance(mod, nn.Identity):
-        return {"kind": "none"}
-    raise ConfigError(f"export: norm module {type(mod).__name__} is not supported (layernorm/rmsnorm/dyt/derf/none)")
+    for cls, spec in _SPECS:
+        if type(mod) is cls or (isinstance(cls, tuple) and type(mod) in cls):
+            out = spec(mod, has)
+            if getattr(mod, "unit_offset", 0.0):  # a gain stored as 1 + w (arch.gain_offset)
+                out["unit_offset"] = float(mod.unit_offset)
+            return out
+    name = norm_name or type(mod).__name__
+    raise ConfigError(
+        f"export: norm={name} ({type(mod).__name__}) is not supported: the exported class computes "
+        f"{'/'.join(EXPORTED_NORMS)}/none"
+    )
 
 
 def _norms(model: GPT) -> list[nn.Module]:
-    found = [model.emb_norm, model.ln_f]
+    """Every norm module of a GPT but the final one."""
+    found = [model.emb_norm]
     for b in model.blocks:
         for sub in (b.attn, b.mlp):
             found += [sub.norm_in, sub.norm_out, sub.norm_post]
-        found += [b.attn.core.q_norm, b.attn.core.k_norm, b.attn.core.v_norm]
+        attn, mlp = b.attn.core, b.mlp.core  # SimpleGPT's norms sit inside its sublayers
+        found += [getattr(attn, n, None) for n in ("q_norm", "k_norm", "v_norm", "o_norm")]
+        found += [getattr(mlp, n, None) for n in ("mid_norm", "fc_norm", "gate_norm", "down_norm")]
     return [m for m in found if m is not None]
 
 
-def _common_norm(model: GPT, norm_name: str) -> dict:
-    """The one norm spec all norms share (one `norm=` builds them all); ``norm=none`` has none left."""
-    specs = [norm_spec(m) for m in _norms(model)]
+def _common_norm(model: GPT, norm_name: str) -> tuple[dict, dict | None]:
+    """(the one norm spec the blocks share, the final norm's where it differs) (one `norm=` builds them all;
+    SeeDNorm keeps RMSNorm as its final norm unless norm.seed_final=true)."""
+    specs = [norm_spec(m, norm_name) for m in _norms(model)]
+    final = norm_spec(model.ln_f, norm_name) if model.ln_f is not None else None
     if not specs:
-        return {"kind": "none"} if norm_name == "none" else {"kind": norm_name}
-    # the eps of a head norm equals the others'; compare everything but the dim
-    first = specs[0]
+        specs = [final] if final is not None else [{"kind": "none"}]
+    first = specs[0]  # the eps of a head norm equals the others'; everything but the dim is compared
     if any(s != first for s in specs[1:]):
         raise ConfigError(f"export: the model mixes norm layers ({first} vs others); one norm kind per model")
-    return first
+    return first, (final if final not in (None, first) else None)
 
 
 def _sublayer(sub) -> dict:
@@ -74,6 +112,22 @@ def _sublayer(sub) -> dict:
         "post_norm": sub.norm_post is not None,
         "residual_after_norm": bool(sub.spec.residual_after_norm),
         "alpha": float(sub.alpha),
+        "in_scale": float(getattr(sub, "in_scale", 1.0)),  # LNS: 1/sqrt(l)
+        "resid_scale": getattr(sub, "resid_scale", None) is not None,  # NormFormer's lambda
+        "mid_norm": getattr(sub.core, "mid_norm", None) is not None,  # NormFormer's FFN norm
+    }
+
+
+def block_spec(b) -> dict:
+    core = b.attn.core
+    return {
+        "attn": _sublayer(b.attn),
+        "mlp": _sublayer(b.mlp),
+        "qk_norm": core.q_norm is not None,
+        "qk_width": bool(getattr(core, "qk_width", False)),
+        "v_norm": core.v_norm is not None,
+        "gate_width": core.gate.out_features if getattr(core, "gate", None) is not None else 0,
+        "head_scale": getattr(core, "head_scale", None) is not None,
     }
 
 
@@ -87,6 +141,11 @@ def _embed_scale(model: GPT) -> bool:
 
 def config_dict(model: nn.Module, cfg, vocab_size: int) -> dict:
     """The NormbenchConfig fields that make the template compute ``model``."""
+    if type(model) not in (GPT, SimpleGPT, NormFreeGPT, NGPT):
+        raise ConfigError(
+            f"export: arch={cfg.arch.name} is not supported (its model class {type(model).__name__} is not one the "
+            "exported class computes: GPT, SimpleGPT, NormFreeGPT, NGPT)"
+        )
     b0 = model.blocks[0]
     base = {
         "vocab_size": vocab_size,
@@ -103,48 +162,66 @@ def config_dict(model: nn.Module, cfg, vocab_size: int) -> dict:
         "eos_token_id": None,
     }
     if isinstance(model, NGPT):
-        mult = lambda v: v.init / v.scale  # noqa: E731 - ScaledVector: param * (init / scale)
-        names = ("attn_alpha", "mlp_alpha", "sqk", "suv")
-        return {
-            **base,
-            "intermediate_size": b0.mlp_c_proj.in_features,
-            "position": "rope",
-            "mlp": "swiglu",
-            "bias": False,
-            "norm": {"kind": "none"},
-            "blocks": [],
-            "final_norm": False,
-            "ngpt": {
-                "eps": b0.eps,
-                "blocks": [{n: mult(getattr(b, n)) for n in names} for b in model.blocks],
-                "sz": mult(model.sz),
-            },
-            "tie_word_embeddings": False,
-        }
-    if not isinstance(model, GPT):
-        raise ConfigError(f"export: {type(model).__name__} is not a normbench GPT or nGPT model")
+        return {**base, **_ngpt_fields(model)}
+    return {**base, **_gpt_fields(model, cfg)}
+
+
+def _ngpt_fields(model: NGPT) -> dict:
+    b0 = model.blocks[0]
+    mult = lambda v: v.init / v.scale  # noqa: E731 - ScaledVector: param * (init / scale)
+    names = ("attn_alpha", "mlp_alpha", "sqk", "suv")
     return {
-        **base,
+        "intermediate_size": b0.mlp_c_proj.in_features,
+        "position": "rope",
+        "mlp": "swiglu",
+        "bias": False,
+        "norm": {"kind": "none"},
+        "blocks": [],
+        "final_norm": False,
+        "ngpt": {
+            "eps": b0.eps,
+            "blocks": [{n: mult(getattr(b, n)) for n in names} for b in model.blocks],
+            "sz": mult(model.sz),
+        },
+        "tie_word_embeddings": False,
+    }
+
+
+def _gpt_fields(model: GPT, cfg) -> dict:
+    """The fields of a GPT, a SimpleGPT (its norms inside the sublayers) or a norm-free GPT."""
+    b0 = model.blocks[0]
+    free = isinstance(model, NormFreeGPT)
+    if free:  # no norm anywhere; fixup's ln_f is its output shift
+        norm, final, blocks = {"kind": "none"}, None, [{} for _ in model.blocks]
+    else:
+        norm, final = _common_norm(model, cfg.norm.name)
+        blocks = [block_spec(b) | ({"simple": True} if isinstance(model, SimpleGPT) else {}) for b in model.blocks]
+    return {
         "intermediate_size": b0.mlp.core.c_proj.in_features,
         "position": "rope" if model.use_rope else "learned",
         "mlp": b0.mlp.core.kind,
         "bias": b0.attn.core.c_attn.bias is not None,
         "dropout": float(getattr(model.drop, "p", 0.0)),
-        "norm": _common_norm(model, cfg.norm.name),
-        "blocks": [
-            {
-                "attn": _sublayer(b.attn),
-                "mlp": _sublayer(b.mlp),
-                "qk_norm": b.attn.core.q_norm is not None,
-                "v_norm": b.attn.core.v_norm is not None,
-            }
-            for b in model.blocks
-        ],
-        "final_norm": model.ln_f is not None,
+        "norm": norm,
+        "blocks": blocks,
+        "final_norm": model.ln_f is not None and not free,
+        "final_norm_spec": final,
         "embed_norm": model.emb_norm is not None,
         "embed_scale": _embed_scale(model),
+        "fixnorm": bool(getattr(model, "fixnorm", False)),
+        "norm_free": {"kind": model.kind, "embed_mult": float(model.embed_mult)} if free else None,
         "tie_word_embeddings": model.lm_head.weight is model.wte.weight,
     }
+
+
+def shipped_state(model: nn.Module) -> dict:
+    """``model``'s state dict less the training-only buffers the template does not have."""
+    drop = {
+        f"{name}.{buf}" if name else buf
+        for name, mod in model.named_modules()
+        for buf in TRAINING_BUFFERS.get(type(mod), ())
+    }
+    return {k: v for k, v in model.state_dict().items() if k not in drop}
 
 
 def write_code(out_dir: Path) -> None:

@@ -18,27 +18,24 @@ import dataclasses
 
 import torch
 
-from normbench.export.custom import norm_spec
+from normbench.export.custom import block_spec, norm_spec
 from normbench.model.gpt import GPT
 
-_PLAIN_PRE = {"in_norm": True, "out_norm": False, "post_norm": False, "residual_after_norm": False, "alpha": 1.0}
+_PLAIN_SUB = {"in_norm": True, "out_norm": False, "post_norm": False, "residual_after_norm": False, "alpha": 1.0}
+_PLAIN_SUB.update({"in_scale": 1.0, "resid_scale": False, "mid_norm": False})
+_PLAIN_ATTN = {"qk_width": False, "v_norm": False, "gate_width": 0, "head_scale": False}
 
 
 def _is_plain_pre_ln(model: GPT) -> bool:
+    """Pre-LN blocks with nothing but an input norm per sublayer (per-head q/k norms allowed), a final norm."""
     for b in model.blocks:
-        for sub in (b.attn, b.mlp):
-            spec = {
-                "in_norm": sub.norm_in is not None,
-                "out_norm": sub.norm_out is not None,
-                "post_norm": sub.norm_post is not None,
-                "residual_after_norm": bool(sub.spec.residual_after_norm),
-                "alpha": float(sub.alpha),
-            }
-            if spec != _PLAIN_PRE:
-                return False
-        if b.attn.core.v_norm is not None:
+        spec = block_spec(b)
+        if spec["attn"] != _PLAIN_SUB or spec["mlp"] != _PLAIN_SUB:
             return False
-    return model.ln_f is not None and model.emb_norm is None and model.emb_scale is None
+        if any(spec[k] != v for k, v in _PLAIN_ATTN.items()):
+            return False
+    plain_embed = model.emb_norm is None and model.emb_scale is None and not getattr(model, "fixnorm", False)
+    return model.ln_f is not None and plain_embed
 
 
 def _norm_specs(model: GPT, with_qk: bool) -> list[dict]:
@@ -50,7 +47,7 @@ def _norm_specs(model: GPT, with_qk: bool) -> list[dict]:
 
 def stock_kind(model, cfg) -> str | None:
     """``gpt2``, ``llama``, ``qwen3``, or None when no stock class computes exactly this model."""
-    if not isinstance(model, GPT) or not _is_plain_pre_ln(model):
+    if type(model) is not GPT or not _is_plain_pre_ln(model):  # SimpleGPT, the norm-free GPTs: their own blocks
         return None
     b0 = model.blocks[0]
     qk = b0.attn.core.q_norm is not None
@@ -91,104 +88,9 @@ def _rope_kwargs(config_cls, theta: float) -> dict:
 
 def build_stock(kind: str, model: GPT, cfg, vocab_size: int):
     """The transformers model of ``kind`` holding ``model``'s weights (fp32, eval mode)."""
-    d, L, H = model.d_model, model.n_layer, cfg.model.n_head
-    b0 = model.blocks[0]
-    d_ff = b0.mlp.core.c_proj.in_features
     tied = model.lm_head.weight is model.wte.weight
-    eps = norm_spec(model.ln_f)["eps"]
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    out = {}
-    if kind == "gpt2":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        p = float(cfg.model.dropout)
-        config = GPT2Config(
-            vocab_size=vocab_size,
-            n_positions=model.seq_len,
-            n_embd=d,
-            n_layer=L,
-            n_head=H,
-            n_inner=d_ff,
-            activation_function="gelu",
-            resid_pdrop=p,
-            embd_pdrop=p,
-            attn_pdrop=p,
-            layer_norm_epsilon=eps,
-            tie_word_embeddings=tied,
-            bos_token_id=None,
-            eos_token_id=None,
-        )
-        hf_cls = GPT2LMHeadModel
-        out["transformer.wte.weight"] = sd["wte.weight"]
-        out["transformer.wpe.weight"] = sd["wpe.weight"]
-        for i in range(L):
-            src, dst = f"blocks.{i}.", f"transformer.h.{i}."
-            for a, b in (("attn.norm_in", "ln_1"), ("mlp.norm_in", "ln_2")):
-                out[f"{dst}{b}.weight"], out[f"{dst}{b}.bias"] = sd[f"{src}{a}.weight"], sd[f"{src}{a}.bias"]
-            for a, b in (
-                ("attn.core.c_attn", "attn.c_attn"),
-                ("attn.core.c_proj", "attn.c_proj"),
-                ("mlp.core.c_fc", "mlp.c_fc"),
-                ("mlp.core.c_proj", "mlp.c_proj"),
-            ):  # Conv1D: weight (in, out)
-                out[f"{dst}{b}.weight"] = sd[f"{src}{a}.weight"].t().contiguous()
-                out[f"{dst}{b}.bias"] = sd[f"{src}{a}.bias"]
-        out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = sd["ln_f.weight"], sd["ln_f.bias"]
-    else:
-        if kind == "llama":
-            from transformers import LlamaConfig as config_cls
-            from transformers import LlamaForCausalLM as hf_cls
-
-            extra = {
-                "attention_bias": b0.attn.core.c_attn.bias is not None,
-                "mlp_bias": b0.mlp.core.c_fc.bias is not None,
-            }
-        else:
-            from transformers import Qwen3Config as config_cls
-            from transformers import Qwen3ForCausalLM as hf_cls
-
-            extra = {"attention_bias": False, "use_sliding_window": False, "max_window_layers": L}
-        config = config_cls(
-            vocab_size=vocab_size,
-            hidden_size=d,
-            intermediate_size=d_ff,
-            num_hidden_layers=L,
-            num_attention_heads=H,
-            num_key_value_heads=H,
-            head_dim=d // H,
-            hidden_act="silu",
-            max_position_embeddings=model.seq_len,
-            rms_norm_eps=eps,
-            tie_word_embeddings=tied,
-            attention_dropout=0.0,
-            bos_token_id=None,
-            eos_token_id=None,
-            **_rope_kwargs(config_cls, model.rope_theta),
-            **extra,
-        )
-        out["model.embed_tokens.weight"] = sd["wte.weight"]
-        for i in range(L):
-            src, dst = f"blocks.{i}.", f"model.layers.{i}."
-            out[f"{dst}input_layernorm.weight"] = sd[f"{src}attn.norm_in.weight"]
-            out[f"{dst}post_attention_layernorm.weight"] = sd[f"{src}mlp.norm_in.weight"]
-            for suffix in ("weight", "bias"):
-                key = f"{src}attn.core.c_attn.{suffix}"
-                if key in sd:  # rows [q; k; v]
-                    for name, part in zip(("q_proj", "k_proj", "v_proj"), sd[key].chunk(3, dim=0)):
-                        out[f"{dst}self_attn.{name}.{suffix}"] = part.contiguous()
-                    out[f"{dst}self_attn.o_proj.{suffix}"] = sd[f"{src}attn.core.c_proj.{suffix}"]
-                key = f"{src}mlp.core.c_fc.{suffix}"
-                if key in sd:  # rows [up; gate]: h = up * silu(gate)
-                    up, gate = sd[key].chunk(2, dim=0)
-                    out[f"{dst}mlp.up_proj.{suffix}"], out[f"{dst}mlp.gate_proj.{suffix}"] = (
-                        up.contiguous(),
-                        gate.contiguous(),
-                    )
-                    out[f"{dst}mlp.down_proj.{suffix}"] = sd[f"{src}mlp.core.c_proj.{suffix}"]
-            if kind == "qwen3":
-                out[f"{dst}self_attn.q_norm.weight"] = sd[f"{src}attn.core.q_norm.weight"]
-                out[f"{dst}self_attn.k_norm.weight"] = sd[f"{src}attn.core.k_norm.weight"]
-        out["model.norm.weight"] = sd["ln_f.weight"]
+    hf_cls, config, out = (_gpt2 if kind == "gpt2" else _llama_or_qwen3)(kind, model, cfg, vocab_size, sd)
     out["lm_head.weight"] = sd["wte.weight"] if tied else sd["lm_head.weight"]
     hf = hf_cls(config).float().eval()
     missing, unexpected = hf.load_state_dict(out, strict=False)
@@ -196,3 +98,113 @@ def build_stock(kind: str, model: GPT, cfg, vocab_size: int):
     if missing or unexpected:
         raise RuntimeError(f"{hf_cls.__name__}: missing {missing[:4]}, unexpected {unexpected[:4]}")
     return hf
+
+
+def _shape(model: GPT, cfg) -> dict:
+    """What every stock config reads: width, depth, heads, MLP width, tying, the norms' eps."""
+    return {
+        "d": model.d_model,
+        "L": model.n_layer,
+        "H": cfg.model.n_head,
+        "d_ff": model.blocks[0].mlp.core.c_proj.in_features,
+        "tied": model.lm_head.weight is model.wte.weight,
+        "eps": norm_spec(model.ln_f)["eps"],
+    }
+
+
+def _gpt2(kind: str, model: GPT, cfg, vocab_size: int, sd: dict):
+    """GPT2LMHeadModel: (class, config, state dict but the head)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    s, p = _shape(model, cfg), float(cfg.model.dropout)
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=model.seq_len,
+        n_embd=s["d"],
+        n_layer=s["L"],
+        n_head=s["H"],
+        n_inner=s["d_ff"],
+        activation_function="gelu",
+        resid_pdrop=p,
+        embd_pdrop=p,
+        attn_pdrop=p,
+        layer_norm_epsilon=s["eps"],
+        tie_word_embeddings=s["tied"],
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    out = {"transformer.wte.weight": sd["wte.weight"], "transformer.wpe.weight": sd["wpe.weight"]}
+    for i in range(s["L"]):
+        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
+        for a, b in (("attn.norm_in", "ln_1"), ("mlp.norm_in", "ln_2")):
+            out[f"{dst}{b}.weight"], out[f"{dst}{b}.bias"] = sd[f"{src}{a}.weight"], sd[f"{src}{a}.bias"]
+        for a, b in (
+            ("attn.core.c_attn", "attn.c_attn"),
+            ("attn.core.c_proj", "attn.c_proj"),
+            ("mlp.core.c_fc", "mlp.c_fc"),
+            ("mlp.core.c_proj", "mlp.c_proj"),
+        ):  # Conv1D: weight (in, out)
+            out[f"{dst}{b}.weight"] = sd[f"{src}{a}.weight"].t().contiguous()
+            out[f"{dst}{b}.bias"] = sd[f"{src}{a}.bias"]
+    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = sd["ln_f.weight"], sd["ln_f.bias"]
+    return GPT2LMHeadModel, config, out
+
+
+def _llama_or_qwen3(kind: str, model: GPT, cfg, vocab_size: int, sd: dict):
+    """LlamaForCausalLM or Qwen3ForCausalLM: (class, config, state dict but the head)."""
+    s, b0 = _shape(model, cfg), model.blocks[0]
+    if kind == "llama":
+        from transformers import LlamaConfig as config_cls
+        from transformers import LlamaForCausalLM as hf_cls
+
+        extra = {"attention_bias": b0.attn.core.c_attn.bias is not None, "mlp_bias": b0.mlp.core.c_fc.bias is not None}
+    else:
+        from transformers import Qwen3Config as config_cls
+        from transformers import Qwen3ForCausalLM as hf_cls
+
+        extra = {"attention_bias": False, "use_sliding_window": False, "max_window_layers": s["L"]}
+    config = config_cls(
+        vocab_size=vocab_size,
+        hidden_size=s["d"],
+        intermediate_size=s["d_ff"],
+        num_hidden_layers=s["L"],
+        num_attention_heads=s["H"],
+        num_key_value_heads=s["H"],
+        head_dim=s["d"] // s["H"],
+        hidden_act="silu",
+        max_position_embeddings=model.seq_len,
+        rms_norm_eps=s["eps"],
+        tie_word_embeddings=s["tied"],
+        attention_dropout=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
+        **_rope_kwargs(config_cls, model.rope_theta),
+        **extra,
+    )
+    out = {"model.embed_tokens.weight": sd["wte.weight"], "model.norm.weight": sd["ln_f.weight"]}
+    for i in range(s["L"]):
+        out.update(_llama_layer(sd, f"blocks.{i}.", f"model.layers.{i}.", kind == "qwen3"))
+    return hf_cls, config, out
+
+
+def _llama_layer(sd: dict, src: str, dst: str, qk_norm: bool) -> dict:
+    """One block's weights under Llama's names: ``c_attn`` rows [q; k; v], ``c_fc`` rows [up; gate]."""
+    out = {
+        f"{dst}input_layernorm.weight": sd[f"{src}attn.norm_in.weight"],
+        f"{dst}post_attention_layernorm.weight": sd[f"{src}mlp.norm_in.weight"],
+    }
+    for suffix in ("weight", "bias"):
+        key = f"{src}attn.core.c_attn.{suffix}"
+        if key in sd:
+            for name, part in zip(("q_proj", "k_proj", "v_proj"), sd[key].chunk(3, dim=0)):
+                out[f"{dst}self_attn.{name}.{suffix}"] = part.contiguous()
+            out[f"{dst}self_attn.o_proj.{suffix}"] = sd[f"{src}attn.core.c_proj.{suffix}"]
+        key = f"{src}mlp.core.c_fc.{suffix}"
+        if key in sd:  # h = up * silu(gate)
+            up, gate = sd[key].chunk(2, dim=0)
+            out[f"{dst}mlp.up_proj.{suffix}"], out[f"{dst}mlp.gate_proj.{suffix}"] = up.contiguous(), gate.contiguous()
+            out[f"{dst}mlp.down_proj.{suffix}"] = sd[f"{src}mlp.core.c_proj.{suffix}"]
+    if qk_norm:
+        out[f"{dst}self_attn.q_norm.weight"] = sd[f"{src}attn.core.q_norm.weight"]
+        out[f"{dst}self_attn.k_norm.weight"] = sd[f"{src}attn.core.k_norm.weight"]
+    return out

@@ -28,9 +28,12 @@ class NormbenchConfig(PretrainedConfig):
         bias: bool = False,  # biases of every Linear but the LM head
         dropout: float = 0.0,
         arch: str = "pre_ln",  # the normbench placement name (informational; `blocks` is what runs)
-        norm: dict | None = None,  # {"kind": layernorm|rmsnorm|dyt|derf|none, "eps", "affine", "bias"}
-        blocks: list | None = None,  # per block: {"attn": sublayer, "mlp": sublayer, "qk_norm", "v_norm"}
+        norm: dict | None = None,  # {"kind" (norms_normbench.NORM_KINDS or none), "eps", "affine", "bias", ...}
+        blocks: list | None = None,  # per block: {"attn", "mlp": sublayer, "qk_norm", "qk_width", "v_norm", ...}
         final_norm: bool = True,
+        final_norm_spec: dict | None = None,  # the final norm where it differs from `norm` (else None)
+        fixnorm: bool = False,  # unit-L2 embedding rows times sqrt(d); a tied head uses the unit rows
+        norm_free: dict | None = None,  # rezero/fixup/tfixup: {"kind", "embed_mult"}; blocks without norms
         embed_norm: bool = False,
         embed_scale: bool = False,  # a learnable scalar times the embedding (DyT/Derf recipe)
         ngpt: dict | None = None,  # nGPT only: {"eps", "blocks": [{name: multiplier}], "sz": multiplier}
@@ -54,6 +57,9 @@ class NormbenchConfig(PretrainedConfig):
         sub = {"in_norm": True, "out_norm": False, "post_norm": False, "residual_after_norm": False, "alpha": 1.0}
         self.blocks = blocks or [{"attn": sub, "mlp": sub, "qk_norm": False, "v_norm": False}] * num_hidden_layers
         self.final_norm = final_norm
+        self.final_norm_spec = final_norm_spec
+        self.fixnorm = fixnorm
+        self.norm_free = norm_free
         self.embed_norm = embed_norm
         self.embed_scale = embed_scale
         self.ngpt = ngpt

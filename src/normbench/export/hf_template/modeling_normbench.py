@@ -5,14 +5,24 @@ transformers only). It recomputes normbench's model (github: normbench, src/norm
 with the same parameter names, so the exported weights are normbench's state dict unchanged:
 
 - Every softmax-attention placement is one block whose two sublayers compute, for a sublayer f,
-  ``h = N_in(x) or x; x = h if residual_after_norm; y = N_out(f(h)) or f(h);
-  x' = N_post(alpha*x + y) or alpha*x + y`` (Pre-LN, Post-LN, Peri-LN, Mix-LN, HybridNorm(*),
-  DeepNorm differ only in these flags, listed per block in the config).
-- Norms: LayerNorm, RMSNorm (statistics in fp32), DyT ``g*tanh(a x)+b`` (Zhu et al. 2025,
-  arXiv:2503.10622), Derf ``g*erf(a x + s)+b`` (arXiv:2512.10938), or none.
+  ``h = N_in(x) or x; x = h if residual_after_norm; y = N_out(f(h * in_scale)) or f(h * in_scale);
+  x' = N_post(lambda*x + y) or lambda*x + y`` with lambda the scalar ``alpha`` or a learned vector
+  ``resid_scale`` (Pre-LN, Post-LN, Peri-LN, Mix-LN, HybridNorm(*), DeepNorm, LNS's 1/sqrt(l), OLMo 2's
+  reordered norms, sandwich, NormFormer differ only in these flags, listed per block in the config).
+  Per block also: q/k norms per head or over the whole width (OLMo 2), a v norm, a sigmoid gate on
+  the attention output (per head or per element, arXiv:2505.06708), NormFormer's head scale and FFN
+  norm over d_ff.
+- Norms (norms_normbench.py): LayerNorm, RMSNorm, DyT, Derf, ScaleNorm, CRMSNorm, SeeDNorm,
+  BatchNorm and PowerNorm (running statistics), or none; computed in the model's dtype (fp64 when
+  cast to float64), statistics in at least fp32.
+- FixNorm (arXiv:1910.05895): unit-L2 embedding rows times sqrt(d), and a tied head of unit rows.
+- SimpleGPT (arXiv:2602.01212): the same sublayers with a norm after every linear map inside them
+  and none around them (layers_normbench.py). ReZero, Fixup, T-Fixup (arXiv:2003.04887,
+  1901.09321; Huang et al. 2020): blocks without norms, ``x + a_l f(x)`` or ``x + s f(x - b)``.
 - nGPT (Loshchilov et al. 2024, arXiv:2410.01131; NVIDIA/ngpt): unit-norm hidden states, eigen
   learning rates; scale vectors are used as ``param * multiplier`` (the multipliers are in the config).
-- RoPE is rotate-half (GPT-NeoX/LLaMA), applied after any q/k norm (nGPT: before its q/k L2 norm).
+- RoPE is rotate-half (GPT-NeoX/LLaMA), applied after any q/k norm (nGPT: before its q/k L2 norm);
+  its table is computed in the weights' dtype promoted to fp32.
 The KV cache is transformers' own ``Cache`` (``generate`` works); attention is
 ``F.scaled_dot_product_attention``.
 """
@@ -30,80 +40,22 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_normbench import NormbenchConfig
+from .layers_normbench import (
+    MLP,
+    Attention,
+    FixupMLP,
+    SimpleAttention,
+    SimpleMLP,
+    apply_rope,
+    attend,
+    causal_mask,
+    rope,
+)
+from .norms_normbench import build_norm, upcast
 
 _V5 = int(transformers.__version__.split(".")[0]) >= 5
 # transformers 5 names the cache `cache` (4.x: `past_key_values`), in outputs and in forward
 _CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
-
-
-# ----------------------------------------------------------------------------- norms
-class LayerNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, affine: bool, bias: bool):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-        y = F.layer_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
-        if self.weight is not None:
-            y = y * self.weight
-        if self.bias is not None:
-            y = y + self.bias
-        return y
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, affine: bool):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
-        y = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).type_as(x)
-        return y * self.weight if self.weight is not None else y
-
-
-class PointwiseNorm(nn.Module):
-    """DyT (fn=tanh, no shift) and Derf (fn=erf, scalar shift): ``g * fn(alpha*x + shift) + b``."""
-
-    def __init__(self, dim: int, fn, shift: bool, affine: bool, bias: bool):
-        super().__init__()
-        self.fn = fn
-        self.alpha = nn.Parameter(torch.ones(1))
-        self.shift = nn.Parameter(torch.zeros(1)) if shift else None
-        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.alpha * x
-        if self.shift is not None:
-            z = z + self.shift
-        y = self.fn(z)
-        if self.weight is not None:
-            y = y * self.weight
-        if self.bias is not None:
-            y = y + self.bias
-        return y
-
-
-def build_norm(spec: dict, dim: int) -> nn.Module:
-    kind, affine, bias = spec["kind"], spec.get("affine", True), spec.get("bias", False)
-    if kind == "layernorm":
-        return LayerNorm(dim, spec["eps"], affine, bias)
-    if kind == "rmsnorm":
-        return RMSNorm(dim, spec["eps"], affine)
-    if kind == "dyt":
-        return PointwiseNorm(dim, torch.tanh, False, affine, bias)
-    if kind == "derf":
-        return PointwiseNorm(dim, torch.erf, True, affine, bias)
-    if kind == "none":
-        return nn.Identity()
-    raise ValueError(f"norm kind {kind!r} is not one of: layernorm, rmsnorm, dyt, derf, none")
 
 
 class EmbedScale(nn.Module):
@@ -113,94 +65,6 @@ class EmbedScale(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.scale
-
-
-# ----------------------------------------------------------------------------- attention
-def rope(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (B, 1, T, head_dim) for integer positions (B, T)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
-    freqs = positions.float()[..., None] * inv_freq
-    emb = torch.cat([freqs, freqs], dim=-1)[:, None]
-    return emb.cos(), emb.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return (x * cos + torch.cat([-x2, x1], dim=-1) * sin).type_as(x)
-
-
-def attend(q, k, v, mask, scale=None, dropout: float = 0.0) -> torch.Tensor:
-    """``mask``: None for plain causal attention over the whole (uncached) sequence, else a bool mask."""
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale)
-    if mask is True:  # one new token attends to every cached one
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
-
-
-def causal_mask(attention_mask, past: int, T: int, device):
-    """None (plain causal), True (no mask needed) or a (B|1, 1, T, past+T) bool mask."""
-    padded = attention_mask is not None and not bool(attention_mask[:, : past + T].all())
-    if not padded:
-        if past == 0:
-            return None
-        if T == 1:
-            return True
-    mask = torch.ones(T, past + T, dtype=torch.bool, device=device).tril(past)[None, None]
-    if padded:
-        keys = attention_mask[:, None, None, : past + T].bool()
-        own = torch.zeros_like(mask)
-        own[..., torch.arange(T), past + torch.arange(T)] = True  # a padded query row still sees itself
-        mask = (mask & keys) | own
-    return mask
-
-
-class Attention(nn.Module):
-    def __init__(self, config: NormbenchConfig, spec: dict):
-        super().__init__()
-        d, self.n_head = config.hidden_size, config.num_attention_heads
-        self.head_dim, self.dropout = d // self.n_head, config.dropout
-        self.c_attn = nn.Linear(d, 3 * d, bias=config.bias)
-        self.c_proj = nn.Linear(d, d, bias=config.bias)
-        qk = spec.get("qk_norm", False)
-        self.q_norm = build_norm(config.norm, self.head_dim) if qk else None
-        self.k_norm = build_norm(config.norm, self.head_dim) if qk else None
-        self.v_norm = build_norm(config.norm, self.head_dim) if spec.get("v_norm", False) else None
-
-    def forward(self, x, ctx: dict) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.v_norm is not None:
-            v = self.v_norm(v)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if ctx["rope"] is not None:
-            cos, sin = ctx["rope"]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if ctx["cache"] is not None:
-            k, v = ctx["cache"].update(k, v, ctx["layer"])
-        y = attend(q, k, v, ctx["mask"], dropout=self.dropout if self.training else 0.0)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
-
-
-class MLP(nn.Module):
-    def __init__(self, config: NormbenchConfig):
-        super().__init__()
-        d, d_ff, self.kind = config.hidden_size, config.intermediate_size, config.mlp
-        self.c_fc = nn.Linear(d, 2 * d_ff if self.kind == "swiglu" else d_ff, bias=config.bias)
-        self.c_proj = nn.Linear(d_ff, d, bias=config.bias)
-
-    def forward(self, x: torch.Tensor, ctx: dict | None = None) -> torch.Tensor:
-        h = self.c_fc(x)
-        if self.kind == "swiglu":
-            up, gate = h.chunk(2, dim=-1)
-            h = up * F.silu(gate)
-        elif self.kind == "gelu":
-            h = F.gelu(h)
-        else:
-            h = F.relu(h)
-        return self.c_proj(h)
 
 
 class Sublayer(nn.Module):
@@ -214,30 +78,88 @@ class Sublayer(nn.Module):
         self.norm_out = build_norm(config.norm, d) if spec.get("out_norm") else None
         self.norm_post = build_norm(config.norm, d) if spec.get("post_norm") else None
         self.residual_after_norm = bool(spec.get("residual_after_norm", False))
+        self.in_scale = float(spec.get("in_scale", 1.0))
         self.alpha = float(spec.get("alpha", 1.0))
+        self.resid_scale = nn.Parameter(torch.ones(d)) if spec.get("resid_scale") else None
         self.resid_dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
 
     def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
         h = self.norm_in(x) if self.norm_in is not None else x
         if self.residual_after_norm:
             x = h
+        if self.in_scale != 1.0:
+            h = h * self.in_scale
         y = self.core(h, ctx)
         if self.norm_out is not None:
             y = self.norm_out(y)
         if self.resid_dropout is not None:
             y = self.resid_dropout(y)
-        x = x + y if self.alpha == 1.0 else x * self.alpha + y
+        if self.resid_scale is not None:
+            x = x * self.resid_scale + y
+        else:
+            x = x + y if self.alpha == 1.0 else x * self.alpha + y
         return self.norm_post(x) if self.norm_post is not None else x
 
 
 class Block(nn.Module):
+    """A GPT block; ``spec["simple"]``: SimpleGPT's sublayers (their norms inside, none around them)."""
+
     def __init__(self, config: NormbenchConfig, spec: dict):
         super().__init__()
-        self.attn = Sublayer(config, spec["attn"], Attention(config, spec))
-        self.mlp = Sublayer(config, spec["mlp"], MLP(config))
+        if spec.get("simple"):
+            attn, mlp = SimpleAttention(config), SimpleMLP(config)
+        else:
+            attn, mlp = Attention(config, spec), MLP(config, spec["mlp"].get("mid_norm", False))
+        self.attn = Sublayer(config, spec["attn"], attn)
+        self.mlp = Sublayer(config, spec["mlp"], mlp)
 
     def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
         return self.mlp(self.attn(x, ctx), ctx)
+
+
+class Branch(nn.Module):
+    """A norm-free residual branch: ``scale * f(x - shift)`` (Fixup) or ``f(x)``; the block adds it."""
+
+    def __init__(self, config: NormbenchConfig, core: nn.Module, fixup: bool):
+        super().__init__()
+        self.core = core
+        self.resid_dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
+        self.shift = nn.Parameter(torch.zeros(1)) if fixup else None
+        self.scale = nn.Parameter(torch.ones(1)) if fixup else None
+
+    def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
+        y = self.core(x - self.shift if self.shift is not None else x, ctx)
+        if self.resid_dropout is not None:
+            y = self.resid_dropout(y)
+        return y * self.scale if self.scale is not None else y
+
+
+class NormFreeBlock(nn.Module):
+    """ReZero (``x + a_l f(x)``, one scalar per block), Fixup or T-Fixup (plain ``x + f(x)``): no norm."""
+
+    def __init__(self, config: NormbenchConfig, kind: str):
+        super().__init__()
+        fixup, plain = kind == "fixup", {"qk_norm": False, "v_norm": False}
+        self.attn = Branch(config, Attention(config, plain), fixup)
+        self.mlp = Branch(config, FixupMLP(config) if fixup else MLP(config), fixup)
+        self.resweight = nn.Parameter(torch.zeros(1)) if kind == "rezero" else None
+
+    def forward(self, x: torch.Tensor, ctx: dict) -> torch.Tensor:
+        a = self.attn(x, ctx)
+        x = x + (self.resweight * a if self.resweight is not None else a)
+        f = self.mlp(x, ctx)
+        return x + (self.resweight * f if self.resweight is not None else f)
+
+
+class OutputShift(nn.Module):
+    """Fixup's scalar shift of the last hidden state, before the LM head."""
+
+    def __init__(self):
+        super().__init__()
+        self.shift = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x - self.shift
 
 
 # ----------------------------------------------------------------------------- nGPT
@@ -267,7 +189,7 @@ class NGPTBlock(nn.Module):
         self.suv = ScaledVector(2 * d_ff, mult["suv"])
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(x.float(), dim=-1, eps=self.eps).type_as(x)
+        return F.normalize(upcast(x), dim=-1, eps=self.eps).type_as(x)
 
     def forward(self, h: torch.Tensor, ctx: dict) -> torch.Tensor:
         B, T, C = h.shape
@@ -295,7 +217,7 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
     base_model_prefix = "normbench"
     supports_gradient_checkpointing = False
     _supports_sdpa = True
-    _no_split_modules = ["Block", "NGPTBlock"]
+    _no_split_modules = ["Block", "NormFreeBlock", "NGPTBlock"]
     _tied_weights_keys = {"lm_head.weight": "wte.weight"} if _V5 else ["lm_head.weight"]
 
     def __init__(self, config: NormbenchConfig):
@@ -312,8 +234,14 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
             self.emb_scale = EmbedScale() if config.embed_scale else None
             self.emb_norm = build_norm(config.norm, d) if config.embed_norm else None
             self.drop = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
-            self.blocks = nn.ModuleList(Block(config, spec) for spec in config.blocks)
-            self.ln_f = build_norm(config.norm, d) if config.final_norm else None
+            free = (config.norm_free or {}).get("kind")
+            self.embed_mult = float((config.norm_free or {}).get("embed_mult", 1.0))
+            make = (lambda spec: NormFreeBlock(config, free)) if free else (lambda spec: Block(config, spec))
+            self.blocks = nn.ModuleList(make(spec) for spec in config.blocks)
+            self.ln_f = build_norm(config.final_norm_spec or config.norm, d) if config.final_norm else None
+            if free == "fixup":
+                self.ln_f = OutputShift()
+        self.fixnorm = bool(getattr(config, "fixnorm", False))
         self.lm_head = nn.Linear(d, V, bias=False)
         self.post_init()
 
@@ -334,6 +262,33 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.lm_head = value
+
+    def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        if not self.is_ngpt and self.embed_mult != 1.0:  # Fixup/T-Fixup: sqrt(d) * embedding + positions
+            x = self.wte(input_ids) * self.embed_mult
+            return self.drop(x + self.wpe(position_ids) if self.wpe is not None else x)
+        if self.fixnorm:  # FixNorm: unit-L2 rows times sqrt(d)
+            x = F.embedding(input_ids, F.normalize(self.wte.weight, dim=-1)) * math.sqrt(self.config.hidden_size)
+        else:
+            x = self.wte(input_ids)
+        if self.is_ngpt:
+            return x
+        if self.wpe is not None:
+            x = x + self.wpe(position_ids)
+        if self.emb_scale is not None:
+            x = self.emb_scale(x)
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
+        return self.drop(x)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.is_ngpt:
+            return self.sz() * self.lm_head(x)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        if self.fixnorm and self.config.tie_word_embeddings:  # tied: the head uses the unit-norm rows
+            return F.linear(x, F.normalize(self.lm_head.weight, dim=-1))
+        return self.lm_head(x)
 
     def forward(
         self,
@@ -359,27 +314,16 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
             position_ids = torch.arange(past, past + T, device=input_ids.device)[None].expand(B, T)
         ctx = {"cache": cache, "mask": causal_mask(attention_mask, past, T, input_ids.device), "rope": None}
         if self.is_ngpt or self.config.position == "rope":
-            ctx["rope"] = rope(position_ids, self.head_dim, self.config.rope_theta)
-        x = self.wte(input_ids)
-        if not self.is_ngpt:
-            if self.wpe is not None:
-                x = x + self.wpe(position_ids)
-            if self.emb_scale is not None:
-                x = self.emb_scale(x)
-            if self.emb_norm is not None:
-                x = self.emb_norm(x)
-            x = self.drop(x)
+            ctx["rope"] = rope(position_ids, self.head_dim, self.config.rope_theta, self.wte.weight.dtype)
+        x = self.embed(input_ids, position_ids)
         for i, block in enumerate(self.blocks):
             ctx["layer"] = i
             x = block(x, ctx)
-        if self.is_ngpt:
-            logits = self.sz() * self.lm_head(x)
-        else:
-            logits = self.lm_head(self.ln_f(x) if self.ln_f is not None else x)
+        logits = self.logits(x)
         loss = None
         if labels is not None:  # transformers convention: labels are the inputs, shifted here
             loss = F.cross_entropy(
-                logits[:, :-1].float().reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
+                upcast(logits[:, :-1]).reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
             )
         out = CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache})
         return out if return_dict is not False else out.to_tuple()
