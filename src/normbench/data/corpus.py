@@ -105,21 +105,13 @@ def _entry_lock(root: Path, entry: Path):
 
 
 def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
-    """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible."""
+    """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible;
+    else tokenized into a temp dir that is renamed into place, so a parallel job never reads it half-written."""
     from normbench.data.checks import check_data
 
     check_data(cfg)  # the data keys, checked where the whole config is (train/validation.py)
-    name, tok_name = _get(cfg, "name"), _get(cfg, "tokenizer")
-    val_fraction = float(_get(cfg, "val_fraction"))
-    vocab = {"byte": 256, "gpt2": 50257}.get(tok_name, _get(cfg, "vocab_size") or DEFAULT_BPE_VOCAB)
-    key = {
-        "format": CACHE_FORMAT,
-        "corpus": name,
-        "identity": _identity(cfg),
-        "tokenizer": tok_name,
-        "vocab_size": vocab,
-        "val_fraction": val_fraction,
-    }
+    key = _cache_key(cfg)
+    name, tok_name, vocab = key["corpus"], key["tokenizer"], key["vocab_size"]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     root = cache_root(cfg)
     entry = root / f"{name}-{tok_name}{vocab}-{digest}"
@@ -133,41 +125,12 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
 
     t0 = time.time()
     text = corpus_text(cfg)
-    train_text, val_text = split_text(text, val_fraction)
+    train_text, val_text = split_text(text, key["val_fraction"])
     log(f"tokenizing {name} with {tok_name} ({_fmt(len(text))} chars) ...")
+    tmp = _temp_entry(root, entry)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{entry.name}-"))
-    except OSError as e:
-        raise DataError(f"data.cache_dir: cannot write the token cache at {root} ({e.strerror or e})") from None
-    try:
-        tokenizer = build_tokenizer(tok_name, vocab, train_text, tmp)
-        dtype = token_dtype(tokenizer.vocab_size)
-        counts = {}
-        for split, part in (("train", train_text), ("val", val_text)):
-            ids = tokenizer.encode_array(part)
-            if ids.size and int(ids.max()) >= tokenizer.vocab_size:  # would silently wrap in uint16
-                raise DataError(f"data.tokenizer={tok_name}: id {int(ids.max())} >= vocab {tokenizer.vocab_size}")
-            ids.astype(dtype, copy=False).tofile(tmp / f"{split}.bin")
-            counts[f"n_{split}"] = int(ids.size)
-        meta = {
-            **key,
-            **counts,
-            "dtype": dtype.name,
-            "n_chars": len(text),
-            "tokenizer_vocab": tokenizer.vocab_size,
-            "seconds": round(time.time() - t0, 2),
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last: marks the entry complete
-        # check -> remove a broken leftover -> rename, under a lock: parallel jobs (joblib sweeps on a
-        # cold cache) must never delete an entry another job has just completed
-        with _entry_lock(root, entry):
-            if _open_entry(entry) is not None:  # a parallel job finished first: keep its entry
-                log(f"another process cached {entry.name} first; using its copy")
-            else:
-                if entry.exists():  # a broken leftover (ours appear complete or not at all)
-                    shutil.rmtree(entry, ignore_errors=True)
-                os.rename(tmp, entry)  # atomic
+        tokenizer = _write_entry(tmp, key, len(text), train_text, val_text, t0)
+        _publish(tmp, root, entry, log)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -179,3 +142,64 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
         tokenizer = build_tokenizer(tok_name, vocab, None, entry)
     log(f"cached {_fmt(len(train) + len(val))} tokens at {entry} ({time.time() - t0:.1f}s)")
     return TokenData(train, val, tokenizer.vocab_size, tokenizer, entry, False, len(text))
+
+
+def _cache_key(cfg: Any) -> dict:
+    """Everything the token ids depend on; its digest names the cache entry."""
+    tok_name = _get(cfg, "tokenizer")
+    val_fraction = float(_get(cfg, "val_fraction"))
+    vocab = {"byte": 256, "gpt2": 50257}.get(tok_name, _get(cfg, "vocab_size") or DEFAULT_BPE_VOCAB)
+    return {
+        "format": CACHE_FORMAT,
+        "corpus": _get(cfg, "name"),
+        "identity": _identity(cfg),
+        "tokenizer": tok_name,
+        "vocab_size": vocab,
+        "val_fraction": val_fraction,
+    }
+
+
+def _temp_entry(root: Path, entry: Path) -> Path:
+    """A fresh temp dir beside the entry (same filesystem, so the rename into place is atomic)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{entry.name}-"))
+    except OSError as e:
+        raise DataError(f"data.cache_dir: cannot write the token cache at {root} ({e.strerror or e})") from None
+
+
+def _write_entry(tmp: Path, key: dict, n_chars: int, train_text: str, val_text: str, t0: float) -> Tokenizer:
+    """Tokenize both splits into ``tmp`` (the tokenizer trains on the train split only); meta.json is
+    written last, as it marks the entry complete."""
+    tok_name = key["tokenizer"]
+    tokenizer = build_tokenizer(tok_name, key["vocab_size"], train_text, tmp)
+    dtype = token_dtype(tokenizer.vocab_size)
+    counts = {}
+    for split, part in (("train", train_text), ("val", val_text)):
+        ids = tokenizer.encode_array(part)
+        if ids.size and int(ids.max()) >= tokenizer.vocab_size:  # would silently wrap in uint16
+            raise DataError(f"data.tokenizer={tok_name}: id {int(ids.max())} >= vocab {tokenizer.vocab_size}")
+        ids.astype(dtype, copy=False).tofile(tmp / f"{split}.bin")
+        counts[f"n_{split}"] = int(ids.size)
+    meta = {
+        **key,
+        **counts,
+        "dtype": dtype.name,
+        "n_chars": n_chars,
+        "tokenizer_vocab": tokenizer.vocab_size,
+        "seconds": round(time.time() - t0, 2),
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    return tokenizer
+
+
+def _publish(tmp: Path, root: Path, entry: Path, log: Callable[[str], Any]) -> None:
+    """Rename the complete ``tmp`` into place. Check, remove a broken leftover and rename under a lock:
+    parallel jobs (joblib sweeps on a cold cache) must never delete an entry another job has just completed."""
+    with _entry_lock(root, entry):
+        if _open_entry(entry) is not None:  # a parallel job finished first: keep its entry
+            log(f"another process cached {entry.name} first; using its copy")
+        else:
+            if entry.exists():  # a broken leftover (ours appear complete or not at all)
+                shutil.rmtree(entry, ignore_errors=True)
+            os.rename(tmp, entry)  # atomic

@@ -120,6 +120,13 @@ def _hf_text(cfg: Any) -> str:
         import datasets
     except ImportError:
         raise DataError("data=hf needs the package `datasets` (pip install datasets)") from None
+    return _column_text(_hf_dataset(datasets, path, conf, split), path, split, field)
+
+
+def _hf_dataset(datasets, path: str, conf, split: str):
+    """The split of a ``save_to_disk`` folder, of one local data file or of a hub (or local) dataset.
+    Whatever datasets raises becomes one line naming the key; its progress bars are off meanwhile and
+    restored after."""
     local = _hf_local(path)
     saved = local is not None and any(
         (local / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")
@@ -133,37 +140,46 @@ def _hf_text(cfg: Any) -> str:
                 if split not in ds:
                     raise DataError(f"data.hf_split={split!r} is not a split of {path!r}; splits: {list(ds)}")
                 ds = ds[split]
-        elif local is not None and local.is_file():  # one data file: pick the builder from its extension
+            return ds
+        if local is not None and local.is_file():  # one data file: pick the builder from its extension
             builder = _HF_FILE_BUILDERS.get(local.suffix.lower())
             if builder is None:
                 raise DataError(f"data.hf_path={path!r}: a single file must end in {', '.join(_HF_FILE_BUILDERS)}")
-            ds = datasets.load_dataset(builder, data_files={split: str(local)}, split=split)
-        else:
-            ds = datasets.load_dataset(str(local) if local else path, conf, split=split)
+            return datasets.load_dataset(builder, data_files={split: str(local)}, split=split)
+        return datasets.load_dataset(str(local) if local else path, conf, split=split)
     except DataError:
         raise
     except Exception as e:  # noqa: BLE001 - datasets raises many types; each becomes one line
-        msg = _first_line(e)
-        if isinstance(e, ValueError) and "split" in msg.lower():
-            raise DataError(f"data.hf_split={split!r}: {msg}") from None
-        if isinstance(e, ValueError) and "config" in msg.lower():
-            raise DataError(f"data.hf_config={conf!r}: {msg}") from None
-        if local is None and (isinstance(e, ConnectionError) or _hf_offline()):
-            if _hf_offline():
-                raise DataError(
-                    f"data.hf_path={path!r} could not be loaded offline: it needs the network "
-                    "(unset HF_DATASETS_OFFLINE / HF_HUB_OFFLINE) or a local path"
-                ) from None
-            raise DataError(
-                f"data.hf_path={path!r} could not be loaded: the Hugging Face hub is unreachable "
-                f"({msg}); use a local path or a dataset already in the HF cache"
-            ) from None
-        if local is None and isinstance(e, FileNotFoundError):
-            raise DataError(f"data.hf_path={path!r} is neither a local path nor a hub dataset ({msg})") from None
-        raise DataError(f"data.hf_path={path!r} could not be loaded ({msg})") from None
+        raise _hf_error(e, path, local, conf, split) from None
     finally:
         if bars:
             datasets.enable_progress_bars()
+
+
+def _hf_error(e: Exception, path: str, local: Path | None, conf, split: str) -> DataError:
+    """datasets' error as one line naming the key most likely at fault."""
+    msg = _first_line(e)
+    if isinstance(e, ValueError) and "split" in msg.lower():
+        return DataError(f"data.hf_split={split!r}: {msg}")
+    if isinstance(e, ValueError) and "config" in msg.lower():
+        return DataError(f"data.hf_config={conf!r}: {msg}")
+    if local is None and (isinstance(e, ConnectionError) or _hf_offline()):
+        if _hf_offline():
+            return DataError(
+                f"data.hf_path={path!r} could not be loaded offline: it needs the network "
+                "(unset HF_DATASETS_OFFLINE / HF_HUB_OFFLINE) or a local path"
+            )
+        return DataError(
+            f"data.hf_path={path!r} could not be loaded: the Hugging Face hub is unreachable "
+            f"({msg}); use a local path or a dataset already in the HF cache"
+        )
+    if local is None and isinstance(e, FileNotFoundError):
+        return DataError(f"data.hf_path={path!r} is neither a local path nor a hub dataset ({msg})")
+    return DataError(f"data.hf_path={path!r} could not be loaded ({msg})")
+
+
+def _column_text(ds, path: str, split: str, field: str) -> str:
+    """The text column's rows, one per line (missing ones skipped); a column that is not text is refused."""
     if field not in ds.column_names:
         raise DataError(f"data.hf_text_field={field!r} is not a column of {path!r}; columns: {ds.column_names}")
     values = ds[field]

@@ -77,8 +77,40 @@ def _target_text(target, defaults) -> str:
 
 def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters=None, baseline=None,
                  color_by=None, style_by=None, figures_too=True) -> tuple[Path, Path, list[Path], int]:  # fmt: skip
-    """Write the report; return (report.md, report.html, figure paths, number of runs)."""
+    """Write the report; return (report.md, report.html, figure paths, number of runs). Every input is
+    checked before anything is written; the sections then follow in the order a reader asks: the runs
+    and their outcomes, time to target, per-layer statistics, the baseline, the LR sweep, Optuna."""
     dirs = [Path(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
+    runs, groups = _grouped_runs(dirs, filters, group_by)
+    for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
+        if key:
+            check_key(runs, key, flag)
+    base = _baseline(baseline, groups)
+    out_dir = Path(out) if out is not None else dirs[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    defaults = {} if target is not None else default_targets(runs)
+    blocks = _overview(dirs, runs, groups, filters, target, defaults) + _layer_section(groups)
+    if base:
+        blocks += _baseline_section(groups, baseline, base, target, defaults)
+    sweep = tables.lr_sweep(groups)
+    if sweep:
+        blocks += _lr_section(sweep)
+    blocks += _optuna_sections(dirs)
+    blocks += [("h", 2, "All runs"), ("table", *tables.runs_table(groups, target, defaults))]
+
+    styles = figures.Styles(groups, color_by, style_by)
+    plots: list[Path] = []
+    if figures_too:
+        blocks.append(("h", 2, "Figures"))
+        _figures(blocks, plots, groups, styles, sweep, steps, out_dir)
+    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    md_path.write_text(_md(blocks), encoding="utf-8")
+    html_path.write_text(_html(blocks, out_dir), encoding="utf-8")
+    return md_path, html_path, plots, len(runs)
+
+
+def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list]:
+    """The runs below ``dirs`` that pass the filters, and their groups; no run at all is an error."""
     runs = load_runs(dirs)
     if not runs:
         raise ConfigError(
@@ -87,10 +119,11 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     for line in unreadable_summaries(runs):  # listed, never trusted: say which file, once, on the console
         print(f"normbench: warning: {line}", file=sys.stderr)
     runs = filter_runs(runs, filters)
-    groups = group_runs(runs, group_by)
-    for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
-        if key:
-            check_key(runs, key, flag)
+    return runs, group_runs(runs, group_by)
+
+
+def _baseline(baseline: str | None, groups) -> tuple | None:
+    """``--baseline KEY=VALUE`` parsed, once it names a grouping key and a value some group has."""
     base = parse_assignment(baseline, "--baseline") if baseline else None
     if base and base[0] not in groups[0].settings:
         keys = ", ".join(groups[0].settings) or "nothing"
@@ -99,11 +132,13 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     if base and not any(g.settings.get(base[0]) == base[1][0] for g in groups):
         seen = sorted({g.settings.get(base[0]) for g in groups})
         raise ConfigError(f"--baseline {baseline}: no group has {base[0]}={base[1][0]} (values: {', '.join(seen)})")
-    out_dir = Path(out) if out is not None else dirs[0]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    defaults = {} if target is not None else default_targets(runs)
+    return base
+
+
+def _overview(dirs, runs, groups, filters, target, defaults) -> list[tuple]:
+    """The title, what the report covers and how to read it, the main table and time to target."""
     where = ", ".join(f"`{d}`" for d in dirs)
-    blocks: list[tuple] = [
+    return [
         ("h", 1, "normbench report"),
         ("p", (f"{len(runs)} runs in {len(groups)} groups below {where}"
                + (f", filtered by {', '.join(f'`{f}`' for f in filters)}" if filters else "")
@@ -120,27 +155,41 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
               "that reached it."),
         ("table", *tables.target_table(groups, target, defaults)),
     ]  # fmt: skip
-    if layer := tables.layer_table(groups):
-        blocks += [("h", 2, "Per-layer statistics at the end of training"),
-                   ("p", "From the last diagnostic record of each completed run: variance growth = Var(h_L) / "
-                         "Var(h_1) (after the last block over after the first); grad spread = first block's "
-                         "gradient norm / last block's; CV = std / mean of the per-block gradient norms; massive "
-                         f"ratio = max|h| / median|h| of the worst layer, its peak over the run and the first step "
-                         f"it exceeded {MASSIVE_THRESHOLD:g}; max |logit| of the output."),
-                   ("table", *layer)]  # fmt: skip
-    if base:
-        blocks += [("h", 2, f"Difference from {baseline}"),
-                   ("p", "Each group minus the group with the same settings but "
-                         f"`{baseline}`: difference of the means over seeds with Welch's 95% t-interval "
-                         "(needs two runs on each side). Negative loss or steps: better than the baseline."),
-                   ("table", *tables.baseline_table(groups, base[0], base[1][0], target, defaults))]  # fmt: skip
-    sweep = tables.lr_sweep(groups)
-    if sweep:
-        blocks += [("h", 2, "Largest learning rate at which every seed learned"),
-                   ("p", "A learning rate counts when every run there with an outcome `learned` (not unstable, "
-                         "stuck or diverged); runs without an outcome (running, failed) are named in brackets."),
-                   ("table", *tables.lr_table(sweep))]  # fmt: skip
-    # hydra/sweeper=optuna writes optimization_results.yaml into its sweep dir at the end (DIR may be a parent)
+
+
+def _layer_section(groups) -> list[tuple]:
+    """Per-layer statistics at the end of training, when any completed run recorded them."""
+    layer = tables.layer_table(groups)
+    if not layer:
+        return []
+    return [("h", 2, "Per-layer statistics at the end of training"),
+            ("p", "From the last diagnostic record of each completed run: variance growth = Var(h_L) / "
+                  "Var(h_1) (after the last block over after the first); grad spread = first block's "
+                  "gradient norm / last block's; CV = std / mean of the per-block gradient norms; massive "
+                  f"ratio = max|h| / median|h| of the worst layer, its peak over the run and the first step "
+                  f"it exceeded {MASSIVE_THRESHOLD:g}; max |logit| of the output."),
+            ("table", *layer)]  # fmt: skip
+
+
+def _baseline_section(groups, baseline: str, base: tuple, target, defaults) -> list[tuple]:
+    return [("h", 2, f"Difference from {baseline}"),
+            ("p", "Each group minus the group with the same settings but "
+                  f"`{baseline}`: difference of the means over seeds with Welch's 95% t-interval "
+                  "(needs two runs on each side). Negative loss or steps: better than the baseline."),
+            ("table", *tables.baseline_table(groups, base[0], base[1][0], target, defaults))]  # fmt: skip
+
+
+def _lr_section(sweep) -> list[tuple]:
+    return [("h", 2, "Largest learning rate at which every seed learned"),
+            ("p", "A learning rate counts when every run there with an outcome `learned` (not unstable, "
+                  "stuck or diverged); runs without an outcome (running, failed) are named in brackets."),
+            ("table", *tables.lr_table(sweep))]  # fmt: skip
+
+
+def _optuna_sections(dirs: list[Path]) -> list[tuple]:
+    """The best parameters of each Optuna search below ``dirs``: hydra/sweeper=optuna leaves
+    optimization_results.yaml in its sweep dir, which may lie below the DIR given."""
+    blocks: list[tuple] = []
     for d in dirs:
         for found in sorted(d.rglob("optimization_results.yaml")):
             optuna = load_yaml(found)
@@ -151,17 +200,7 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
             blocks += [("h", 2, f"Optuna search{rel}"),
                        ("p", f"Best parameters: {best or DASH}; best value (best val loss): "
                              f"{optuna.get('best_value')}. Diverged trials count as 1e6, failed as inf.")]  # fmt: skip
-    blocks += [("h", 2, "All runs"), ("table", *tables.runs_table(groups, target, defaults))]
-
-    styles = figures.Styles(groups, color_by, style_by)
-    plots: list[Path] = []
-    if figures_too:
-        blocks.append(("h", 2, "Figures"))
-        _figures(blocks, plots, groups, styles, sweep, steps, out_dir)
-    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    md_path.write_text(_md(blocks), encoding="utf-8")
-    html_path.write_text(_html(blocks, out_dir), encoding="utf-8")
-    return md_path, html_path, plots, len(runs)
+    return blocks
 
 
 def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path) -> None:

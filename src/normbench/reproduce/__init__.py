@@ -10,6 +10,7 @@ verdict, and ``claim.png``.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from normbench.errors import ConfigError, error
@@ -39,9 +40,28 @@ def list_claims() -> list[str]:
     return lines
 
 
+# This command's own options (any other key=value is a Hydra override for the runs), with their defaults.
+OPTIONS = {"scale": "cpu", "seeds": None, "out": "outputs/reproduce", "min_seeds": "3", "ladder": "false"}
+
+
+@dataclass
+class _Request:
+    """The command line: claim ids, this command's options, the Hydra overrides it passes on to the
+    runs, and the two flags."""
+
+    ids: list[str] = field(default_factory=list)
+    opts: dict = field(default_factory=lambda: dict(OPTIONS))
+    overrides: list[str] = field(default_factory=list)
+    dry: bool = False
+    launch: bool = True
+
+    @property
+    def seeds(self) -> int | None:
+        return None if self.opts["seeds"] is None else int(self.opts["seeds"])
+
+
 def main(argv: list[str]) -> int:
-    from normbench.reproduce.claims import SCALES, claim_ids, load_claim
-    from normbench.reproduce.runner import reproduce
+    from normbench.reproduce.claims import claim_ids, load_claim
     from normbench.reproduce.summary import verdict_line
 
     if not argv or argv[0] in ("-h", "--help"):
@@ -51,57 +71,72 @@ def main(argv: list[str]) -> int:
         if argv[0] == "--list":
             print("\n".join(list_claims()))
             return 0
-        opts = {"scale": "cpu", "seeds": None, "out": "outputs/reproduce", "min_seeds": "3", "ladder": "false"}
-        ids, overrides, dry, launch = [], [], False, True
-        for a in argv:
-            key, sep, value = a.partition("=")
-            if a == "--dry-run":
-                dry = True
-            elif a == "--no-run":
-                launch = False
-            elif sep and key in opts:
-                opts[key] = value
-            elif sep:
-                overrides.append(a)
-            elif a.startswith("-"):
-                raise ConfigError(f"unknown flag {a}; see `python -m normbench reproduce --help`")
-            else:
-                ids.append(a)
-        if opts["scale"] not in SCALES:
-            raise ConfigError(f"scale={opts['scale']} is not allowed; choose one of: {', '.join(SCALES)}")
-        for key in ("seeds", "min_seeds"):
-            if opts[key] is not None and not (
-                opts[key].isdigit() and int(opts[key]) >= (2 if key == "min_seeds" else 1)
-            ):
-                raise ConfigError(f"{key}={opts[key]} must be a whole number (min_seeds >= 2)")
-        if opts["ladder"] not in ("true", "false"):
-            raise ConfigError(f"ladder={opts['ladder']} is not allowed; choose one of: true, false")
-        if not ids:
-            raise ConfigError("name a claim (or all); list them with --list")
-        if ids == ["all"]:
-            ids = claim_ids()
-        claims = [load_claim(cid) for cid in ids]
+        req = _parse(argv)
+        claims = [load_claim(cid) for cid in (claim_ids() if req.ids == ["all"] else req.ids)]
     except ConfigError as exc:
         return error(str(exc))
     code = 0
-    seeds = None if opts["seeds"] is None else int(opts["seeds"])
-    for c in claims:
+    for c in claims:  # a claim's bad input is reported, and the next claim still runs
         try:
-            if opts["ladder"] == "true":
-                _ladder(c, opts, seeds, overrides, dry, launch)
-                continue
-            result = reproduce(c, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
-                               launch=launch)  # fmt: skip
+            result = _run_claim(c, req)
         except ConfigError as exc:
             error(str(exc))
             code = 2
             continue
         if result is not None:
             print(verdict_line(result))
-            where = Path(opts["out"]) / c.id
+            where = Path(req.opts["out"]) / c.id
             print(f"normbench: {where / 'verdict.json'}, report {where / 'report.md'}")
     sys.stdout.flush()
     return code
+
+
+def _parse(argv: list[str]) -> _Request:
+    """Flags, this command's options, Hydra overrides and claim ids, each checked."""
+    req = _Request()
+    for a in argv:
+        key, sep, value = a.partition("=")
+        if a == "--dry-run":
+            req.dry = True
+        elif a == "--no-run":
+            req.launch = False
+        elif sep and key in req.opts:
+            req.opts[key] = value
+        elif sep:
+            req.overrides.append(a)
+        elif a.startswith("-"):
+            raise ConfigError(f"unknown flag {a}; see `python -m normbench reproduce --help`")
+        else:
+            req.ids.append(a)
+    _check_options(req.opts)
+    if not req.ids:
+        raise ConfigError("name a claim (or all); list them with --list")
+    return req
+
+
+def _check_options(opts: dict) -> None:
+    from normbench.reproduce.claims import SCALES
+
+    if opts["scale"] not in SCALES:
+        raise ConfigError(f"scale={opts['scale']} is not allowed; choose one of: {', '.join(SCALES)}")
+    for key in ("seeds", "min_seeds"):
+        if opts[key] is not None and not (opts[key].isdigit() and int(opts[key]) >= (2 if key == "min_seeds" else 1)):
+            raise ConfigError(f"{key}={opts[key]} must be a whole number (min_seeds >= 2)")
+    if opts["ladder"] not in ("true", "false"):
+        raise ConfigError(f"ladder={opts['ladder']} is not allowed; choose one of: true, false")
+
+
+def _run_claim(claim, req: _Request) -> dict | None:
+    """The claim's verdict from its sweep, run or reused (None on a dry run); with ladder=true its
+    ladder instead, printed rung by rung."""
+    from normbench.reproduce.runner import reproduce
+
+    opts = req.opts
+    if opts["ladder"] == "true":
+        _ladder(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
+        return None
+    return reproduce(claim, opts["scale"], req.seeds, req.overrides, Path(opts["out"]), int(opts["min_seeds"]),
+                     req.dry, launch=req.launch)  # fmt: skip
 
 
 def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:

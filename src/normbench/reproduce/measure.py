@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from normbench.report.loading import Run, canonical_value, norm_value, setting
 from normbench.report.stats import LEARNED, default_targets, learned_everywhere, lr_of, run_layer_stats, time_to_target
@@ -136,96 +136,174 @@ def _transform(values: list[float], how: str | None) -> list[float]:
     return values
 
 
+@dataclass
+class _Sides:
+    """A test's group and baseline: their runs and labels. ``b_runs`` is None when the baseline is a
+    fixed value (``b_label`` then names it) rather than runs."""
+
+    g_runs: list[Run]
+    b_runs: list[Run] | None
+    g_label: str
+    b_label: str
+
+    @property
+    def both(self) -> list[Run]:
+        return self.g_runs + (self.b_runs or [])
+
+
 def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = None) -> dict:
-    """``at``: the scale's values for keys of the test's ``at`` (e.g. the deepest depth on GPUs)."""
+    """One test's verdict and what it was judged on. Each side is selected and, when the test tunes a
+    key, put at its own best value before the target is set from its runs; whatever keeps the test from
+    a verdict is collected on the way and handed to the rule of the test's kind (:mod:`.verdict`).
+    ``at``: the scale's values for keys of the test's ``at`` (e.g. the deepest depth on GPUs)."""
     test = replace(test, at={k: str((at or {}).get(k, v)) for k, v in test.at.items()})
-    g_runs = select(runs, {**test.at, **test.group})
-    b_runs = select(runs, {**test.at, **test.baseline}) if isinstance(test.baseline, dict) else None
-    tuned_to: dict[str, str | None] = {}
-    tried: dict[str, dict] = {}  # every value tried on each side, with its outcomes: nothing dropped silently
-    if test.tune:
-        for side, rs in (("group", g_runs), ("baseline", b_runs or [])):
-            tried[side] = {v: outcome_counts(rs_v) for v, rs_v in by_value(rs, test.tune).items()}
-        # each side at its own best value of the tuned key, before the target is set from the runs
-        tuned_to["group"], g_runs = tuned(g_runs, test.tune)
-        if b_runs is not None:
-            tuned_to["baseline"], b_runs = tuned(b_runs, test.tune)
-    both = g_runs + (b_runs or [])
-    target = test.target
-    if target is None and test.metric.endswith("_to_target"):
-        target = next(iter(default_targets(both).values()), None)
-    label = lambda where: " ".join(f"{k}={v}" for k, v in {**test.at, **where}.items())  # noqa: E731
-    g_label = label(test.group)
-    b_label = label(test.baseline) if b_runs is not None else f"the value {test.baseline:g}"
-    probs = problems(g_label, g_runs, test.kind in ("outcome", "largest_lr"))
-    probs += [f"{lab}: no {test.tune} of the grid learned with every seed" for side, lab in
-              (("group", g_label), ("baseline", b_label)) if side in tuned_to and tuned_to[side] is None]  # fmt: skip
-    if b_runs is not None:
-        probs += problems(b_label, b_runs, test.kind in ("outcome", "largest_lr"))
-    vals = lambda rs: [
-        v for r in rs if r.status in FINISHED and (v := metric_value(r, test.metric, target)) is not None
-    ]  # noqa: E501,E731
-    g_vals, b_vals = vals(g_runs), (vals(b_runs) if b_runs is not None else test.baseline)
-    if test.kind in ("difference", "on_par"):  # a finished, healthy run without a value is named, never dropped
-        for lab, rs, vs in ((g_label, g_runs, g_vals), (b_label, b_runs or [], b_vals if b_runs else [])):
-            healthy = [r for r in rs if r.status in FINISHED and r.outcome not in ("stuck", "diverged")]
-            if missing := sum(metric_value(r, test.metric, target) is None for r in healthy):
-                probs.append(
-                    f"{lab}: {missing} of {len(rs)} runs have no {test.metric}"
-                    + (" (never reached the target)" if test.metric.endswith("_to_target") else "")
-                )
-            if test.transform == "log" and (bad := sum(v <= 0 for v in vs)):
-                probs.append(f"{lab}: {bad} values <= 0 cannot be compared as log ratios")
+    sides, tuning, tuning_problems = _tune(test, _select_sides(test, runs))
+    target = _target(test, sides.both)
+    probs = _side_problems(test, sides, tuning_problems)
+    value = lambda r: metric_value(r, test.metric, target)  # noqa: E731
+    g_vals = _finished_values(sides.g_runs, value)
+    b_vals = _finished_values(sides.b_runs, value) if sides.b_runs is not None else test.baseline
     paired = None
-    if test.kind in ("difference", "on_par") and b_runs is not None:
-        paired = seed_pairs(g_runs, b_runs, lambda r: metric_value(r, test.metric, target), test.transform)
-        if paired:
+    if test.kind in ("difference", "on_par"):
+        probs += _value_problems(test, sides, value, g_vals, b_vals)
+        if sides.b_runs is not None and (paired := seed_pairs(sides.g_runs, sides.b_runs, value, test.transform)):
             g_vals, b_vals = [g for g, _ in paired], [b for _, b in paired]
+    if test.kind == "largest_lr":
+        res, g_vals, b_vals, n_seeds = _judge_largest_lr(test, sides, min_seeds, probs)
+    else:
+        res = _judge_values(test, sides, g_vals, b_vals, min_seeds, probs, paired=bool(paired))
+        n_seeds = min(len(sides.g_runs), len(sides.b_runs) if sides.b_runs is not None else len(sides.g_runs))
+    res["interval"] = _interval(test.kind, bool(paired), sides.b_runs is not None)
+    if tuning:
+        res["tuned"] = tuning
+    res.update(_described(test, res, target, n_seeds), groups=_groups(sides, g_vals, b_vals))
+    return res
+
+
+def _select_sides(test: Test, runs: list[Run]) -> _Sides:
+    """The runs of each side at the test's ``at``, labelled by the settings that pick them."""
+    label = lambda where: " ".join(f"{k}={v}" for k, v in {**test.at, **where}.items())  # noqa: E731
+    g_runs = select(runs, {**test.at, **test.group})
+    if not isinstance(test.baseline, dict):
+        return _Sides(g_runs, None, label(test.group), f"the value {test.baseline:g}")
+    return _Sides(g_runs, select(runs, {**test.at, **test.baseline}), label(test.group), label(test.baseline))
+
+
+def _tune(test: Test, sides: _Sides) -> tuple[_Sides, dict | None, list[str]]:
+    """Each side with runs at its own best value of the tuned key (:func:`tuned`), the record of what was
+    chosen and of every value tried with its outcomes (so nothing is dropped silently), and a problem for
+    each side where no value learned. Unchanged sides, no record and no problems when nothing is tuned."""
+    if not test.tune:
+        return sides, None, []
+    pairs = (("group", sides.g_runs), ("baseline", sides.b_runs or []))
+    tried = {side: {v: outcome_counts(rs) for v, rs in by_value(runs, test.tune).items()} for side, runs in pairs}
+    chosen: dict[str, str | None] = {}
+    chosen["group"], g_runs = tuned(sides.g_runs, test.tune)
+    b_runs = sides.b_runs
+    if b_runs is not None:
+        chosen["baseline"], b_runs = tuned(b_runs, test.tune)
+    labels = {"group": sides.g_label, "baseline": sides.b_label}
+    record = {
+        "key": test.tune,
+        "chosen": {labels[side]: chosen.get(side) for side in labels},
+        "tried": {labels[side]: tried[side] for side in labels},
+    }
+    failed = [f"{labels[side]}: no {test.tune} of the grid learned with every seed" for side, v in chosen.items()
+              if v is None]  # fmt: skip
+    return replace(sides, g_runs=g_runs, b_runs=b_runs), record, failed
+
+
+def _target(test: Test, runs: list[Run]) -> float | None:
+    """The test's target; a time-to-target test without one takes the default the judged runs give
+    (:func:`default_targets`: the loss every learned run reached)."""
+    if test.target is None and test.metric.endswith("_to_target"):
+        return next(iter(default_targets(runs).values()), None)
+    return test.target
+
+
+def _side_problems(test: Test, sides: _Sides, tuning_problems: list[str]) -> list[str]:
+    """What keeps the test from a verdict, side by side (:func:`problems`). Outcomes are the data of
+    outcome and largest-LR tests, so their stuck and diverged runs are no problem there."""
+    outcomes_count = test.kind in ("outcome", "largest_lr")
+    probs = problems(sides.g_label, sides.g_runs, outcomes_count) + tuning_problems
+    if sides.b_runs is not None:
+        probs += problems(sides.b_label, sides.b_runs, outcomes_count)
+    return probs
+
+
+def _finished_values(runs: list[Run], value) -> list[float]:
+    return [v for r in runs if r.status in FINISHED and (v := value(r)) is not None]
+
+
+def _value_problems(test: Test, sides: _Sides, value, g_vals: list[float], b_vals) -> list[str]:
+    """A finished, healthy run without a value is named, never dropped; so are values that a log
+    transform cannot compare."""
+    out = []
+    b_side = (sides.b_label, sides.b_runs or [], b_vals if sides.b_runs else [])
+    for lab, rs, vs in ((sides.g_label, sides.g_runs, g_vals), b_side):
+        healthy = [r for r in rs if r.status in FINISHED and r.outcome not in ("stuck", "diverged")]
+        if missing := sum(value(r) is None for r in healthy):
+            never = " (never reached the target)" if test.metric.endswith("_to_target") else ""
+            out.append(f"{lab}: {missing} of {len(rs)} runs have no {test.metric}{never}")
+        if test.transform == "log" and (bad := sum(v <= 0 for v in vs)):
+            out.append(f"{lab}: {bad} values <= 0 cannot be compared as log ratios")
+    return out
+
+
+def _judge_values(test: Test, sides: _Sides, g_vals, b_vals, min_seeds: int, probs: list[str], paired: bool) -> dict:
+    """The rule of a difference, on-par or outcome test; a log transform compares ratios."""
     xs = _transform(g_vals, test.transform)
     if test.kind == "difference":
-        base = _transform(b_vals, test.transform) if b_runs is not None else b_vals
-        res = V.judge_difference(xs, base, test.direction, test.threshold, min_seeds, probs, paired=bool(paired))
-    elif test.kind == "on_par":
-        res = V.judge_on_par(xs, _transform(b_vals, test.transform), test.band, min_seeds, probs, paired=bool(paired))
-    elif test.kind == "outcome":
-        done = lambda rs: [r for r in rs if r.status in FINISHED]  # noqa: E731
-        g, b = done(g_runs), done(b_runs)
-        res = V.judge_outcome(sum(r.outcome in LEARNED for r in g), len(g), sum(r.outcome in LEARNED for r in b),
-                              len(b), test.direction, test.threshold, min_seeds, probs)  # fmt: skip
-    else:  # largest_lr
-        grid = sorted({lr for r in both if (lr := lr_of(r)) is not None})
-        best = lambda rs: max(
-            (lr for lr in grid if learned_everywhere([r for r in rs if lr_of(r) == lr])), default=None
-        )  # noqa: E501,E731
-        seeds = lambda rs: min((sum(lr_of(r) == lr for r in rs) for lr in grid), default=0)  # noqa: E731
-        lr_g, lr_b = best(g_runs), best(b_runs)
-        res = V.judge_largest_lr(
-            lr_g, lr_b, grid, test.threshold or 1, seeds(g_runs), seeds(b_runs), min_seeds, probs, test.direction
-        )
-        res["largest_lr"] = {g_label: lr_g, b_label: lr_b}
-        # per LR, the share of the runs with an outcome that learned (what the rule asks of every seed): the figure
-        share = lambda rs: {  # noqa: E731
-            lr: sum(r.outcome == "learned" for r in at_lr) / len(at_lr)
-            for lr in grid
-            if (at_lr := [r for r in rs if lr_of(r) == lr and r.outcome is not None])
-        }
-        res["learned_share"] = {g_label: share(g_runs), b_label: share(b_runs)}
-        g_vals, b_vals = [lr_g] if lr_g else [], [lr_b] if lr_b else []
-    res["interval"] = {
-        "difference": "paired" if paired else ("welch" if b_runs is not None else "one-sample"),
+        base = _transform(b_vals, test.transform) if sides.b_runs is not None else b_vals
+        return V.judge_difference(xs, base, test.direction, test.threshold, min_seeds, probs, paired=paired)
+    if test.kind == "on_par":
+        return V.judge_on_par(xs, _transform(b_vals, test.transform), test.band, min_seeds, probs, paired=paired)
+    g = [r for r in sides.g_runs if r.status in FINISHED]
+    b = [r for r in sides.b_runs if r.status in FINISHED]
+    return V.judge_outcome(sum(r.outcome in LEARNED for r in g), len(g), sum(r.outcome in LEARNED for r in b),
+                           len(b), test.direction, test.threshold, min_seeds, probs)  # fmt: skip
+
+
+def _judge_largest_lr(test: Test, sides: _Sides, min_seeds: int, probs: list[str]) -> tuple[dict, list, list, int]:
+    """Each side's largest LR of the grid at which every seed learned, by the rule of
+    :func:`.verdict.judge_largest_lr`; returns its result, each side's value (that LR, if any) and the
+    seeds it counted: seeds per LR of the grid, not runs over the whole grid."""
+    grid = sorted({lr for r in sides.both if (lr := lr_of(r)) is not None})
+    at_lr = lambda rs, lr: [r for r in rs if lr_of(r) == lr]  # noqa: E731
+    best = lambda rs: max((lr for lr in grid if learned_everywhere(at_lr(rs, lr))), default=None)  # noqa: E731
+    seeds = lambda rs: min((len(at_lr(rs, lr)) for lr in grid), default=0)  # noqa: E731
+    g, b = sides.g_runs, sides.b_runs
+    lr_g, lr_b = best(g), best(b)
+    res = V.judge_largest_lr(lr_g, lr_b, grid, test.threshold or 1, seeds(g), seeds(b), min_seeds, probs,
+                             test.direction)  # fmt: skip
+    res["largest_lr"] = {sides.g_label: lr_g, sides.b_label: lr_b}
+    res["learned_share"] = {sides.g_label: _learned_share(g, grid), sides.b_label: _learned_share(b, grid)}
+    return res, [lr_g] if lr_g else [], [lr_b] if lr_b else [], min(seeds(g), seeds(b))
+
+
+def _learned_share(runs: list[Run], grid: list[float]) -> dict[float, float]:
+    """Per LR, the share of the runs with an outcome that learned (what the rule asks of every seed):
+    what the claim's figure draws."""
+    share = {}
+    for lr in grid:
+        if judged := [r for r in runs if lr_of(r) == lr and r.outcome is not None]:
+            share[lr] = sum(r.outcome == "learned" for r in judged) / len(judged)
+    return share
+
+
+def _interval(kind: str, paired: bool, baseline_runs: bool) -> str | None:
+    """The interval the rule drew: by seed pairs when both sides ran the same seeds, else Welch's (one
+    sample against a fixed value), Newcombe's for the shares of an outcome test; none for the largest LR."""
+    return {
+        "difference": "paired" if paired else ("welch" if baseline_runs else "one-sample"),
         "on_par": "paired" if paired else "welch",
         "outcome": "newcombe",
-    }.get(test.kind)
-    if test.tune:
-        res["tuned"] = {
-            "key": test.tune,
-            "chosen": {g_label: tuned_to.get("group"), b_label: tuned_to.get("baseline")},
-            "tried": {g_label: tried.get("group", {}), b_label: tried.get("baseline", {})},
-        }
-    n_seeds = min(len(g_runs), len(b_runs) if b_runs is not None else len(g_runs))
-    if test.kind == "largest_lr":  # seeds per LR of the grid, not runs over the whole grid
-        n_seeds = min(seeds(g_runs), seeds(b_runs))
-    res.update(
+    }.get(kind)
+
+
+def _described(test: Test, res: dict, target: float | None, n_seeds: int) -> dict:
+    """The test's own settings beside its verdict; under a log transform the effect also as a ratio."""
+    return dict(
         name=test.name,
         kind=test.kind,
         metric=test.metric,
@@ -236,15 +314,22 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         informative=test.informative,
         target=target,
         n_seeds=n_seeds,
-        groups={
-            g_label: {"values": g_vals, "mean": statistics.fmean(g_vals) if g_vals else None, "runs": len(g_runs),
-                      "outcomes": outcome_counts(g_runs), "init_std": group_init(g_runs)},
-            **({b_label: {"values": b_vals, "mean": statistics.fmean(b_vals) if b_vals else None,
-                          "runs": len(b_runs), "outcomes": outcome_counts(b_runs),
-                          "init_std": group_init(b_runs)}} if b_runs is not None else {}),
-        },
-    )  # fmt: skip
-    return res
+    )
+
+
+def _groups(sides: _Sides, g_vals, b_vals) -> dict:
+    """Each side's values, their mean, its runs, their outcomes and init; a fixed baseline is no group."""
+    group = lambda vals, runs: {  # noqa: E731
+        "values": vals,
+        "mean": statistics.fmean(vals) if vals else None,
+        "runs": len(runs),
+        "outcomes": outcome_counts(runs),
+        "init_std": group_init(runs),
+    }
+    out = {sides.g_label: group(g_vals, sides.g_runs)}
+    if sides.b_runs is not None:
+        out[sides.b_label] = group(b_vals, sides.b_runs)
+    return out
 
 
 def judge_claim(claim: Claim, runs: list[Run], scale: str, min_seeds: int = V.MIN_SEEDS, at=None) -> dict:
