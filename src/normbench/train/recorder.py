@@ -92,7 +92,7 @@ class Recorder:
         if self.is_main:
             self.metrics.amend(s.step, {"val_loss": val})
             self.wandb.log({"step": s.step, "val_loss": val})
-        self.summary.update(final_val_loss=val, best_val_loss=s.best_val)
+        self.summary.update(final_val_loss=val, best_val_loss=s.evals.best)
         self.write_summary()
 
     def _progress(self) -> dict:
@@ -101,9 +101,9 @@ class Recorder:
         return dict(
             step=s.step,
             tokens=s.tokens,
-            final_val_loss=s.last_val,
-            best_val_loss=s.best_val if math.isfinite(s.best_val) else None,
-            spikes=s.spike.count,
+            final_val_loss=s.evals.last,
+            best_val_loss=s.evals.best if math.isfinite(s.evals.best) else None,
+            spikes=s.losses.spike.count,
             skipped_steps=s.skipped,
             amp_skipped_steps=s.amp_skipped,
         )
@@ -128,7 +128,8 @@ class Recorder:
         self.summary.update(status=status, reason=reason, step=s.step, tokens=s.tokens)
         if self.is_main:
             baseline = outcomes.baseline_loss(self.c.data)
-            self.summary.update(outcomes.run_results(self.summary, self.rundir.metrics_path, baseline, s.spike.steps))
+            pending_spikes = s.losses.spike.steps
+            self.summary.update(outcomes.run_results(self.summary, self.rundir.metrics_path, baseline, pending_spikes))
         self.write_summary()
         if status == "diverged":
             log.warning("run diverged: %s", reason)
