@@ -20,7 +20,8 @@ import torch
 
 from normbench import cli, report
 from normbench.errors import ConfigError
-from normbench.reproduce.skip_eval import SKIP_FILE, skip_losses
+from normbench.reproduce.skip_eval import skip_losses
+from normbench.run.rundir import RunDir
 from normbench.train import checkpoint as ckpt
 
 from conftest import run_cli
@@ -182,7 +183,7 @@ def test_damaged_checkpoint_is_refused_by_every_reader_and_left_as_it_is(saved_r
 
     assert last.read_bytes() == damaged, "the damaged checkpoint is never overwritten"
     assert listing(run) == files, "nothing is added to or removed from the run directory"
-    assert not (run / SKIP_FILE).exists()
+    assert not RunDir(run).layer_skip_path.exists()
 
 
 def test_the_console_command_refuses_a_bit_flipped_checkpoint_in_one_line(saved_run, tmp_path):

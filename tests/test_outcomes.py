@@ -56,8 +56,8 @@ def test_classify(status, best, spikes, expected):
         assert outcomes.classify(status, best, None, spikes) is None  # no baseline recorded: cannot tell
 
 
-def test_layer_statistics_against_hand_computed_values(tmp_path):
-    """A synthetic metrics.jsonl with two layers: every statistic worked out by hand."""
+def test_layer_statistics_against_hand_computed_values():
+    """Synthetic records with two layers: every statistic worked out by hand."""
     records = [
         {"step": 1, "loss": 5.0, "spikes": 0},
         {"step": 1, "loss": 5.0, "var_resid": [0.5, 1.0, 2.0, 4.0], "grad_norm_layer": [3.0, 1.0, 2.0],
@@ -68,9 +68,8 @@ def test_layer_statistics_against_hand_computed_values(tmp_path):
         {"step": 30, "loss": 3.0, "var_resid": [0.5, 2.0, 3.0, 8.0], "grad_norm_layer": [2.0, 2.0, 2.0],
          "massive_ratio_resid": [5.0, 120.0, 9.0, 8.0], "logit_maxabs": 4.0, "spikes": 2},
     ]  # fmt: skip
-    path = tmp_path / "metrics.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    got = outcomes.run_results({"status": "completed", "best_val_loss": 2.5, "spikes": 3}, path, 3.0, [25])
+    history = outcomes.History(records)
+    got = outcomes.run_results({"status": "completed", "best_val_loss": 2.5, "spikes": 3}, history, 3.0, [25])
 
     # var growth = var_resid[L] / var_resid[1]: 4/1, 10/2, 8/2
     assert got["layer_series"]["var_growth"] == [[1, 4.0], [20, 5.0], [30, 4.0]]
@@ -92,10 +91,9 @@ def test_layer_statistics_against_hand_computed_values(tmp_path):
     assert got["outcome"] == "unstable" and got["baseline_loss"] == 3.0 and got["stuck_margin"] == 0.1
 
 
-def test_no_diagnostics_gives_empty_statistics(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    path.write_text(json.dumps({"step": 1, "loss": 5.0}) + "\n")
-    got = outcomes.run_results({"status": "diverged", "spikes": 0}, path, 3.0)
+def test_no_diagnostics_gives_empty_statistics():
+    history = outcomes.History([{"step": 1, "loss": 5.0}])
+    got = outcomes.run_results({"status": "diverged", "spikes": 0}, history, 3.0)
     assert got["outcome"] == "diverged" and got["layer_series"] == {} and got["spike_steps"] == []
     assert got["var_growth"] is None and got["massive_ratio_peak"] is None and got["massive_ratio_step"] is None
 
@@ -119,6 +117,21 @@ def test_lr_zero_run_is_stuck_and_records_the_baseline(tmp_path):
     diag = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "var_resid" in r]
     assert [r["step"] for r in diag] == [1, 10, 12] and on_disk["layer_series"]["var_growth"][-1][0] == 12
     assert on_disk["var_growth"] == pytest.approx(diag[-1]["var_resid"][-1] / diag[-1]["var_resid"][1])
+
+
+def test_the_run_end_reads_no_metrics_file(tmp_path, monkeypatch):
+    """The recorder keeps each record's spike steps and layer statistics as it writes it (outcomes.History):
+    the only read of metrics.jsonl is the writer's at the start, and the summary's numbers are the file's."""
+    from normbench.run import metrics
+
+    reads, read = [], metrics.read_jsonl
+    monkeypatch.setattr(metrics, "read_jsonl", lambda path: reads.append(path) or read(path))
+    spiky = ("trainer.max_steps=12", "diag.every=5", "diag.spike_factor=0.9", "diag.spike_window=5")
+    _, _, on_disk = _train(tmp_path, *spiky)
+    assert len(reads) == 1, "metrics.jsonl is read once, when the writer opens it"
+    records = read(tmp_path / "metrics.jsonl")
+    assert on_disk["spike_steps"] and on_disk["spike_steps"] == outcomes.spike_steps(records)
+    assert on_disk["layer_series"] and on_disk["layer_series"] == outcomes.layer_series(records)
 
 
 def test_huge_lr_run_diverges(tmp_path):

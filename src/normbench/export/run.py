@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from normbench.errors import ConfigError
+from normbench.run.reader import RunReader
 from normbench.run.rundir import RunDir
 from normbench.train import checkpoint
 
@@ -26,23 +26,12 @@ class Run:
     summary: dict
 
 
-def _config(run_dir: Path, state: dict):
+def _config(run: RunReader, state: dict):
     """``.hydra/config.yaml`` over the schema (keys added since fill in), else the checkpoint's copy."""
-    from normbench.config.schema import Config
-
-    path = RunDir(run_dir).config_path
-    if path.is_file():
-        loaded = OmegaConf.load(path)
-    elif isinstance(state.get("config"), dict):
-        loaded = OmegaConf.from_dotlist([])
-        for key, value in state["config"].items():
-            OmegaConf.update(loaded, key, value, force_add=True)
-    else:
-        raise ConfigError(f"{run_dir} has no .hydra/config.yaml and its checkpoint holds no config")
-    try:
-        return OmegaConf.merge(OmegaConf.structured(Config), loaded)
-    except Exception:  # noqa: BLE001 - a key this version does not know: use the run's own config as is
-        return loaded
+    cfg = run.typed_config(fallback=state.get("config"))
+    if cfg is None:
+        raise ConfigError(f"{run.path} has no .hydra/config.yaml and its checkpoint holds no config")
+    return cfg
 
 
 def warn_if_live(run_dir: Path, step: int) -> None:
@@ -68,14 +57,15 @@ def load_run(run_dir, warn: bool = True) -> Run:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist")
-    path = RunDir(run_dir).checkpoint_path
+    run = RunReader(run_dir)
+    path = run.checkpoint_path
     if not path.is_file():
         raise ConfigError(
             f"{run_dir} has no checkpoint (expected {path}); "
             "a run writes one every trainer.ckpt_every steps and at its end"
         )
     state = checkpoint.load(path)
-    cfg = _config(run_dir, state)
+    cfg = _config(run, state)
     weights = state["model"]
     if "wte.weight" not in weights:
         raise ConfigError(f"checkpoint {path} has no wte.weight: not a normbench model")
@@ -89,7 +79,7 @@ def load_run(run_dir, warn: bool = True) -> Run:
         raise ConfigError(f"checkpoint {path} does not match the run's config ({first[:200]})") from None
     if warn:
         warn_if_live(run_dir, int(state["step"]))
-    summary = RunDir(run_dir).read_summary()
+    summary = run.summary
     if summary is None or summary.get("status") == "unreadable":
         summary = dict(state.get("summary") or {})
     return Run(run_dir, cfg, model.float().eval(), vocab, int(state["step"]), int(state["tokens"]), summary)

@@ -1,8 +1,8 @@
 """Finding runs, reading what they wrote, and choosing which to compare and how to group them.
 
-A run directory (README "run directory") holds ``.hydra/{config,overrides}.yaml``,
-``metrics.jsonl``, ``summary.json`` and, while a trainer holds it, ``.lock``. Anything may be
-missing or half-written (a sweep still running, a job killed mid-write): nothing here raises
+Each run directory is read by :class:`normbench.run.reader.RunReader`, the one reader of a run
+(``.hydra/{config,overrides}.yaml``, ``metrics.jsonl``, ``summary.json``, ``.lock``). Anything may
+be missing or half-written (a sweep still running, a job killed mid-write): nothing here raises
 on a damaged run; it shows up as ``failed``/``running`` with a reason, and a ``summary.json`` that
 cannot be parsed as ``unreadable`` (:func:`unreadable_summaries` names each such file, for a warning).
 """
@@ -16,29 +16,13 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from normbench.errors import ConfigError
-from normbench.run.metrics import read_jsonl
+from normbench.run.reader import RunReader, load_yaml, read_metrics  # noqa: F401 - load_yaml, read_metrics: report's API
 from normbench.run.resume import BOOKKEEPING_KEYS
 from normbench.run.rundir import UNREADABLE, RunDir
 from normbench.train.outcomes import classify, finite
 
 SUMMARY_FIRST = ("arch", "norm", "optim", "seed")  # the run itself wrote these into summary.json
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    """Records of a ``metrics.jsonl`` in file order; ``[]`` if the file is missing.
-
-    A run that is still writing, or was killed mid-write, can leave a truncated last
-    line: :func:`normbench.run.metrics.read_jsonl` skips it, and records without an
-    integer ``step`` are left out here.
-    """
-    try:
-        records = read_jsonl(Path(path))
-    except OSError:
-        return []
-    return [r for r in records if type(r.get("step")) is int]
 
 
 def series(records: list[dict], key: str) -> list[tuple[int, object]]:
@@ -135,25 +119,15 @@ def _remote_holder(run_dir: Path) -> str:
     return f" (on {host})" if age is None else f" (on {host}, last write {age / 60:.0f} min ago)"
 
 
-def load_yaml(path: Path):
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
-
-
 def load_run(path: Path, root: Path | None = None) -> Run:
-    rd = RunDir(path)
-    cfg = load_yaml(rd.config_path)
-    ovr = load_yaml(rd.hydra_dir / "overrides.yaml")
-    summary = rd.read_summary()  # damaged: status "unreadable", never mistaken for "failed"
+    run = RunReader(path)
     return Run(
         path=path,
-        config=cfg if isinstance(cfg, dict) else {},
-        overrides=[str(o) for o in ovr] if isinstance(ovr, list) else [],
-        summary=summary if isinstance(summary, dict) else None,
-        records=read_metrics(rd.metrics_path),
-        live=rd.owner_alive(),
+        config=run.config,
+        overrides=run.overrides,
+        summary=run.summary,  # damaged: status "unreadable", never mistaken for "failed"
+        records=run.metrics,
+        live=run.live,
         root=root,
     )
 

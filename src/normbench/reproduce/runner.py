@@ -25,8 +25,7 @@ from normbench.reproduce.claims import Claim, override_key
 from normbench.reproduce.measure import FINISHED, judge_claim
 from normbench.reproduce.shared import check_claim
 from normbench.reproduce.skip_eval import read_skip, skip_losses
-
-BASE_EXCLUDE = ["trainer.resume", "trainer.resume_allow_changed", "logger", "logger.wandb.mode"]
+from normbench.run.resume import BOOKKEEPING_KEYS
 
 
 def plan(
@@ -40,7 +39,7 @@ def plan(
     digest = hashlib.sha1("\n".join(settings).encode()).hexdigest()[:8]
     root = out / claim.id / "runs" / f"{scale}-{digest}"
     argvs, jobs = [], []
-    exclude = BASE_EXCLUDE + sorted({override_key(o) for o in settings})
+    exclude = list(BOOKKEEPING_KEYS) + sorted({override_key(o) for o in settings})
     for i, grid in enumerate(claim.grids(scale, overrides)):  # a user override wins over a swept key
         if "seed" not in {override_key(o) for o in overrides}:  # seed=K: one seed, the user's
             grid["seed"] = [str(x) for x in range(n_seeds)]

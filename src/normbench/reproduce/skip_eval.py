@@ -14,34 +14,31 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SKIP_FILE = "layer_skip.json"
-
 
 def skip_losses(run_dir: Path) -> dict | None:
     import torch
-    from omegaconf import OmegaConf
 
-    from normbench.config.schema import Config
     from normbench.data.batches import fixed_batches
     from normbench.data.corpus import load_data
     from normbench.model import build_model, padded_vocab
-    from normbench.run.rundir import RunDir
+    from normbench.run.reader import RunReader
     from normbench.train import checkpoint as ckpt
+    from normbench.train.build import VAL_SEED
 
-    run_dir = Path(run_dir)
-    rd = RunDir(run_dir)
-    path = rd.checkpoint_path
-    if not path.is_file() or not rd.config_path.is_file():
+    run = RunReader(run_dir)
+    path = run.checkpoint_path
+    if not path.is_file() or not run.dir.config_path.is_file():
         return None
     weights = ckpt.load(path)["model"]  # first: a corrupt checkpoint is refused (one line) before any work
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(rd.config_path))
+    cfg = run.typed_config()
     data = load_data(cfg.data, log=lambda *_: None)
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     model = build_model(cfg, padded_vocab(cfg, data.vocab_size))
     model.load_state_dict(weights)
     model.to(device).eval()
     T, t = cfg.model.seq_len, cfg.trainer
-    batches = [b.to(device) for b in fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=1234)]
+    # the run's own val batches: the trainer's fixed validation window (train/build.py)
+    batches = [b.to(device) for b in fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=VAL_SEED)]
 
     @torch.no_grad()
     def val_loss() -> float:
@@ -54,7 +51,7 @@ def skip_losses(run_dir: Path) -> dict | None:
         skipped.append(val_loss())
         model.blocks[i] = block
     out = {"base": base, "skipped": skipped, "increase": [s - base for s in skipped]}
-    (run_dir / SKIP_FILE).write_text(json.dumps(out, indent=1))
+    run.dir.layer_skip_path.write_text(json.dumps(out, indent=1))
     return out
 
 
@@ -71,7 +68,6 @@ def _identity():
 
 
 def read_skip(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((Path(run_dir) / SKIP_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    from normbench.run.reader import RunReader
+
+    return RunReader(run_dir).layer_skip()

@@ -42,10 +42,12 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 class JsonlWriter:
-    """Appends records to ``path``; with ``resume_step``, first keeps only the records up to that step."""
+    """Appends records to ``path``; with ``resume_step``, first keeps only the records up to that step
+    (``kept``: those records, for a reader that goes on from them)."""
 
     def __init__(self, path: Path, resume_step: int | None = None):
         self.path = Path(path)
+        self.kept: list[dict] = []
         if resume_step is not None:
             self.truncate_after(resume_step)
         elif self.path.exists() and self.path.stat().st_size:
@@ -59,8 +61,8 @@ class JsonlWriter:
 
     def truncate_after(self, step: int) -> None:
         """Keep records with step <= ``step`` (those the checkpoint covers), drop torn lines."""
-        kept = [r for r in read_jsonl(self.path) if type(r.get("step")) is int and r["step"] <= step]
-        write_text_atomic("".join(json.dumps(r) + "\n" for r in kept), self.path)
+        self.kept = [r for r in read_jsonl(self.path) if type(r.get("step")) is int and r["step"] <= step]
+        write_text_atomic("".join(json.dumps(r) + "\n" for r in self.kept), self.path)
 
     def amend(self, step: int, fields: dict) -> None:
         """Add ``fields`` to the record of ``step`` (a resumed run finishing an evaluation a signal cut short)."""

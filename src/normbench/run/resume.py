@@ -14,18 +14,17 @@ from normbench.errors import ConfigError
 
 # Keys that define the model: a checkpoint can never be resumed with these changed.
 MODEL_KEYS = ("model", "arch", "norm", "data.name", "data.tokenizer", "data.vocab_size", "data.paths", "data.hf_path")
-# Overrides that say how a job runs, not what it computes: left out of job dir names (conf/config.yaml
-# hydra.job.config.override_dirname.exclude_keys), W&B run names and the report's groups.
+# Overrides that say how a job runs, not what it computes, listed once: left out of job dir names
+# (conf/config.yaml's hydra.job.config.override_dirname.exclude_keys, which a test holds equal to this,
+# and reproduce's sweeps), W&B run names and the report's groups, and free to change on resume.
 BOOKKEEPING_KEYS = ("trainer.resume", "trainer.resume_allow_changed", "logger", "logger.wandb.mode")
 # Keys that may always differ on resume (they do not change the computation).
 FREE_KEYS = (
-    "trainer.resume",
-    "trainer.resume_allow_changed",
+    *BOOKKEEPING_KEYS,
     "trainer.log_every",
     "trainer.eval_every",
     "trainer.ckpt_every",
     "data.cache_dir",
-    "logger",
     "device",
     "diag.every",
     "parallel",  # how, not what: checkpoints are full state dicts, resumable under any world size

@@ -1,12 +1,15 @@
 """The run directory: its layout (:class:`RunDir`, the one place that names its files) and the name
-of a sweep job's directory. The lock that keeps two runs out of one directory is run/lock.py; the
-config check that decides whether a checkpoint may be resumed is run/resume.py.
+of a sweep job's directory. Reading a run back is run/reader.py; the lock that keeps two runs out of
+one directory is run/lock.py; the config check that decides whether a checkpoint may be resumed is
+run/resume.py.
 
 A run directory (docs/contract.md §3) holds ``.hydra/`` (Hydra's config.yaml, overrides.yaml,
-hydra.yaml), ``metrics.jsonl``, ``summary.json``, ``checkpoints/last.pt``, ``train.log`` and, while
-a trainer lives, ``.lock`` (``host:pid``). Every module asks :class:`RunDir` for these paths, reads
-the summary through :meth:`RunDir.read_summary` and the lock's owner through :meth:`RunDir.lock_owner`;
-``summary.json`` is only ever replaced atomically (:meth:`RunDir.write_summary`).
+hydra.yaml), ``metrics.jsonl``, ``summary.json``, ``checkpoints/last.pt`` (and ``checkpoints/
+replaced-<time>.pt``, one a fresh run set aside), ``train.log``, ``layer_skip.json`` (written by
+``reproduce``'s layer-skip evaluation) and, while a trainer lives, ``.lock`` (``host:pid``). Every
+module asks :class:`RunDir` for these paths, reads the summary through :meth:`RunDir.read_summary`
+and the lock's owner through :meth:`RunDir.lock_owner`; ``summary.json`` is only ever replaced
+atomically (:meth:`RunDir.write_summary`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import socket
 import time
 from pathlib import Path
 
-from normbench.run.metrics import JsonlWriter, read_jsonl, write_json_atomic
+from normbench.run.metrics import JsonlWriter, write_json_atomic
 
 UNREADABLE = "unreadable"  # the status of a run whose summary.json exists but cannot be parsed
 
@@ -51,6 +54,18 @@ class RunDir:
     @property
     def config_path(self) -> Path:
         return self.hydra_dir / "config.yaml"
+
+    @property
+    def overrides_path(self) -> Path:
+        return self.hydra_dir / "overrides.yaml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "train.log"
+
+    @property
+    def layer_skip_path(self) -> Path:
+        return self.path / "layer_skip.json"
 
     # ---------------------------------------------------------------------------- summary
     def read_summary(self) -> dict | None:
@@ -92,9 +107,6 @@ class RunDir:
     # ---------------------------------------------------------------------------- metrics
     def metrics_writer(self, resume_step: int | None = None) -> JsonlWriter:
         return JsonlWriter(self.metrics_path, resume_step=resume_step)
-
-    def read_metrics(self) -> list[dict]:
-        return read_jsonl(self.metrics_path)
 
     # ---------------------------------------------------------------------------- lock
     def lock_owner(self) -> tuple[str, str]:

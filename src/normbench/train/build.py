@@ -23,6 +23,7 @@ from normbench.data.corpus import load_data
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination, padded_vocab, weight_init_std
 from normbench.model.stabilizers import QKClip
+from normbench.run.rundir import RunDir
 from normbench.train import distributed as dist_utils
 from normbench.train import memory
 from normbench.train.diagnostics import Diagnostics
@@ -47,7 +48,7 @@ def setup_logging(run_dir: Path, rank: int) -> None:
     fmt = logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
     console = logging.StreamHandler(sys.stdout)
     console.setFormatter(fmt)
-    file = logging.FileHandler(run_dir / "train.log")
+    file = logging.FileHandler(RunDir(run_dir).log_path)
     file.setFormatter(fmt)
     root.addHandler(console)
     root.addHandler(file)

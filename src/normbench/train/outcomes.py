@@ -33,8 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from normbench.run.metrics import read_jsonl
-
 OUTCOMES = ("learned", "unstable", "stuck", "diverged")
 # A run must beat the unigram entropy by 0.1 nats to count as learned: exp(-0.1) = 0.905, i.e. a
 # 10% lower perplexity than the best context-free predictor. On the built-in corpus (bytes) that is
@@ -111,8 +109,7 @@ def classify(status, best_val_loss, baseline, n_spikes, margin: float = STUCK_MA
 def spike_steps(records: list[dict], pending: list[int] = ()) -> list[int]:
     """Every spike step in the records (a resumed run logs some steps twice), plus ``pending``
     ones not logged yet; sorted, at most :data:`MAX_SPIKE_STEPS`."""
-    steps = {int(s) for r in records for s in (r.get("spike_steps") or []) if isinstance(s, int)}
-    return sorted(steps | {int(s) for s in pending})[:MAX_SPIKE_STEPS]
+    return History(records).spike_steps(pending)
 
 
 # ----------------------------------------------------------------------------- per-layer statistics
@@ -152,18 +149,38 @@ def step_stats(record: dict) -> dict[str, float]:
     return out
 
 
+class History:
+    """What a run's end needs from its records (spike steps, per-layer statistics), gathered record by
+    record: the recorder adds each one as it writes it, so the end of a run reads no file."""
+
+    def __init__(self, records: list[dict] = ()):
+        self.stats: dict[int, dict] = {}  # step -> step_stats of its diagnostic record
+        self.spikes: set[int] = set()
+        for record in records:
+            self.add(record)
+
+    def add(self, record: dict) -> None:
+        """A record as written (a later record of the same step wins: a resumed run)."""
+        if type(record.get("step")) is int and (stats := step_stats(record)):
+            self.stats[record["step"]] = stats
+        self.spikes |= {int(s) for s in (record.get("spike_steps") or []) if isinstance(s, int)}
+
+    def spike_steps(self, pending: list[int] = ()) -> list[int]:
+        return sorted(self.spikes | {int(s) for s in pending})[:MAX_SPIKE_STEPS]
+
+    def layer_series(self) -> dict[str, list[list[float]]]:
+        by_step = self.stats
+        return {
+            key: [[s, by_step[s][key]] for s in sorted(by_step) if key in by_step[s]]
+            for key in SERIES_KEYS
+            if any(key in v for v in by_step.values())
+        }
+
+
 def layer_series(records: list[dict]) -> dict[str, list[list[float]]]:
     """Each statistic of :func:`step_stats` as ``[[step, value], ...]`` over the diagnostic
     records, sorted by step (a later record of the same step wins: a resumed run)."""
-    by_step: dict[int, dict] = {}
-    for r in records:
-        if type(r.get("step")) is int and (stats := step_stats(r)):
-            by_step[r["step"]] = stats
-    return {
-        key: [[s, by_step[s][key]] for s in sorted(by_step) if key in by_step[s]]
-        for key in SERIES_KEYS
-        if any(key in v for v in by_step.values())
-    }
+    return History(records).layer_series()
 
 
 def layer_stats(series: dict[str, list[list[float]]], threshold: float = MASSIVE_THRESHOLD) -> dict:
@@ -183,19 +200,18 @@ def layer_stats(series: dict[str, list[list[float]]], threshold: float = MASSIVE
     }
 
 
-def run_results(summary: dict, metrics_path: Path, baseline: float | None, pending_spikes=()) -> dict:
-    """The summary.json keys this module adds at the end of a run (trainer ``_finish``):
+def run_results(summary: dict, history: History, baseline: float | None, pending_spikes=()) -> dict:
+    """The summary.json keys this module adds at the end of a run (recorder.Recorder.finish):
     ``outcome``, ``baseline_loss``, ``stuck_margin``, ``n_spikes``, ``spike_steps``, the
-    :func:`layer_stats` scalars and ``layer_series``."""
-    records = read_jsonl(Path(metrics_path)) if Path(metrics_path).exists() else []
+    :func:`layer_stats` scalars and ``layer_series``, from the run's records (``history``)."""
     n_spikes = int(summary.get("spikes") or 0)
-    series = layer_series(records)
+    series = history.layer_series()
     return {
         "outcome": classify(summary.get("status"), summary.get("best_val_loss"), baseline, n_spikes),
         "baseline_loss": baseline,
         "stuck_margin": STUCK_MARGIN,
         "n_spikes": n_spikes,
-        "spike_steps": spike_steps(records, pending_spikes),
+        "spike_steps": history.spike_steps(pending_spikes),
         **layer_stats(series),
         "layer_series": series,
     }

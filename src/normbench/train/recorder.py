@@ -30,6 +30,7 @@ class Recorder:
         self.loss_step: int | None = None  # the step of the summary's final_loss
         if self.is_main:
             self.metrics = rundir.metrics_writer(resume_step=state.step if resumed else 0)
+            self.history = outcomes.History(self.metrics.kept)  # the run's end reads it, not metrics.jsonl
             self.wandb = WandbLogger(cfg, rundir.path, resume_id=state.wandb_id)
             state.wandb_id = self.wandb.run_id
 
@@ -69,6 +70,7 @@ class Recorder:
         self.loss_step = record["step"]
         if self.is_main:
             self.metrics.write(record)
+            self.history.add(record)
             self.wandb.log(record)
             c = self.c
             remaining = self.eta.remaining(record["step"], c.max_steps, c.tokens_per_step / max(tps, 1e-9))
@@ -92,7 +94,7 @@ class Recorder:
         if self.is_main:
             self.metrics.amend(s.step, {"val_loss": val})
             self.wandb.log({"step": s.step, "val_loss": val})
-        self.summary.update(final_val_loss=val, best_val_loss=s.best_val)
+        self.summary.update(final_val_loss=val, best_val_loss=s.evals.best)
         self.write_summary()
 
     def _progress(self) -> dict:
@@ -101,9 +103,9 @@ class Recorder:
         return dict(
             step=s.step,
             tokens=s.tokens,
-            final_val_loss=s.last_val,
-            best_val_loss=s.best_val if math.isfinite(s.best_val) else None,
-            spikes=s.spike.count,
+            final_val_loss=s.evals.last,
+            best_val_loss=s.evals.best if math.isfinite(s.evals.best) else None,
+            spikes=s.losses.spike.count,
             skipped_steps=s.skipped,
             amp_skipped_steps=s.amp_skipped,
         )
@@ -128,7 +130,7 @@ class Recorder:
         self.summary.update(status=status, reason=reason, step=s.step, tokens=s.tokens)
         if self.is_main:
             baseline = outcomes.baseline_loss(self.c.data)
-            self.summary.update(outcomes.run_results(self.summary, self.rundir.metrics_path, baseline, s.spike.steps))
+            self.summary.update(outcomes.run_results(self.summary, self.history, baseline, s.losses.spike.steps))
         self.write_summary()
         if status == "diverged":
             log.warning("run diverged: %s", reason)

@@ -179,6 +179,66 @@ class StopSignals:
 STOP = StopSignals()
 
 
+class RunSignals:
+    """One run's hold on :data:`STOP`: the signals it listens to, where a caught one goes (``on_stop``)
+    and what the watchdog writes before it ends the process (``last_words``).
+
+    The preemption signal is only chained in front of a Python handler that wants it (submitit's
+    requeue); without one it keeps its default action.
+    """
+
+    def __init__(self, grace_s: float, on_stop: Callable[[int], None], last_words: Callable[[int, str], None]):
+        self.preempt = preemption_signals()
+        wanted = [signal.SIGTERM, signal.SIGINT, *(s for s in self.preempt if callable(signal.getsignal(s)))]
+        self.installed = STOP.install(wanted)
+        STOP.grace_s = grace_s
+        self.on_stop = on_stop
+        STOP.on_stop.append(on_stop)
+        STOP.last_words = last_words
+
+    @property
+    def caught(self) -> int | None:
+        """A stop signal caught before this run began (a sweep stops at the next safe point)."""
+        return STOP.signum
+
+    def launcher_handler(self, signum: int | None):
+        """The launcher's handler a caught preemption signal goes on to (submitit requeues the job), or None."""
+        previous = STOP.previous(signum)
+        return previous if signum in self.preempt and callable(previous) else None
+
+    def quiet(self) -> None:
+        """The run wrote its own end: the watchdog has no last words to add."""
+        STOP.last_words = None
+
+    def close(self) -> None:
+        """Stop listening (after the lock is released: a signal from then on leaves at once)."""
+        STOP.on_stop.remove(self.on_stop)
+        STOP.uninstall(self.installed)
+
+
+class StopVotes:
+    """Under torchrun every rank stops at the same step: each step's vote (1 on a rank that caught a stop
+    signal) is summed with the step's loss in one collective. On CUDA the host reads the previous step's
+    sum, so it never waits for the step it has just queued; on CPU this step's."""
+
+    def __init__(self, device):
+        self.device, self.lag = device, device.type == "cuda"
+        self.current = self.previous = None
+
+    def ballot(self, caught: bool):
+        import torch
+
+        return torch.full((), float(caught), device=self.device)
+
+    def count(self, votes) -> None:
+        self.current = votes
+
+    def any(self) -> bool:
+        votes = self.previous if self.lag else self.current
+        self.previous = self.current
+        return votes is not None and votes.item() > 0
+
+
 def preemption_signals() -> tuple[signal.Signals, ...]:
     """The signal submitit sends before a preemption or time-out (``SUBMITIT_PREEMPT_SIGNAL``, default USR2)."""
     name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()

@@ -10,16 +10,16 @@ place that reads it back. The format (a flat dict of tensors and plain data, loa
 - ``scaler``: fp16's GradScaler (loss scale and growth counter), or None;
 - ``sampler_rng`` (the data position: the sampler's generator), ``torch_rng``, ``cuda_rng`` and
   ``rank_rng`` (each rank's dropout stream);
-- the counters: ``step``, ``tokens``, ``best_val``, ``last_val``, ``initial_loss``, ``skipped``,
-  ``amp_skipped``, ``eval_missing``, the spike detector's ``spikes``/``recent_losses`` and
-  ``spike_steps_unlogged``, ``clock`` (throughput.py), ``wandb_id``;
+- the counters: ``step``, ``tokens``, ``skipped``, ``amp_skipped``, ``clock`` (throughput.py),
+  ``wandb_id``; the loop parts' own keys (loop_parts.py): the evaluation's ``best_val``, ``last_val``,
+  ``eval_missing``, the loss watch's ``initial_loss``, ``spikes``, ``recent_losses`` and
+  ``spike_steps_unlogged``;
 - ``summary`` (the run's summary so far) and ``config`` (the flat config, checked on resume).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from pathlib import Path
@@ -30,7 +30,7 @@ from normbench.errors import ConfigError
 from normbench.run.resume import check_resume_config, flat_config
 from normbench.train import checkpoint as ckpt
 from normbench.train import distributed as dist_utils
-from normbench.train.diagnostics import SpikeDetector
+from normbench.train.loop_parts import Evaluation, LossWatch
 from normbench.train.optim import lr_factor
 from normbench.train.throughput import Throughput
 
@@ -38,17 +38,16 @@ log = logging.getLogger("normbench")
 
 
 class TrainState:
-    def __init__(self, cfg, components, meter: Throughput, spike: SpikeDetector, summary: dict):
+    def __init__(self, cfg, components, meter: Throughput, evals: Evaluation, losses: LossWatch, summary: dict):
         c = components
         self.model, self.optimizer, self.scaler, self.sampler = c.raw_model, c.optimizer, c.scaler, c.batches.gen
-        self.meter, self.spike, self.summary, self.device = meter, spike, summary, c.device
+        self.meter, self.summary, self.device = meter, summary, c.device
+        self.evals, self.losses = evals, losses  # the loop parts whose state a checkpoint keeps
         self.config, self.seed, self.dropout = flat_config(cfg), cfg.seed, cfg.model.dropout
         self.rank, self.world = dist_utils.rank(), dist_utils.world_size()
         self.step, self.tokens = 0, 0
-        self.best_val, self.last_val, self.initial_loss = math.inf, None, None
         self.skipped = 0  # non-finite steps skipped by trainer.skip_nonfinite (count toward max_skipped)
         self.amp_skipped = 0  # fp16: steps GradScaler skipped on overflow, lowering the scale (routine)
-        self.eval_missing = False  # a signal cut this step's evaluation short: the resume does it
         self.wandb_id: str | None = None
         self.resumed_summary: dict = {}  # the checkpoint's summary: a resumed run keeps its final numbers
 
@@ -63,14 +62,10 @@ class TrainState:
             "optimizer": optim_state,
             "step": self.step,
             "tokens": self.tokens,
-            "best_val": self.best_val,
-            "last_val": self.last_val,
-            "initial_loss": self.initial_loss,
-            **self.spike.state_dict(),  # spikes, recent_losses
-            "spike_steps_unlogged": list(self.spike.steps),  # found since the last record (interrupt mid-interval)
+            **self.evals.state_dict(),  # best_val, last_val, eval_missing
+            **self.losses.state_dict(),  # initial_loss, spikes, recent_losses, spike_steps_unlogged
             "skipped": self.skipped,
             "amp_skipped": self.amp_skipped,
-            "eval_missing": self.eval_missing,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "wandb_id": self.wandb_id,
             "summary": dict(self.summary),
@@ -120,16 +115,12 @@ class TrainState:
         self.step, self.tokens = state["step"], state["tokens"]
         if isinstance(state.get("clock"), dict):
             self.meter.load_state_dict(state["clock"])
-        self.best_val = state.get("best_val", math.inf)
-        self.last_val = state.get("last_val")
-        self.initial_loss = state.get("initial_loss")
+        self.evals.load_state_dict(state)
+        self.losses.load_state_dict(state)
         self.skipped = state.get("skipped", 0)
         self.amp_skipped = state.get("amp_skipped", 0)
-        self.eval_missing = bool(state.get("eval_missing", False))
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])  # the loss scale and its growth counter go on
-        self.spike.load_state_dict(state)
-        self.spike.steps = list(state.get("spike_steps_unlogged", []))
         self.wandb_id = state.get("wandb_id")
         self.sampler.set_state(state["sampler_rng"])
         self._restore_rng(state)

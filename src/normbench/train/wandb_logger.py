@@ -37,9 +37,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from omegaconf import OmegaConf
-
 from normbench.config.schema import as_dict
+from normbench.run.reader import RunReader
 from normbench.run.resume import BOOKKEEPING_KEYS
 from normbench.train.outcomes import step_stats
 
@@ -115,8 +114,7 @@ def _run_name(run_dir: Path, cfg) -> str:
     if hc is not None:
         items, exclude = list(hc.overrides.task), set(hc.job.config.override_dirname.exclude_keys)
     else:
-        saved = run_dir / ".hydra" / "overrides.yaml"
-        items, exclude = (list(OmegaConf.load(saved)) if saved.exists() else []), set(BOOKKEEPING_KEYS)
+        items, exclude = RunReader(run_dir).overrides, set(BOOKKEEPING_KEYS)
     items = [str(i) for i in items if str(i).split("=", 1)[0].lstrip("+~") not in exclude]
     return " ".join(items) if items else f"{cfg.arch.name}-{cfg.norm.name}-s{cfg.seed}"
 
@@ -241,9 +239,7 @@ class WandbLogger:
     def _restore_profiles(self) -> None:
         """The depth charts of a resumed run span the whole run: refill them from metrics.jsonl
         (already cut back to the checkpoint's step when this runs)."""
-        from normbench.run.rundir import RunDir
-
-        for record in RunDir(self.run_dir).read_metrics():
+        for record in RunReader(self.run_dir).metrics:
             if self._collect_profiles(record):
                 self._n_diag += 1
         self._charted = self._n_diag  # those charts were logged by the first process

@@ -1,0 +1,121 @@
+"""The training loop's stateful parts: each one says when it is due and owns what a checkpoint keeps of it.
+
+- :class:`Evaluation`: when the val loss is measured, its last and best value, and an evaluation a
+  stop signal cut short (the resume does it into that step's record);
+- :class:`Checkpoints`: when a checkpoint is written between log steps (the trainer writes the last one);
+- :class:`DiagSchedule`: when the diagnostics (train/diagnostics.py) run;
+- :class:`LossWatch`: the per-step losses, kept on the device until a log step or a checkpoint needs
+  them (a host sync per step would stall the GPU), then checked for divergence and loss spikes.
+
+Steps are numbered as in the records: step n is the n-th optimizer step. The checkpoint keys the
+parts contribute (:meth:`Evaluation.state_dict`, :meth:`LossWatch.state_dict`) are the flat keys of
+docs/contract.md §3, so checkpoints of every version resume (train/state.py gathers them).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from normbench.train.diagnostics import Diagnostics, SpikeDetector
+
+
+class Evaluation:
+    """The validation loss: due at step 1, every ``every`` steps and at the last step."""
+
+    def __init__(self, every: int, max_steps: int):
+        self.every, self.max_steps = every, max_steps
+        self.best = math.inf
+        self.last: float | None = None
+        self.missing = False  # a stop signal cut this step's evaluation short: the resume does it
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0 or step in (1, self.max_steps)
+
+    def record(self, val: float | None) -> bool:
+        """Keep an evaluation's loss (None: a stop signal cut it short); whether there is one."""
+        self.missing = val is None
+        if val is not None:
+            self.last, self.best = val, min(self.best, val)
+        return val is not None
+
+    def state_dict(self) -> dict:
+        return {"best_val": self.best, "last_val": self.last, "eval_missing": self.missing}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best = state.get("best_val", math.inf)
+        self.last = state.get("last_val")
+        self.missing = bool(state.get("eval_missing", False))
+
+
+class Checkpoints:
+    """A checkpoint every ``every`` steps before the last (the last step always ends with one)."""
+
+    def __init__(self, every: int, max_steps: int):
+        self.every, self.max_steps = every, max_steps
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0 and step < self.max_steps
+
+
+class DiagSchedule:
+    """Diagnostics at the first step, every ``every`` steps (records at 1, every, 2*every, ...) and the
+    last step (depth plots and per-layer statistics show the end of training); never when disabled."""
+
+    def __init__(self, diag: Diagnostics, every: int, max_steps: int):
+        self.diag, self.every, self.max_steps = diag, every, max_steps
+
+    def due(self, step: int) -> bool:
+        """``step``: the step about to run (the hooks must be in place for its forward/backward)."""
+        return self.diag.enabled and (step == 1 or step % self.every == 0 or step == self.max_steps)
+
+
+class LossWatch:
+    """Per-step losses on the device until :meth:`drain`; divergence and spike bookkeeping over them.
+
+    A run diverges at a non-finite loss, a loss above ``diverge_factor`` x the first one, or more than
+    ``max_skipped`` optimizer steps skipped for non-finite gradients.
+    """
+
+    def __init__(self, diverge_factor: float, max_skipped: int, spike: SpikeDetector):
+        self.diverge_factor, self.max_skipped, self.spike = diverge_factor, max_skipped, spike
+        self.pending: list[torch.Tensor] = []
+        self.initial: float | None = None
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.pending.append(loss)
+
+    def drain(self, step: int, skipped: int) -> tuple[list[float], str | None]:
+        """The losses since the last drain (the last one is ``step``'s) and a divergence's reason or None;
+        ``skipped``: optimizer steps skipped so far."""
+        if not self.pending:
+            return [], None
+        losses = torch.stack(self.pending).tolist()
+        self.pending.clear()
+        return losses, self._check(losses, step, skipped)
+
+    def _check(self, losses: list[float], last_step: int, skipped: int) -> str | None:
+        for step, loss in enumerate(losses, last_step - len(losses) + 1):  # step numbers as in the records
+            if not math.isfinite(loss):
+                return f"non-finite loss ({loss}) at step {step}"
+            if self.initial is None:
+                self.initial = loss
+            if loss > self.diverge_factor * self.initial:
+                return f"loss {loss:.3f} > {self.diverge_factor} x initial loss {self.initial:.3f}"
+            self.spike.update(loss, step)
+        if skipped > self.max_skipped:
+            return f"{skipped} optimizer steps skipped for non-finite gradients"
+        return None
+
+    def state_dict(self) -> dict:
+        return {
+            "initial_loss": self.initial,
+            **self.spike.state_dict(),  # spikes, recent_losses
+            "spike_steps_unlogged": list(self.spike.steps),  # found since the last record (interrupt mid-interval)
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.initial = state.get("initial_loss")
+        self.spike.load_state_dict(state)
+        self.spike.steps = list(state.get("spike_steps_unlogged", []))
