@@ -26,8 +26,6 @@ ALLOWED_LONG = {
     ("normbench/model/__init__.py", "check_combination"),
     ("normbench/train/validation.py", "validate"),
     ("normbench/train/build.py", "build"),
-    ("normbench/export/stock.py", "build_stock"),
-    ("normbench/export/card.py", "model_card"),
 }
 
 # The layers from the bottom up: a package imports only packages of lower layers (and itself);
