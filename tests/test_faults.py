@@ -140,9 +140,9 @@ def test_signal_during_the_final_eval_interrupts_and_the_printed_command_finishe
     wait_for(lambda: 11 in steps(run), proc)  # step 12 and its evaluation (2 batches x 8 s) come next
     time.sleep(0.8)
     proc.send_signal(signal.SIGTERM)
-    sent = time.monotonic()
     assert proc.wait(timeout=60) == 143
-    assert time.monotonic() - sent < 14, "the evaluation was not waited for (it had over 15 s to go)"
+    # The evaluation was cut short, not waited for: no val_loss in the last record and the reason says so
+    # (asserted below from the run's own files, not from a wall-clock limit that a loaded machine can miss).
     out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
     assert "Traceback" not in err
     s = summary(run)
