@@ -62,7 +62,7 @@ def _no_norm_specs(arch, n_layer: int) -> list[BlockSpec]:
 
 
 for _name in NORM_FREE:
-    register_placement(_name)(_no_norm_specs)
+    register_placement(_name, needs_norm=False)(_no_norm_specs)
 
 
 def fixup_branches(n_layer: int) -> int:

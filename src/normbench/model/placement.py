@@ -99,15 +99,37 @@ def qk_kwargs(arch) -> dict:
 PLACEMENTS: dict[str, Callable[[Any, int], list[BlockSpec]]] = {}
 
 
-def register_placement(name: str):
+@dataclass(frozen=True)
+class PlacementTraits:
+    """What a placement needs of the norm, declared where it registers (model/__init__.check_combination reads it).
+
+    ``needs_norm``: its blocks are defined by the norms it places, so ``norm=none`` is refused (Pre-LN
+    without norms is ``pre_ln norm=none``; the norm-free and SimpleNorm archs check the norm themselves).
+    ``gain_init``: it initialises the norm gains (what, for the refusal), so the norm needs a gain vector.
+    """
+
+    needs_norm: bool = True
+    gain_init: str | None = None
+
+
+PLACEMENT_TRAITS: dict[str, PlacementTraits] = {}
+
+
+def register_placement(name: str, needs_norm: bool = True, gain_init: str | None = None):
     def register(specs: Callable[[Any, int], list[BlockSpec]]) -> Callable[[Any, int], list[BlockSpec]]:
         PLACEMENTS[name] = specs
+        PLACEMENT_TRAITS[name] = PlacementTraits(needs_norm, gain_init)
         return specs
 
     return register
 
 
-@register_placement("pre_ln")
+def placement_traits(name: str) -> PlacementTraits:
+    """What ``arch=name`` declared (nGPT, no placement: needs nothing)."""
+    return PLACEMENT_TRAITS.get(name, PlacementTraits(needs_norm=False))
+
+
+@register_placement("pre_ln", needs_norm=False)
 def _pre_ln(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(PRE, PRE, **qk_kwargs(arch))] * n_layer
 

@@ -55,7 +55,7 @@ from normbench.model.placement import BlockSpec, SublayerSpec, register_placemen
 SIMPLENORM_NORMS = ("rmsnorm", "layernorm")
 
 
-@register_placement("simplenorm")
+@register_placement("simplenorm", needs_norm=False)
 def _simplenorm(arch, n_layer: int) -> list[BlockSpec]:
     """No norm around the sublayers: SimpleGPT's norms sit inside them (SimpleAttention, SimpleMLP)."""
     return [BlockSpec(SublayerSpec(), SublayerSpec())] * n_layer

@@ -36,7 +36,7 @@ from normbench.train.recorder import Recorder
 from normbench.train.signals import STOP, preemption_signals
 from normbench.train.state import TrainState
 from normbench.train.throughput import Throughput
-from normbench.train.validation import to_config
+from normbench.train.validation import prepare
 
 log = logging.getLogger("normbench")
 
@@ -61,8 +61,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        self.cfg = cfg = to_config(self.cfg)  # typed and validated, once
-        c = builder.build(cfg, self.rank, self.world)
+        self.cfg, notes = prepare(self.cfg)  # typed and validated, once (validation.validate)
+        cfg = self.cfg
+        c = builder.build(cfg, self.rank, self.world, notes)
         self.__dict__.update(vars(c))  # device, model, raw_model, optimizer, batches, diag, t, sched, ...
         self.meter = Throughput(self.tokens_per_step, self.device)
         spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)
