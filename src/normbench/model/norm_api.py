@@ -18,6 +18,8 @@ the rest of normbench asks about it; no other module keeps a list of norm names:
 - ``leaks(n)``: whether, under the norm config ``n``, its training forward lets a token see later
   positions; validation refuses it without ``norm.allow_leak=true`` and the report flags its runs.
 - ``check(cfg)``: refusals (ConfigError, one line) and notes for combinations with other keys.
+- ``final_norm(n)``: another ``norm=`` name to build at the final norm instead (SeeDNorm without
+  ``norm.seed_final``: RMSNorm there), else None.
 - ``from_config(n, dim, alpha)``: the layer for one site (``alpha``: the site's a0).
 """
 
@@ -58,6 +60,10 @@ class Norm(nn.Module):
     @classmethod
     def check(cls, cfg: Any) -> list[str]:
         return []
+
+    @classmethod
+    def final_norm(cls, n: Any) -> str | None:
+        return None
 
     @classmethod
     def from_config(cls, n: Any, dim: int, alpha: float) -> nn.Module:

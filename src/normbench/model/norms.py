@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from normbench.config.norm_keys import NormKeys, PointwiseKeys
 from normbench.errors import ConfigError
 from normbench.model import lean_grads
-from normbench.model.norm_api import NORMS, Norm, register_norm
+from normbench.model.norm_api import NORMS, Norm, norm_class, register_norm
 
 __all__ = ["NORMS", "Norm", "register_norm"]  # the registry lives in model/norm_api.py; read here too
 
@@ -210,9 +210,8 @@ def build_norm(cfg, dim: int, site: str = "attn", d_model: int | None = None) ->
     if cfg.name not in NORMS:
         raise ConfigError(f"norm.name={cfg.name!r} is not allowed; choose one of: {', '.join(NORMS)}")
     alpha = site_alphas(cfg, d_model or dim)["final" if site == "embed" else site]
-    if site == "final" and cfg.name == "seednorm" and not getattr(cfg, "seed_final", True):
-        return NORMS["rmsnorm"](cfg, dim, alpha)  # norm.seed_final=false: SeeDNorm in the blocks only
-    return NORMS[cfg.name](cfg, dim, alpha)
+    name = (norm_class(cfg.name).final_norm(cfg) or cfg.name) if site == "final" else cfg.name
+    return NORMS[name](cfg, dim, alpha)
 
 
 class EmbedScale(nn.Module):

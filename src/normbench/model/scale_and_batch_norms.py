@@ -21,7 +21,7 @@ Each registers its ``norm=`` name with :func:`register_norm` and declares its pa
   ``<x, beta>`` taken from the raw x, one per token (or per contiguous slice with ``norm.seed_heads``).
   Init gamma = 1, beta = 0, alpha = 1: exactly RMSNorm at init. The paper does not say whether the
   final norm was replaced; ``norm.seed_final=false`` (default, our choice on a measurement) keeps
-  RMSNorm there (model/norms.py build_norm), ``true`` puts SeeDNorm there too.
+  RMSNorm there (``SeeDNorm.final_norm``, read by model/norms.py build_norm), ``true`` puts SeeDNorm there too.
 - BatchNorm: the PowerNorm paper's baseline (sIncerass/powernorm ``MaskSyncBatchNorm``): a per-token
   RMS scaling, then batch statistics over batch x time (momentum 0.05, eps 1e-5). Its training forward
   lets a token see the future (the batch mean and variance include later positions), so training with
@@ -113,6 +113,11 @@ class SeeDNorm(Norm):
 
     PARAM_KINDS = {"weight": "norm", "seed_alpha": "scalar", "seed_beta": "scalar"}
     keys = SeeDNormKeys
+
+    @classmethod
+    def final_norm(cls, n) -> str | None:
+        """norm.seed_final=false: SeeDNorm in the blocks only, RMSNorm at the final norm."""
+        return None if getattr(n, "seed_final", True) else "rmsnorm"
 
     @classmethod
     def check(cls, cfg) -> list[str]:
