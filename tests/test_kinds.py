@@ -25,6 +25,7 @@ class ScaleNorm(nn.Module):
     """ScaleNorm-like (Nguyen & Salazar 2019, arXiv:1910.05895): g * x / rms(x) + b, times a learned scalar."""
 
     PARAM_KINDS = {"gain": "norm", "offset": "bias", "alpha": "scalar"}
+    diag_scalars = ("alpha",)  # what the diagnostics record (model/norm_api.py): norm_alpha_<site>
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -95,7 +96,7 @@ def _all(kinds: dict[str, str], kind: str) -> set[str]:
     return {n.rsplit(".", 1)[0] for n, k in kinds.items() if k == kind and n.endswith(".gain")}
 
 
-def test_diagnostics_read_the_new_norms_alpha(scalenorm):
+def test_diagnostics_read_the_new_norms_declared_scalar(scalenorm, monkeypatch):
     model, cfg = _model("pre_ln", "model.n_layer=2")
     diag = Diagnostics(cfg.diag, model, torch.zeros(1, 9, dtype=torch.long))
     with torch.no_grad():
@@ -105,6 +106,8 @@ def test_diagnostics_read_the_new_norms_alpha(scalenorm):
     assert record["norm_alpha_attn"] == pytest.approx([0.7, 0.7])
     assert record["norm_alpha_mlp"] == pytest.approx([0.7, 0.25])
     assert record["norm_alpha_final"] == pytest.approx(1.5)
+    monkeypatch.setattr(ScaleNorm, "diag_scalars", ())  # declared nothing: a scalar's name alone is not read
+    assert not any(k.startswith("norm_alpha") for k in diag.collect())
 
 
 def test_a_parameter_without_a_kind_is_refused():

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
 from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm, alpha_rule, build_norm
+from normbench.train.validation import prepare, validate
 
 from conftest import compose
 
@@ -276,13 +277,24 @@ def test_embed_scalar_refused_outside_dyt_derf():
         (["arch=peri_ln", "arch.post_ratio=0.5"], "arch=peri_ln ignores arch.post_ratio=0.5"),
         (["arch=ngpt", "arch.qk_norm=true", "arch.final_norm=true"], "ignores arch.qk_norm=True, arch.final_norm=True"),
         (["arch=ngpt"], "arch=ngpt trains without warmup, as its reference: sched.warmup_steps=null"),
+        (["arch=ngpt"], "arch=ngpt uses no weight decay anywhere (optim.weight_decay=0.1 ignored)"),
         (["arch=hybridnorm", "arch.qk_norm=true"], "arch=hybridnorm normalizes q, k and v by construction"),
         (["arch=peri_ln", "norm.affine=false"], "removes Peri-LN's Output-norm gains"),
     ],
 )
 def test_ignored_or_off_recipe_keys_are_noted(overrides, note):
-    notes = check_combination(compose(["model=tiny", *overrides]))
+    notes = validate(compose(["model=tiny", *overrides]))  # the one pass: the arch's recipe and combinations
     assert any(note in n for n in notes), notes
+
+
+def test_ngpt_recipe_is_applied_before_validation_not_refused():
+    """nGPT forces warmup 0 and no weight decay: a warmup it would ignore is not refused (it once was:
+    ``sched.warmup_steps=100 trainer.max_steps=100``), the typed config holds the forced values."""
+    cfg, notes = prepare(compose(["model=tiny", "arch=ngpt", "sched.warmup_steps=100", "trainer.max_steps=100"]))
+    assert (cfg.sched.warmup_steps, cfg.optim.weight_decay) == (0, 0.0)
+    assert any("sched.warmup_steps=100 ignored" in n for n in notes), notes
+    with pytest.raises(ConfigError, match=r"^sched.warmup_steps=100 must be shorter than the run"):
+        validate(compose(["model=tiny", "arch=pre_ln", "sched.warmup_steps=100", "trainer.max_steps=100"]))
 
 
 def test_plain_configs_get_no_notes_and_mix_ln_keeps_its_final_norm():

@@ -4,7 +4,7 @@ Hydra reports a bad override as a multi-line traceback, and only once a run (or,
 the job that holds the bad value) starts. Here the overrides are parsed against Hydra's grammar,
 the config is composed for the first value of every sweep and then once for each other sweep
 value, and each composed config goes through the same typed conversion and validation the trainer
-gets (``validation.to_config``, ``model.check_combination``), plus the checks that need the whole
+gets (``validation.to_config``: the one pass, arch x norm combinations included), plus the checks that need the whole
 command line: options of config groups (``hydra/...`` ones too), keys appended with ``+``, ``nan``
 anywhere, a run or sweep directory that cannot be written, a run directory a live run holds. A
 failure is a :class:`ConfigError` with one line naming the key and what is allowed;
@@ -95,7 +95,6 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import OverrideParseException
 
-    from normbench.model import check_combination
     from normbench.train.validation import to_config
 
     user = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
@@ -123,8 +122,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
                 bad = _first_bad(variant)
                 raise ConfigError(_explain(exc, bad, base_keys)) from None
             _reject_nan(cfg)
-            cfg = to_config(cfg)  # the same typed, validated config the trainer gets
-            check_combination(cfg)
+            cfg = to_config(cfg)  # the same typed config and one validation pass the trainer gets
             if cfg.device == "cuda" or cfg.precision == "fp16":
                 from normbench.train.build import resolve_device
 

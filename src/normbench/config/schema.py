@@ -8,12 +8,14 @@ struct-mode node, so a wrong type or an unknown key fails at composition.
 learning rate, ``d_model % n_head``, ...) and raises :class:`ConfigError`
 with one line naming the key and what is allowed. ``train/validation.to_config`` turns the composed
 config into the typed :class:`Config` (``OmegaConf.to_object``) and validates it, once: the
-trainer and everything below it receive that object. This module imports nothing of normbench:
-every other package reads it.
+trainer and everything below it receive that object. Of normbench this module imports only
+config/norm_keys.py (the ``norm.*`` keys, a small dataclass per owner) and errors.py: every other
+package reads it.
 
 Adding a key: one dataclass field below (with its default and a comment) and, if it has limits,
-one line in ``train/validation.validate`` (``_choice`` / ``_positive`` / a range check); conf/ files set
-it per group, and docs/contract.md lists it.
+one line in ``train/validation.validate`` (``_choice`` / ``_positive`` / a range check); a norm's key goes
+into its owner's dataclass in config/norm_keys.py (with its check). conf/ files set it per group, and
+docs/contract.md lists it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,16 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
+
+from normbench.config.norm_keys import (
+    PLUGIN_KEYS,
+    BatchNormKeys,
+    LeakKeys,
+    NormKeys,
+    PointwiseKeys,
+    PowerNormKeys,
+    SeeDNormKeys,
+)
 
 ATTN_GATES = ("none", "headwise", "elementwise")
 SCHEDS = ("cosine", "wsd", "constant")
@@ -96,26 +108,26 @@ class ArchConfig:
 
 
 @dataclass
-class NormConfig:
-    name: str = "rmsnorm"
-    eps: float = 1e-6
-    affine: bool = True  # false: no gain vector (the "no scale" ablation)
-    bias: bool = False  # layernorm / dyt / derf additive bias
-    alpha_init_attn: float | None = None  # dyt/derf: initial scalar alpha per site; None: width rule
-    alpha_init_ffn: float | None = None  # (model/norms.py alpha_rule)
-    alpha_init_final: float | None = None
-    shift_init: float = 0.0  # derf: initial scalar shift
-    embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
-    # model/scale_and_batch_norms.py (docs/architectures.md §2)
-    seed_heads: int = 1  # seednorm: slices with their own seed <x_i, beta_i> (the paper's multi-head form)
-    seed_alpha_init: float = 1.0  # seednorm: alpha init (gamma = 1, beta = 0)
-    seed_final: bool = False  # seednorm: also the final norm (false: RMSNorm there; docs/architectures.md §2)
-    bn_momentum: float = 0.05  # batchnorm: running-stat momentum (the PowerNorm repo's BN baseline)
-    pn_alpha_fwd: float = 0.9  # powernorm: EMA of the running quadratic mean phi
-    pn_alpha_bkw: float = 0.9  # powernorm: EMA factor of the approximate backward
-    pn_groups: int = 1  # powernorm: groups of the per-token group scaling (reference NormSelect: n_head)
-    pn_warmup: int = 0  # powernorm: steps on batch statistics first (leaks the future; needs allow_leak)
-    allow_leak: bool = False  # batchnorm / powernorm warmup: train with statistics over future positions
+class NormConfig(LeakKeys, PowerNormKeys, BatchNormKeys, SeeDNormKeys, PointwiseKeys, NormKeys):
+    """The ``norm.*`` keys: each owner's small dataclass (config/norm_keys.py), NormKeys' fields first."""
+
+
+def norm_config_class() -> type:
+    """NormConfig with the keys of the norms registered outside the package (norm_keys.register_norm_keys)."""
+    if not PLUGIN_KEYS:
+        return NormConfig
+    name = "NormConfigWith" + "".join(k.__name__ for k in PLUGIN_KEYS)
+    cls = globals().get(name)
+    if cls is None:  # a module-level name, so the typed config pickles
+        cls = dataclasses.make_dataclass(name, [], bases=(*reversed(PLUGIN_KEYS), NormConfig))
+        cls.__module__ = __name__
+        globals()[name] = cls
+    return cls
+
+
+def schema_node() -> Config:
+    """The schema Hydra composes into: :class:`Config` with every registered norm key."""
+    return Config(norm=norm_config_class()())
 
 
 @dataclass
@@ -271,7 +283,7 @@ def as_dict(node: Any) -> dict:
 
 
 def register_configs() -> None:
-    ConfigStore.instance().store(name="normbench_schema", node=Config)
+    ConfigStore.instance().store(name="normbench_schema", node=schema_node())
 
 
 def run_steps(cfg: Any) -> int:

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from normbench.config.schema import init_std_of
 from normbench.model.attention import Attention, rope_cache
+from normbench.model.kinds import norm_internal
 from normbench.model.norms import EmbedScale, build_norm, offset_gain, upcast
 from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
 
@@ -183,7 +184,7 @@ class GPT(CausalLM, nn.Module):
         self._rope = None
         self._init_weights(mcfg, arch)
         if getattr(arch, "gain_offset", False):  # Gemma: every norm gain stored as 1 + w, w = 0 at init
-            gains = [m for m in self.modules() if hasattr(m, "unit_offset") and getattr(m, "weight", None) is not None]
+            gains = [m for m in self.modules() if getattr(type(m), "has_gain", False) and m.weight is not None]
             for mod in gains:
                 offset_gain(mod)
 
@@ -217,13 +218,14 @@ class GPT(CausalLM, nn.Module):
             else:
                 nn.init.normal_(w, std=s)
 
+        inside = norm_internal(self)  # a norm's own layers keep the norm's init
         for mod in self.modules():
-            if isinstance(mod, nn.Linear):
+            if isinstance(mod, nn.Linear) and id(mod) not in inside:
                 normal(mod.weight, std)
                 if mod.bias is not None:
                     nn.init.zeros_(mod.bias)
         for mod in self.modules():  # after the Linears: a tied lm_head must not overwrite the embedding's init
-            if isinstance(mod, nn.Embedding):
+            if isinstance(mod, nn.Embedding) and id(mod) not in inside:
                 normal(mod.weight, emb_std)
         if arch.name == "deepnorm":
             beta = arch.beta if arch.beta is not None else deepnorm_beta(L)

@@ -15,7 +15,10 @@ decides it. A module declares the kinds of its own parameters with a class attri
   whose output carries the residual, HybridNorm's FFN norm).
 
 torch's ``nn.Linear`` and ``nn.Embedding`` cannot declare, so they get ``matrix``/``bias``
-and ``embed``. A parameter of any other module without a declared kind is an error: a
+and ``embed`` -- except inside a norm (:func:`norm_internal`): a layer a norm builds for itself is the
+norm's, so its parameters take the kind the norm declares for ``"<child>.<param>"`` (else ``norm``), are
+decayed and grouped with the norm's, and the model's init leaves them as the norm built them.
+A parameter of any other module without a declared kind is an error: a
 new layer says what its parameters are instead of being guessed into a group. A tied
 tensor (wte = lm_head) is one parameter, named and kinded where it appears first (``embed``).
 """
@@ -23,6 +26,8 @@ tensor (wte = lm_head) is one parameter, named and kinded where it appears first
 from __future__ import annotations
 
 import torch.nn as nn
+
+from normbench.model.norm_api import Norm
 
 KINDS = ("matrix", "head", "embed", "norm_in", "norm_out", "bias", "scalar")
 DECLARABLE = ("matrix", "head", "embed", "norm", "bias", "scalar")
@@ -41,17 +46,34 @@ def own_kinds(module: nn.Module) -> dict[str, str]:
 
 
 def is_norm(module: nn.Module) -> bool:
-    """A norm layer: its class declares a ``norm`` gain (also when built without one, affine=False)."""
-    return "norm" in own_kinds(module).values()
+    """A norm layer: a :class:`~normbench.model.norm_api.Norm`, or a class that declares a ``norm`` gain
+    (also when built without one, affine=False)."""
+    return isinstance(module, Norm) or "norm" in own_kinds(module).values()
+
+
+def norm_internal(model: nn.Module) -> dict[int, tuple[nn.Module, str]]:
+    """Modules strictly inside a norm layer: id -> (that norm, the module's name within it)."""
+    inside: dict[int, tuple[nn.Module, str]] = {}
+    for mod in model.modules():
+        if is_norm(mod) and id(mod) not in inside:
+            for name, child in mod.named_modules():
+                if child is not mod:
+                    inside[id(child)] = (mod, name)
+    return inside
 
 
 def param_kinds(model: nn.Module) -> dict[str, str]:
     """Each (deduplicated) parameter name of ``model`` -> its kind (one of :data:`KINDS`)."""
     residual = {id(m) for mod in model.modules() if hasattr(mod, "residual_side") for m in mod.residual_side()}
+    inside = norm_internal(model)
     kinds: dict[str, str] = {}
     seen: set[int] = set()
     for mod_name, mod in model.named_modules():
-        declared = own_kinds(mod)
+        declared, side = own_kinds(mod), mod
+        if id(mod) in inside:  # a layer the norm built for itself: the norm says what it is
+            side, prefix = inside[id(mod)]
+            norm_declared = own_kinds(side)
+            declared = {p: norm_declared.get(f"{prefix}.{p}", "norm") for p, _ in mod.named_parameters(recurse=False)}
         for p_name, p in mod.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
@@ -64,6 +86,6 @@ def param_kinds(model: nn.Module) -> dict[str, str]:
                     f"PARAM_KINDS = {{{p_name!r}: ...}} with one of {', '.join(DECLARABLE)}"
                 )
             if kind == "norm":
-                kind = "norm_out" if id(mod) in residual else "norm_in"
+                kind = "norm_out" if id(side) in residual else "norm_in"
             kinds[name] = kind
     return kinds

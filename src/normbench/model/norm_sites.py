@@ -66,7 +66,7 @@ def _reordered(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(out, out, **qk_kwargs(arch))] * n_layer
 
 
-@register_placement("sandwich")
+@register_placement("sandwich", extra_norms=2)
 def _sandwich(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(PERI, PERI, **qk_kwargs(arch))] * n_layer
 
@@ -78,7 +78,7 @@ def dssn_gains(arch, n_layer: int) -> tuple[float, float]:
     return c_attn / math.sqrt(n_layer), c_mlp / math.sqrt(n_layer)
 
 
-@register_placement("sandwich_depth")
+@register_placement("sandwich_depth", gain_init="initialises the output-norm gains to c/sqrt(L)", extra_norms=2)
 def _sandwich_depth(arch, n_layer: int) -> list[BlockSpec]:
     g_attn, g_mlp = dssn_gains(arch, n_layer)
     attn = SublayerSpec(in_norm=True, out_norm=True, out_gain=g_attn)

@@ -62,7 +62,7 @@ def _no_norm_specs(arch, n_layer: int) -> list[BlockSpec]:
 
 
 for _name in NORM_FREE:
-    register_placement(_name)(_no_norm_specs)
+    register_placement(_name, needs_norm=False)(_no_norm_specs)
 
 
 def fixup_branches(n_layer: int) -> int:
@@ -160,7 +160,6 @@ def _xavier_rows(w: torch.Tensor, parts: int, gain: float = 1.0) -> None:
 class NormFreeGPT(GPT):
     """GPT with norm-free blocks and the ReZero / Fixup / T-Fixup init (module docstring)."""
 
-    EXPORTABLE = False  # export refuses it in one line (normbench/export)
 
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         no_norm = copy.deepcopy(norm_cfg)  # norm= is ignored (start-up note): nothing here is a norm

@@ -33,14 +33,17 @@ gives an fp32 output under autocast).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normbench.config.norm_keys import NormKeys, PointwiseKeys
 from normbench.errors import ConfigError
 from normbench.model import lean_grads
+from normbench.model.norm_api import NORMS, Norm, norm_class, register_norm
+
+__all__ = ["NORMS", "Norm", "register_norm"]  # the registry lives in model/norm_api.py; read here too
 
 # Sites a norm can sit at; DyT/Derf take their initial alpha from the site.
 SITES = ("attn", "ffn", "final", "embed")
@@ -61,16 +64,17 @@ def gain(norm: nn.Module) -> torch.Tensor | None:
 def offset_gain(norm: nn.Module) -> None:
     """Store the gain as ``1 + w`` (Gemma's RMSNorm, google/gemma_pytorch): the same gain at once, ``w``
     shifted by -1 (w = 0 for a gain of 1). Weight decay on ``w`` then pulls the gain toward 1, not 0.
-    Only for the norms with a per-channel gain vector (LayerNorm, RMSNorm, DyT, Derf)."""
-    if not hasattr(type(norm), "unit_offset") or getattr(norm, "weight", None) is None:
+    Only for the norms that declare a per-channel gain vector (``has_gain``: LayerNorm, RMSNorm, DyT, Derf)."""
+    if not getattr(type(norm), "has_gain", False) or getattr(norm, "weight", None) is None:
         raise ValueError(f"{type(norm).__name__} has no gain vector to store as 1 + w")
     with torch.no_grad():
         norm.weight.sub_(1.0)
     norm.unit_offset = 1.0
 
 
-class LayerNorm(nn.Module):
+class LayerNorm(Norm):
     PARAM_KINDS = {"weight": "norm", "bias": "bias"}  # model/kinds.py
+    has_gain, line_style, keys = True, "-", NormKeys
 
     def __init__(self, dim: int, eps: float = 1e-5, affine: bool = True, bias: bool = True):
         super().__init__()
@@ -92,8 +96,9 @@ class LayerNorm(nn.Module):
         return y
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(Norm):
     PARAM_KINDS = {"weight": "norm"}
+    has_gain, line_style, keys = True, "--", NormKeys
 
     def __init__(self, dim: int, eps: float = 1e-6, affine: bool = True):
         super().__init__()
@@ -110,11 +115,12 @@ class RMSNorm(nn.Module):
         return y * w if w is not None else y
 
 
-class _PointwiseNorm(nn.Module):
+class _PointwiseNorm(Norm):
     """``g * fn(alpha * x + shift) + b`` with scalar alpha (and shift)."""
 
     fn = staticmethod(torch.tanh)
     PARAM_KINDS = {"weight": "norm", "bias": "bias", "alpha": "scalar", "shift": "scalar"}
+    has_gain, statistics_free, keys = True, True, PointwiseKeys
     unit_offset = 0.0  # gain = weight + unit_offset (offset_gain)
 
     def __init__(self, dim: int, alpha_init: float, affine: bool, bias: bool, shift_init: float | None):
@@ -138,6 +144,7 @@ class _PointwiseNorm(nn.Module):
 
 class DyT(_PointwiseNorm):
     fn = staticmethod(torch.tanh)
+    diag_scalars, line_style = ("alpha",), ":"
 
     def __init__(self, dim: int, alpha_init: float = 0.5, affine: bool = True, bias: bool = False):
         super().__init__(dim, alpha_init, affine, bias, shift_init=None)
@@ -145,6 +152,7 @@ class DyT(_PointwiseNorm):
 
 class Derf(_PointwiseNorm):
     fn = staticmethod(torch.erf)
+    diag_scalars, line_style = ("alpha", "shift"), "-."
 
     def __init__(
         self, dim: int, alpha_init: float = 0.5, shift_init: float = 0.0, affine: bool = True, bias: bool = False
@@ -172,26 +180,23 @@ def site_alphas(cfg, d_model: int) -> dict[str, float]:
     return {site: rule[site] if value is None else float(value) for site, value in set_.items()}
 
 
-# ``norm=`` names -> builder(cfg, dim, alpha_init) (docs/architectures.md §2). A new norm registers
-# here (or from anywhere with register_norm) and declares its parameters' kinds (model/kinds.py).
-NORMS: dict[str, Callable[..., nn.Module]] = {}
+class NoNorm(Norm):
+    """``norm=none``: declares the option; it builds ``nn.Identity`` (no parameters, nothing to declare)."""
+
+    line_style = (0, (5, 1, 1, 1))
 
 
-def register_norm(name: str):
-    def register(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-        NORMS[name] = builder
-        return builder
-
-    return register
-
-
-register_norm("layernorm")(lambda cfg, dim, alpha: LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias))
-register_norm("rmsnorm")(lambda cfg, dim, alpha: RMSNorm(dim, eps=cfg.eps, affine=cfg.affine))
-register_norm("dyt")(lambda cfg, dim, alpha: DyT(dim, alpha_init=alpha, affine=cfg.affine, bias=cfg.bias))
-register_norm("derf")(
+# ``norm=`` names (docs/architectures.md §2): a norm registers its class (or a builder with the class that
+# declares it) with register_norm, here or from anywhere (model/norm_api.py says what a class declares).
+register_norm("layernorm", LayerNorm)(
+    lambda cfg, dim, alpha: LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias)
+)
+register_norm("rmsnorm", RMSNorm)(lambda cfg, dim, alpha: RMSNorm(dim, eps=cfg.eps, affine=cfg.affine))
+register_norm("dyt", DyT)(lambda cfg, dim, alpha: DyT(dim, alpha_init=alpha, affine=cfg.affine, bias=cfg.bias))
+register_norm("derf", Derf)(
     lambda cfg, dim, alpha: Derf(dim, alpha_init=alpha, shift_init=cfg.shift_init, affine=cfg.affine, bias=cfg.bias)
 )
-register_norm("none")(lambda cfg, dim, alpha: nn.Identity())
+register_norm("none", NoNorm)(lambda cfg, dim, alpha: nn.Identity())
 
 
 def build_norm(cfg, dim: int, site: str = "attn", d_model: int | None = None) -> nn.Module:
@@ -205,9 +210,8 @@ def build_norm(cfg, dim: int, site: str = "attn", d_model: int | None = None) ->
     if cfg.name not in NORMS:
         raise ConfigError(f"norm.name={cfg.name!r} is not allowed; choose one of: {', '.join(NORMS)}")
     alpha = site_alphas(cfg, d_model or dim)["final" if site == "embed" else site]
-    if site == "final" and cfg.name == "seednorm" and not getattr(cfg, "seed_final", True):
-        return NORMS["rmsnorm"](cfg, dim, alpha)  # norm.seed_final=false: SeeDNorm in the blocks only
-    return NORMS[cfg.name](cfg, dim, alpha)
+    name = (norm_class(cfg.name).final_norm(cfg) or cfg.name) if site == "final" else cfg.name
+    return NORMS[name](cfg, dim, alpha)
 
 
 class EmbedScale(nn.Module):

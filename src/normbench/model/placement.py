@@ -99,15 +99,40 @@ def qk_kwargs(arch) -> dict:
 PLACEMENTS: dict[str, Callable[[Any, int], list[BlockSpec]]] = {}
 
 
-def register_placement(name: str):
+@dataclass(frozen=True)
+class PlacementTraits:
+    """What a placement needs of the norm, declared where it registers (model/__init__.check_combination reads it).
+
+    ``needs_norm``: its blocks are defined by the norms it places, so ``norm=none`` is refused (Pre-LN
+    without norms is ``pre_ln norm=none``; the norm-free and SimpleNorm archs check the norm themselves).
+    ``gain_init``: it initialises the norm gains (what, for the refusal), so the norm needs a gain vector.
+    ``extra_norms``: norm sites per layer beyond Pre-LN's two (each saves its input and output for backward:
+    train/memory.py's estimate).
+    """
+
+    needs_norm: bool = True
+    gain_init: str | None = None
+    extra_norms: int = 0
+
+
+PLACEMENT_TRAITS: dict[str, PlacementTraits] = {}
+
+
+def register_placement(name: str, needs_norm: bool = True, gain_init: str | None = None, extra_norms: int = 0):
     def register(specs: Callable[[Any, int], list[BlockSpec]]) -> Callable[[Any, int], list[BlockSpec]]:
         PLACEMENTS[name] = specs
+        PLACEMENT_TRAITS[name] = PlacementTraits(needs_norm, gain_init, extra_norms)
         return specs
 
     return register
 
 
-@register_placement("pre_ln")
+def placement_traits(name: str) -> PlacementTraits:
+    """What ``arch=name`` declared (nGPT, no placement: needs no norm; its ten L2 normalisations per layer)."""
+    return PLACEMENT_TRAITS.get(name, PlacementTraits(needs_norm=False, extra_norms=10 if name == "ngpt" else 0))
+
+
+@register_placement("pre_ln", needs_norm=False)
 def _pre_ln(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(PRE, PRE, **qk_kwargs(arch))] * n_layer
 
@@ -117,7 +142,7 @@ def _post_ln(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(POST, POST, **qk_kwargs(arch))] * n_layer
 
 
-@register_placement("peri_ln")
+@register_placement("peri_ln", extra_norms=2)
 def _peri_ln(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(PERI, PERI, **qk_kwargs(arch))] * n_layer
 
@@ -128,12 +153,12 @@ def _mix_ln(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(POST, POST, **qk) if i < k else BlockSpec(PRE, PRE, **qk) for i in range(n_layer)]
 
 
-@register_placement("hybridnorm")
+@register_placement("hybridnorm", extra_norms=2)
 def _hybridnorm(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(SublayerSpec(), SublayerSpec(in_norm=True, residual_after_norm=True), True, True)] * n_layer
 
 
-@register_placement("hybridnorm_star")
+@register_placement("hybridnorm_star", extra_norms=2)
 def _hybridnorm_star(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(PRE, PRE, qk_norm=True, v_norm=True)] + _hybridnorm(arch, n_layer)[1:]
 

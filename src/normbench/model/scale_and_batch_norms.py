@@ -21,11 +21,11 @@ Each registers its ``norm=`` name with :func:`register_norm` and declares its pa
   ``<x, beta>`` taken from the raw x, one per token (or per contiguous slice with ``norm.seed_heads``).
   Init gamma = 1, beta = 0, alpha = 1: exactly RMSNorm at init. The paper does not say whether the
   final norm was replaced; ``norm.seed_final=false`` (default, our choice on a measurement) keeps
-  RMSNorm there (model/norms.py build_norm), ``true`` puts SeeDNorm there too.
+  RMSNorm there (``SeeDNorm.final_norm``, read by model/norms.py build_norm), ``true`` puts SeeDNorm there too.
 - BatchNorm: the PowerNorm paper's baseline (sIncerass/powernorm ``MaskSyncBatchNorm``): a per-token
   RMS scaling, then batch statistics over batch x time (momentum 0.05, eps 1e-5). Its training forward
   lets a token see the future (the batch mean and variance include later positions), so training with
-  it is refused unless ``norm.allow_leak=true`` (validation.validate).
+  it is refused unless ``norm.allow_leak=true`` (its class declares ``leaks``: model/norm_api.py).
 - PowerNorm: Shen et al. 2020 (arXiv:2003.07845), sIncerass/powernorm ``MaskPowerNorm``: per-token
   group RMS scaling, then ``z = x / sqrt(phi + eps)`` with the running quadratic mean phi and the
   approximate backward. Causal-safe form: the reference's warmup (``warmup_iters`` steps dividing by
@@ -41,13 +41,27 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normbench.config.norm_keys import BatchNormKeys, NormKeys, PowerNormKeys, SeeDNormKeys
+from normbench.config.schema import qk_norm_mode
+from normbench.errors import ConfigError
+from normbench.model.norm_api import LEAK, Norm
 from normbench.model.norms import register_norm, upcast
 
 
-class ScaleNorm(nn.Module):
+def _refuse_qk_norm(cfg) -> None:
+    """Batch-statistic norms replace the block norms only, not the q/k norms."""
+    qk = qk_norm_mode(cfg.arch.qk_norm)
+    if qk != "none":
+        raise ConfigError(
+            f"arch.qk_norm={qk} with norm={cfg.norm.name}: batch-statistic norms replace the block norms only"
+        )
+
+
+class ScaleNorm(Norm):
     """``g * x / max(||x||_2, eps)``; g one scalar, init sqrt(dim) (fixed at sqrt(dim) with affine=False)."""
 
     PARAM_KINDS = {"weight": "norm"}
+    keys = NormKeys
 
     def __init__(self, dim: int, eps: float = 1e-5, affine: bool = True):
         super().__init__()
@@ -61,10 +75,22 @@ class ScaleNorm(nn.Module):
         return y * self.weight if self.weight is not None else y * self.fixed_g
 
 
-class CRMSNorm(nn.Module):
+class CRMSNorm(Norm):
     """``x / sqrt((sum(x^2) + sum(x)^2) / (n + 1) + eps)`` (times an optional gain): LayerNorm of ``[x, -sum(x)]``."""
 
     PARAM_KINDS = {"weight": "norm"}
+    keys = NormKeys
+
+    @classmethod
+    def check(cls, cfg) -> list[str]:
+        a, qk = cfg.arch, qk_norm_mode(cfg.arch.qk_norm)
+        if qk != "none" or a.name in ("hybridnorm", "hybridnorm_star"):
+            raise ConfigError(
+                f"norm=crmsnorm with {f'arch.qk_norm={qk}' if qk != 'none' else f'arch={a.name}'}: CRMSNorm reads "
+                "its input as a compressed zero-mean residual, which q/k/v are not; allowed: arch.qk_norm=none, "
+                "not hybridnorm*"
+            )
+        return []
 
     def __init__(self, dim: int, eps: float = 1e-5, affine: bool = False):
         super().__init__()
@@ -78,14 +104,30 @@ class CRMSNorm(nn.Module):
         return y * self.weight if self.weight is not None else y
 
 
-class SeeDNorm(nn.Module):
+class SeeDNorm(Norm):
     """``[tanh(<x_i, beta_i>) * alpha + gamma] * x / RMS(x)`` per slice i of ``heads`` contiguous slices.
 
-    ``weight`` is the paper's gamma, ``seed_alpha`` its alpha, ``seed_beta`` its beta (named apart from
-    DyT's scalar ``alpha``, which the diagnostics read).
+    ``weight`` is the paper's gamma, ``seed_alpha`` its alpha, ``seed_beta`` its beta (vectors: no
+    ``diag_scalars``).
     """
 
     PARAM_KINDS = {"weight": "norm", "seed_alpha": "scalar", "seed_beta": "scalar"}
+    keys = SeeDNormKeys
+
+    @classmethod
+    def final_norm(cls, n) -> str | None:
+        """norm.seed_final=false: SeeDNorm in the blocks only, RMSNorm at the final norm."""
+        return None if getattr(n, "seed_final", True) else "rmsnorm"
+
+    @classmethod
+    def check(cls, cfg) -> list[str]:
+        n, m = cfg.norm, cfg.model
+        if not n.affine:
+            raise ConfigError("norm.affine=false with norm=seednorm: gamma, alpha, beta are the method; allowed: true")
+        widths = [m.d_model] + ([m.d_model // m.n_head] if qk_norm_mode(cfg.arch.qk_norm) == "head" else [])
+        if any(w % n.seed_heads for w in widths):
+            raise ConfigError(f"norm.seed_heads={n.seed_heads} must divide the normalized widths {widths}")
+        return []
 
     def __init__(self, dim: int, eps: float = 1e-6, heads: int = 1, alpha_init: float = 1.0):
         super().__init__()
@@ -110,13 +152,23 @@ def group_scale(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.Tensor
     return (xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)).flatten(-2)
 
 
-class BatchNormBT(nn.Module):
+class BatchNormBT(Norm):
     """Per-token RMS scaling, then BatchNorm over all batch x time positions (training) or running stats (eval).
 
     The training forward mixes every position's statistics into every output: position t sees t+1...
     """
 
     PARAM_KINDS = {"weight": "norm", "bias": "bias"}
+    keys = BatchNormKeys
+
+    @classmethod
+    def leaks(cls, n) -> bool:
+        return True
+
+    @classmethod
+    def check(cls, cfg) -> list[str]:
+        _refuse_qk_norm(cfg)
+        return []
 
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.05, affine: bool = True, bias: bool = True):
         super().__init__()
@@ -161,7 +213,7 @@ class _PowerFunction(torch.autograd.Function):
         return approx * torch.rsqrt(psi2 + ctx.eps), None, None, None, None, None
 
 
-class PowerNorm(nn.Module):
+class PowerNorm(Norm):
     """Group RMS scaling, then x / sqrt(phi + eps) with the running quadratic mean phi, then gamma, beta.
 
     Training: ``phi <- a_fwd * phi + (1 - a_fwd) * psi2_B`` after the forward used the old phi
@@ -171,6 +223,23 @@ class PowerNorm(nn.Module):
     """
 
     PARAM_KINDS = {"weight": "norm", "bias": "bias"}
+    keys = PowerNormKeys
+
+    @classmethod
+    def leaks(cls, n) -> bool:
+        """The reference's batch-statistic warmup (``norm.pn_warmup`` > 0) leaks; phi alone does not."""
+        return int(n.pn_warmup or 0) > 0
+
+    @classmethod
+    def leak_refusal(cls, n) -> str:
+        return f"norm.pn_warmup={n.pn_warmup} {LEAK}; the causal-safe powernorm has pn_warmup=0"
+
+    @classmethod
+    def check(cls, cfg) -> list[str]:
+        _refuse_qk_norm(cfg)
+        if cfg.model.d_model % cfg.norm.pn_groups:
+            raise ConfigError(f"norm.pn_groups={cfg.norm.pn_groups} must divide model.d_model={cfg.model.d_model}")
+        return []
 
     def __init__(
         self,
@@ -215,15 +284,15 @@ class PowerNorm(nn.Module):
         return z + self.bias if self.bias is not None else z
 
 
-register_norm("scalenorm")(lambda cfg, dim, alpha: ScaleNorm(dim, eps=cfg.eps, affine=cfg.affine))
-register_norm("crmsnorm")(lambda cfg, dim, alpha: CRMSNorm(dim, eps=cfg.eps, affine=cfg.affine))
-register_norm("seednorm")(
+register_norm("scalenorm", ScaleNorm)(lambda cfg, dim, alpha: ScaleNorm(dim, eps=cfg.eps, affine=cfg.affine))
+register_norm("crmsnorm", CRMSNorm)(lambda cfg, dim, alpha: CRMSNorm(dim, eps=cfg.eps, affine=cfg.affine))
+register_norm("seednorm", SeeDNorm)(
     lambda cfg, dim, alpha: SeeDNorm(dim, eps=cfg.eps, heads=cfg.seed_heads, alpha_init=cfg.seed_alpha_init)
 )
-register_norm("batchnorm")(
+register_norm("batchnorm", BatchNormBT)(
     lambda cfg, dim, alpha: BatchNormBT(dim, eps=cfg.eps, momentum=cfg.bn_momentum, affine=cfg.affine, bias=cfg.bias)
 )
-register_norm("powernorm")(
+register_norm("powernorm", PowerNorm)(
     lambda cfg, dim, alpha: PowerNorm(
         dim,
         eps=cfg.eps,

@@ -55,7 +55,8 @@ from normbench.model.placement import BlockSpec, SublayerSpec, register_placemen
 SIMPLENORM_NORMS = ("rmsnorm", "layernorm")
 
 
-@register_placement("simplenorm")
+# SimpleGPT: norms after q, k, v, o, down (d each) and gate, up (d_ff ~ 8d/3 each), none on inputs: ~8 more
+@register_placement("simplenorm", needs_norm=False, extra_norms=8)
 def _simplenorm(arch, n_layer: int) -> list[BlockSpec]:
     """No norm around the sublayers: SimpleGPT's norms sit inside them (SimpleAttention, SimpleMLP)."""
     return [BlockSpec(SublayerSpec(), SublayerSpec())] * n_layer
@@ -136,7 +137,6 @@ class SimpleBlock(nn.Module):
 class SimpleGPT(GPT):
     """GPT with SimpleGPT blocks, an untied head and SimpleGPT's init (module docstring)."""
 
-    EXPORTABLE = False  # export refuses it in one line (normbench/export)
 
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         if mcfg.tie_embeddings:

@@ -16,6 +16,7 @@ import statistics
 import textwrap
 from pathlib import Path
 
+from normbench.model import norm_class
 from normbench.report.loading import Group, Run, finite_series, is_lr_key, series, setting
 from normbench.report.stats import LEARNED, curve, healthy, learned_everywhere
 from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
@@ -32,7 +33,6 @@ ARCH_COLORS = {
 }
 PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
            "tab:cyan", "tab:gray")  # fmt: skip
-NORM_STYLES = {"layernorm": "-", "rmsnorm": "--", "dyt": ":", "derf": "-.", "none": (0, (5, 1, 1, 1))}
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
 LOSS_LABEL = "cross-entropy loss (nats/token)"
@@ -46,6 +46,15 @@ DEPTH = {  # metric -> (file, y label, title, x label)
                      "Largest activation across depth (massive activations)",
                      "depth l (0 = embedding output, l = after block l)"),
 }  # fmt: skip
+
+
+def norm_styles(norms: list[str]) -> dict[str, object]:
+    """Each norm's line style: the one its class declares (``line_style``, model/norm_api.py), else one of
+    :data:`LINE_STYLES` that no declared norm in the figure has, so a new norm never shares LayerNorm's."""
+    declared = {v: style for v in norms if (style := norm_class(v).line_style) is not None}
+    free = [s for s in LINE_STYLES if s not in declared.values()] or list(LINE_STYLES)
+    undeclared = [v for v in norms if v not in declared]
+    return {v: declared.get(v) or free[undeclared.index(v) % len(free)] for v in norms}
 
 
 def _numeric_sort(values):
@@ -80,10 +89,11 @@ class Styles:
             for v in cvals
         }
         svals = _numeric_sort({value(g, self.style_key) for g in groups}) if self.style_key else []
-        self.linestyles = {
-            v: NORM_STYLES[v] if self.style_key == "norm" and v in NORM_STYLES else LINE_STYLES[i % len(LINE_STYLES)]
-            for i, v in enumerate(svals)
-        }
+        self.linestyles = (
+            norm_styles(svals)
+            if self.style_key == "norm"
+            else {v: LINE_STYLES[i % len(LINE_STYLES)] for i, v in enumerate(svals)}
+        )
         mvals = sorted({tuple(value(g, k) for k in self.marker_keys) for g in groups}) if self.marker_keys else []
         self.markers = {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(mvals)}
         self.of = {

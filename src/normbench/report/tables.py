@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import statistics
 
+import yaml
+
+from normbench.model import norm_class
 from normbench.report.loading import Group, Run, setting
 from normbench.report.stats import (
     Difference,
@@ -44,11 +47,26 @@ def _reached(runs: list[Run], target, defaults) -> tuple[list, int]:
 LEAK_NOTE = "leaks the future: batch statistics over later positions (norm.allow_leak=true), not a causal-LM result"
 
 
+class _NormSettings:
+    """A run's ``norm.*`` settings as attributes (YAML-parsed: ``"5"`` -> 5), as a norm class's ``leaks`` reads them."""
+
+    def __init__(self, run: Run):
+        self._run = run
+
+    def __getattr__(self, key: str):
+        value = setting(self._run, "norm" if key == "name" else f"norm.{key}")
+        try:
+            return None if value is None else yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+
+
 def leaked(run: Run) -> bool:
-    """A run trained with a forward that sees later positions: norm=batchnorm, or powernorm with a
-    batch-statistic warmup (both train only with norm.allow_leak=true; docs/architectures.md §2)."""
+    """A run trained with a forward that sees later positions, as its norm class declares (``leaks``,
+    model/norm_api.py): norm=batchnorm, or powernorm with a batch-statistic warmup (both train only with
+    norm.allow_leak=true; docs/architectures.md §2)."""
     norm = setting(run, "norm")
-    return norm == "batchnorm" or (norm == "powernorm" and setting(run, "norm.pn_warmup") not in (None, "0"))
+    return norm is not None and norm_class(norm).leaks(_NormSettings(run))
 
 
 def _of_n(text: str, k: int, n: int) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from normbench.config.norm_keys import old_run_values
+from normbench.config.recipes import recipe_values
 from normbench.config.schema import as_dict
 from normbench.errors import ConfigError
 
@@ -51,8 +53,9 @@ def flat_config(cfg) -> dict:
 
 # Keys added after runs were made, with the value that computes what those runs computed: a
 # checkpoint without the key resumes under that value (and only under it). A callable gets the new
-# run's flat config (the old value can depend on, e.g., the norm).
-ADDED_KEYS: dict[str, object] = {
+# run's flat config (the old value can depend on, e.g., the norm). The ``norm.*`` keys' values are
+# declared by their owners (config/norm_keys.py ``OLD_RUNS``; a plugin norm's keys: their defaults).
+_ADDED_KEYS: dict[str, object] = {
     "arch.attn_gate": "none",
     "arch.scale_resids": False,
     "arch.gain_offset": False,
@@ -60,28 +63,32 @@ ADDED_KEYS: dict[str, object] = {
     "arch.dssn_c_mlp": None,
     "arch.tiny_init": False,
     "model.fixnorm": False,
-    "norm.allow_leak": False,
-    "norm.bn_momentum": 0.05,
-    "norm.pn_alpha_fwd": 0.9,
-    "norm.pn_alpha_bkw": 0.9,
-    "norm.pn_groups": 1,
-    "norm.pn_warmup": 0,
-    "norm.seed_alpha_init": 1.0,
-    "norm.seed_heads": 1,
-    # SeeDNorm runs made before the key had SeeDNorm at the final norm too; for other norms it is inert
-    "norm.seed_final": lambda new: new.get("norm.name") == "seednorm" or new.get("norm.seed_final"),
     "optim.qk_clip": False,
     "optim.qk_clip_tau": 100.0,
 }
 
 
+def added_keys() -> dict[str, object]:
+    """:data:`_ADDED_KEYS` and every registered norm keys class's values for old runs."""
+    return {**_ADDED_KEYS, **old_run_values()}
+
+
+def __getattr__(name: str):  # ADDED_KEYS: read when asked (a plugin norm may register keys later)
+    if name == "ADDED_KEYS":
+        return added_keys()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _canonical(flat: dict) -> dict:
     """Old spellings in their current form: a boolean ``arch.qk_norm`` (true -> head, false -> none);
     ``norm.width_init`` as the ``model.init_std`` it computed (config.upgrade_legacy); ``model.init_std:
-    auto`` as the number it resolves to, so an old run that drew that number resumes under ``auto``."""
+    auto`` as the number it resolves to, so an old run that drew that number resumes under ``auto``; the
+    values the arch forces (config/recipes.py: nGPT's warmup and weight decay), which a checkpoint made
+    before they were applied to the config still holds as given."""
     from normbench.config.schema import init_std_of, qk_norm_mode, upgrade_legacy
 
     out = upgrade_legacy(flat)
+    out.update({k: v for k, v in recipe_values(out.get("arch.name")).items() if k in out})
     if "model.init_std" in out and "model.d_model" in out:
         out["model.init_std"] = init_std_of(out["model.init_std"], out["model.d_model"])
     if "arch.qk_norm" in out:
@@ -91,7 +98,7 @@ def _canonical(flat: dict) -> dict:
 
 def config_diff(old: dict, new: dict) -> list[str]:
     old, new = _canonical(old), _canonical(new)
-    added = {k: v(new) if callable(v) else v for k, v in ADDED_KEYS.items() if k in new and k not in old}
+    added = {k: v(new) if callable(v) else v for k, v in added_keys().items() if k in new and k not in old}
     old = {**added, **old}
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 

@@ -21,7 +21,7 @@ from normbench.config.schema import as_dict, run_steps
 from normbench.data.batches import Batches, fixed_batches
 from normbench.data.corpus import load_data
 from normbench.errors import ConfigError
-from normbench.model import build_model, check_combination, padded_vocab, weight_init_std
+from normbench.model import build_model, padded_vocab, weight_init_std
 from normbench.model.stabilizers import QKClip
 from normbench.run.rundir import RunDir
 from normbench.train import distributed as dist_utils
@@ -29,6 +29,7 @@ from normbench.train import memory
 from normbench.train.diagnostics import Diagnostics
 from normbench.train.flops import model_flops_per_token, peak_flops
 from normbench.train.optim import build_optimizer
+from normbench.train.validation import validate
 
 log = logging.getLogger("normbench")
 
@@ -100,11 +101,12 @@ class Components:
     peak_flops: float | None
 
 
-def build(cfg, rank: int, world: int) -> Components:
-    """Build what the run trains with from a validated config (validation.to_config); ConfigError when this
-    machine cannot run it (device, world size, memory)."""
+def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Components:
+    """Build what the run trains with from a validated config (validation.prepare, whose start-up ``notes``
+    it logs; None: validated here); ConfigError when this machine cannot run it (device, world size, memory)."""
+    if notes is None:
+        notes = validate(cfg)
     t, T = cfg.trainer, cfg.model.seq_len
-    notes = check_combination(cfg)
     device = resolve_device(cfg)
     if t.grad_accum % world:
         raise ConfigError(
@@ -112,7 +114,6 @@ def build(cfg, rank: int, world: int) -> Components:
             f"so the global batch stays what the config says (e.g. trainer.grad_accum="
             f"{world * -(-t.grad_accum // world)})"
         )
-    dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
     torch.manual_seed(cfg.seed)
     for note in notes:
         log.info("note: %s", note)
@@ -124,30 +125,12 @@ def build(cfg, rank: int, world: int) -> Components:
         )
     vocab = padded_vocab(cfg, data.vocab_size)
     memory.check(cfg, vocab, device, log=log.info, world=world)  # refuse what cannot fit
-    raw_model = build_model(cfg, vocab).to(device)
-    n_params = raw_model.num_params()
-    init_std = weight_init_std(cfg)
-    log.info(
-        "model: arch=%s norm=%s  %d layers, d_model %d, %d heads, seq %d, vocab %d  ->  %s params, init std %.4g (%s)",
-        *(cfg.arch.name, cfg.norm.name, cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, T, vocab),
-        *(f"{n_params:,}", init_std, f"model.init_std={cfg.model.init_std}"),
-    )
-    flops_per_token = model_flops_per_token(raw_model, cfg.model)
-    model = dist_utils.wrap_model(raw_model, cfg, device, log=log.info)
+    raw_model, model, n_params, init_std, flops_per_token = _build_model(cfg, vocab, device)
     if world > 1:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
-    qk_clip = QKClip.from_config(cfg, raw_model)  # None unless optim.qk_clip=true
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
-    sched = plain(cfg.sched)  # plain copies of what the step loop reads: an OmegaConf read costs microseconds
-    if cfg.arch.name == "ngpt":
-        sched.warmup_steps = 0  # nGPT's recipe (check_combination notes an override)
-    batches = Batches(data.train, t.batch_size, T, cfg.seed, device)
-    val_batches = fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=VAL_SEED)
-    diag = Diagnostics(cfg.diag, raw_model, fixed_batches(data.val, 1, cfg.diag.batch, T, DIAG_SEED)[0])
-    if diag.enabled and dist_utils.effective_parallel(cfg) == "fsdp":
-        log.info("note: diagnostics are off under parallel=fsdp (they read sharded parameters); use parallel=ddp")
-        diag.enabled = False
+    batches, val_batches, diag = _batches_and_diagnostics(cfg, data, raw_model, device)
     return Components(
         device=device,
         data=data,
@@ -155,14 +138,14 @@ def build(cfg, rank: int, world: int) -> Components:
         raw_model=raw_model,
         model=model,
         optimizer=optimizer,
-        qk_clip=qk_clip,
+        qk_clip=QKClip.from_config(cfg, raw_model),  # None unless optim.qk_clip=true
         scaler=make_scaler(device, cfg.precision),
         autocast=(lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext,
         batches=batches,
         val_batches=val_batches,
         diag=diag,
         t=plain(cfg.trainer),
-        sched=sched,
+        sched=plain(cfg.sched),  # plain copies of what the step loop reads: an OmegaConf read costs microseconds
         max_steps=run_steps(cfg),
         tokens_per_step=t.batch_size * t.grad_accum * T,
         n_params=n_params,
@@ -170,3 +153,30 @@ def build(cfg, rank: int, world: int) -> Components:
         flops_per_token=flops_per_token,
         peak_flops=peak_flops(device, cfg.peak_flops),
     )
+
+
+def _build_model(cfg, vocab: int, device: torch.device):
+    """The model on ``device`` (logged with its size and init) and what the step calls (wrapped)."""
+    raw_model = build_model(cfg, vocab).to(device)
+    n_params = raw_model.num_params()
+    init_std = weight_init_std(cfg)
+    log.info(
+        "model: arch=%s norm=%s  %d layers, d_model %d, %d heads, seq %d, vocab %d  ->  %s params, init std %.4g (%s)",
+        *(cfg.arch.name, cfg.norm.name, cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head),
+        *(cfg.model.seq_len, vocab, f"{n_params:,}", init_std, f"model.init_std={cfg.model.init_std}"),
+    )
+    flops_per_token = model_flops_per_token(raw_model, cfg.model)
+    model = dist_utils.wrap_model(raw_model, cfg, device, log=log.info)
+    return raw_model, model, n_params, init_std, flops_per_token
+
+
+def _batches_and_diagnostics(cfg, data, raw_model, device: torch.device):
+    """The training stream, the fixed validation windows and the diagnostics on their fixed batch."""
+    t, T = cfg.trainer, cfg.model.seq_len
+    batches = Batches(data.train, t.batch_size, T, cfg.seed, device)
+    val_batches = fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=VAL_SEED)
+    diag = Diagnostics(cfg.diag, raw_model, fixed_batches(data.val, 1, cfg.diag.batch, T, DIAG_SEED)[0])
+    if diag.enabled and dist_utils.effective_parallel(cfg) == "fsdp":
+        log.info("note: diagnostics are off under parallel=fsdp (they read sharded parameters); use parallel=ddp")
+        diag.enabled = False
+    return batches, val_batches, diag

@@ -62,7 +62,9 @@ Per-block lists are indexed by block ``l`` (0-based, ``n_layer`` entries);
   where a sublayer has more than one kind, each kind present in every block also gets its
   own list: ``norm_alpha_<site>_in`` / ``_out`` / ``_post`` / ``_qk`` (q/k/v norms' mean),
   e.g. Peri-LN's input and output norms, which drift apart in training;
-  ``norm_shift_attn`` / ``norm_shift_mlp`` the same for Derf's shift;
+  ``norm_shift_attn`` / ``norm_shift_mlp`` the same for Derf's shift (in general ``norm_<name>_<site>`` for
+  each learned scalar a norm class declares in ``diag_scalars``, model/norm_api.py; the per-position
+  lists and the final/embedding entries for its first one);
   ``norm_alpha_final`` (scalar, the final norm's alpha), ``norm_alpha_embed`` (scalar,
   embedding norm), ``embed_scale`` (scalar, the DyT/Derf LLM recipe's embedding
   scalar); ``out_norm_gain_attn`` / ``out_norm_gain_mlp`` = mean gain of the output
@@ -95,15 +97,18 @@ from collections import deque
 import torch
 import torch.nn as nn
 
-from normbench.model.kinds import is_norm, own_kinds
+from normbench.model.kinds import is_norm
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 _NGPT_ATTN = ("c_attn", "att_c_proj", "attn_alpha", "sqk")
 
 
-def _learned_alpha(module) -> bool:
-    """A norm with a learned scalar ``alpha`` (DyT, Derf), by its declared parameter kinds (model/kinds.py)."""
-    return module is not None and is_norm(module) and own_kinds(module).get("alpha") == "scalar"
+def _scalars(module) -> tuple[str, ...]:
+    """The learned scalars a norm declares for the diagnostics (``diag_scalars``, model/norm_api.py) that it
+    holds: DyT's alpha, Derf's alpha and shift, a plugin norm's own."""
+    if module is None or not is_norm(module):
+        return ()
+    return tuple(n for n in getattr(type(module), "diag_scalars", ()) if getattr(module, n, None) is not None)
 
 
 def sublayer_of(name: str) -> str:
@@ -299,8 +304,41 @@ class Diagnostics:
         self.learned_scalars(g)
         return g.result()
 
+    def _site_scalars(self, g: _Gather, blocks, site: str) -> None:
+        """Per block: each declared norm scalar's mean over the sublayer's norms (``norm_<name>_<site>``), the
+        first one also per position where positions differ, and the Output-norm gain's mean."""
+        means: dict[str, list[torch.Tensor]] = {}
+        gains: list[torch.Tensor] = []
+        by_position: dict[str, list[torch.Tensor]] = {}
+        for b in blocks:
+            sub = getattr(b, site)
+            positions = {"in": [sub.norm_in], "out": [sub.norm_out], "post": [sub.norm_post]}
+            if site == "attn":
+                positions["qk"] = [getattr(sub.core, k, None) for k in ("q_norm", "k_norm", "v_norm")]
+            mods = []
+            for pos, found in positions.items():
+                found = [m for m in found if _scalars(m)]
+                if found:
+                    first = _scalars(found[0])[0]
+                    by_position.setdefault(pos, []).append(
+                        torch.stack([getattr(m, first).squeeze() for m in found]).mean()
+                    )
+                mods += found
+            for name in _scalars(mods[0]) if mods else ():
+                means.setdefault(name, []).append(torch.stack([getattr(m, name).squeeze() for m in mods]).mean())
+            if sub.norm_out is not None and getattr(sub.norm_out, "weight", None) is not None:
+                gains.append(sub.norm_out.weight.mean() + getattr(sub.norm_out, "unit_offset", 0.0))  # 1 + w
+        for i, (name, vals) in enumerate(means.items()):
+            if len(vals) == len(blocks):
+                g.add(f"norm_{name}_{site}", torch.stack(vals))
+                for pos, pos_vals in by_position.items() if i == 0 else ():
+                    if len(by_position) > 1 and len(pos_vals) == len(blocks):  # sites that drift apart, apart
+                        g.add(f"norm_{name}_{site}_{pos}", torch.stack(pos_vals))
+        if gains and len(gains) == len(blocks):
+            g.add(f"out_norm_gain_{site}", torch.stack(gains))
+
     def learned_scalars(self, g: _Gather) -> None:
-        """DyT/Derf alpha and shift per site, nGPT alpha and s means, Output-norm gain means."""
+        """Norm scalars per site (the norms' ``diag_scalars``), nGPT alpha and s means, Output-norm gain means."""
         blocks = self.model.blocks
         if hasattr(blocks[0], "attn_alpha"):  # nGPT: effective values
             for key, attr in (
@@ -314,40 +352,13 @@ class Diagnostics:
             g.add("ngpt_sz", self.model.sz().mean())
             return
         for site in ("attn", "mlp"):
-            alphas, shifts, gains = [], [], []
-            by_position: dict[str, list[torch.Tensor]] = {}
-            for b in blocks:
-                sub = getattr(b, site)
-                positions = {"in": [sub.norm_in], "out": [sub.norm_out], "post": [sub.norm_post]}
-                if site == "attn":
-                    positions["qk"] = [getattr(sub.core, k, None) for k in ("q_norm", "k_norm", "v_norm")]
-                mods = []
-                for pos, found in positions.items():
-                    found = [m for m in found if _learned_alpha(m)]
-                    if found:
-                        by_position.setdefault(pos, []).append(torch.stack([m.alpha.squeeze() for m in found]).mean())
-                    mods += found
-                if mods:
-                    alphas.append(torch.stack([m.alpha.squeeze() for m in mods]).mean())
-                    if getattr(mods[0], "shift", None) is not None:
-                        shifts.append(torch.stack([m.shift.squeeze() for m in mods]).mean())
-                if sub.norm_out is not None and getattr(sub.norm_out, "weight", None) is not None:
-                    gains.append(sub.norm_out.weight.mean() + getattr(sub.norm_out, "unit_offset", 0.0))  # 1 + w
-            if alphas and len(alphas) == len(blocks):
-                g.add(f"norm_alpha_{site}", torch.stack(alphas))
-                for pos, vals in by_position.items():
-                    if len(by_position) > 1 and len(vals) == len(blocks):  # sites that drift apart, apart
-                        g.add(f"norm_alpha_{site}_{pos}", torch.stack(vals))
-            if shifts and len(shifts) == len(blocks):
-                g.add(f"norm_shift_{site}", torch.stack(shifts))
-            if gains and len(gains) == len(blocks):
-                g.add(f"out_norm_gain_{site}", torch.stack(gains))
+            self._site_scalars(g, blocks, site)
         for key, mod in (
             ("final", getattr(self.model, "ln_f", None)),
             ("embed", getattr(self.model, "emb_norm", None)),
         ):
-            if _learned_alpha(mod):
-                g.add(f"norm_alpha_{key}", mod.alpha.squeeze())
+            if names := _scalars(mod):  # the first declared scalar (DyT/Derf: alpha)
+                g.add(f"norm_{names[0]}_{key}", getattr(mod, names[0]).squeeze())
         scale = getattr(self.model, "emb_scale", None)
         if scale is not None:
             g.add("embed_scale", scale.scale.squeeze())

@@ -44,12 +44,9 @@ import torch
 
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
+from normbench.model.placement import placement_traits
 
 GB = 1024**3
-# extra norm sites per layer, each saving input and output (2 d) for backward
-_EXTRA_NORMS = {"peri_ln": 2, "hybridnorm": 2, "hybridnorm_star": 2, "ngpt": 10, "sandwich": 2, "sandwich_depth": 2}
-# SimpleGPT: norms after q, k, v, o, down (d each) and gate, up (d_ff ~ 8d/3 each), none on inputs: ~8 more
-_EXTRA_NORMS["simplenorm"] = 8
 _BACKWARD_LAYERS = 2  # backward's working set: about two layers' worth of activation gradients and temporaries
 
 
@@ -113,7 +110,10 @@ def _per_token(cfg) -> float:
     d_ff = m.d_ff or (32 * math.ceil(8 * d / 3 / 32) if m.mlp == "swiglu" else 4 * d)
     attn = 11.5 * d
     mlp = 2 * d + (4 * d_ff if m.mlp == "swiglu" or cfg.arch.name == "ngpt" else 2 * d_ff)
-    extra = 2 * d * (_EXTRA_NORMS.get(cfg.arch.name, 0) + (1 if qk_norm_mode(cfg.arch.qk_norm) != "none" else 0))
+    # the arch's extra norm sites per layer (model/placement.py PlacementTraits), each saving input and output
+    extra = (
+        2 * d * (placement_traits(cfg.arch.name).extra_norms + (1 if qk_norm_mode(cfg.arch.qk_norm) != "none" else 0))
+    )
     if cfg.arch.name == "normformer":  # attention-output norm (d) and FFN norm (d_ff)
         extra += 2 * (d + d_ff)
     if cfg.arch.attn_gate != "none":  # gate logits and sigmoid

@@ -244,8 +244,6 @@ def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
     kinds = param_kinds(model)
     params = dict(model.named_parameters())
     decay = decayed_kinds(ocfg, cfg.arch.name)
-    if cfg.arch.name == "ngpt" and ocfg.weight_decay > 0:
-        log(f"note: arch=ngpt uses no weight decay anywhere (optim.weight_decay={ocfg.weight_decay} ignored)")
     spec = OPTIMIZERS.get(name)
     if spec is None:
         raise ValueError(f"unknown optimizer {name!r}")

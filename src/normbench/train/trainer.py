@@ -40,7 +40,7 @@ from normbench.train.recorder import Recorder
 from normbench.train.signals import STOP, RunSignals, StopVotes
 from normbench.train.state import TrainState
 from normbench.train.throughput import Throughput
-from normbench.train.validation import to_config
+from normbench.train.validation import prepare
 
 log = logging.getLogger("normbench")
 
@@ -101,8 +101,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        self.cfg = cfg = to_config(self.cfg)  # typed and validated, once
-        c = builder.build(cfg, self.rank, self.world)
+        self.cfg, notes = prepare(self.cfg)  # typed and validated, once (validation.validate)
+        cfg = self.cfg
+        c = builder.build(cfg, self.rank, self.world, notes)
         meter = Throughput(c.tokens_per_step, c.device)
         evals = Evaluation(c.t.eval_every, c.max_steps)
         spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)

@@ -1,12 +1,15 @@
-"""The semantic checks of a composed config: what the schema's types in config/schema.py cannot express.
+"""The one validation pass of a composed config: what the schema's types in config/schema.py cannot express.
 
-:func:`validate` runs on every config once, in :func:`to_config` (and so in ``normbench train``'s
-check of its overrides, before any work): a name that no registry holds, a learning rate below 0,
-``d_model % n_head``, a warmup as long as the run, a norm whose batch statistics leak later
-positions, ... Each is a :class:`ConfigError` (:class:`DataError` for ``data.*``) with one line
-naming the key and what is allowed.
+:func:`validate` runs on every config once, in :func:`prepare` / :func:`to_config`: the trainer, the
+sweep pre-check of ``normbench train`` (cli/overrides.py, before any work) and every test call it. It
+applies the arch's forced values first (config/recipes.py), then refuses a name that no registry holds,
+a learning rate below 0, ``d_model % n_head``, a warmup as long as the run, a norm that leaks later
+positions, an arch x norm combination that cannot build (model.check_combination), ... Each is a
+:class:`ConfigError` (:class:`DataError` for ``data.*``) with one line naming the key and what is
+allowed; what passes returns the start-up notes the run logs.
 
-Adding a key with limits: one line in :func:`validate` (``_choice`` / ``_positive`` / a range check).
+Adding a key with limits: one line in the ``_check_*`` function of its section (``_choice`` / ``_positive`` /
+a range check); a norm's key: its keys class's ``check`` (config/norm_keys.py).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from normbench.config.norm_keys import check_norm_keys, positive
+from normbench.config.recipes import apply_recipe
 from normbench.config.schema import (
     ATTN_GATES,
     DEVICES,
@@ -29,10 +34,12 @@ from normbench.config.schema import (
     Config,
     qk_norm_mode,
     run_steps,
+    schema_node,
 )
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
 from normbench.model import stabilizers
+from normbench.train import distributed as dist_utils
 
 
 def archs() -> tuple[str, ...]:
@@ -69,62 +76,47 @@ def _choice(key: str, value: Any, allowed: tuple) -> None:
         raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
-def _positive(key: str, value: Any, zero_ok: bool = False) -> None:
-    if value is None:
-        return
-    if value != value or value < 0 or (value == 0 and not zero_ok):  # value != value: NaN
-        raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}")
+_positive = positive  # config/norm_keys.py: > 0 (>= 0 with zero_ok), None passes
 
 
-LEAK = (
-    "lets each token see later positions through batch statistics over batch x time "
-    "(docs/architectures.md §2); set norm.allow_leak=true to train with it anyway"
-)
+def validate(cfg: Any) -> list[str]:
+    """The one validation pass of a composed config: ConfigError (one line) or the start-up notes.
+
+    First the values the arch forces (config/recipes.py: nGPT's warmup and weight decay) are set in
+    ``cfg``, so nothing is refused that the run would ignore; then every key's limits, the chosen norm's
+    own checks and the arch x norm combinations (model.check_combination), the QK-Clip, parallel and
+    data checks. What needs this machine (device, world size, memory, the data's size) is checked when
+    the run is built (train/build.py)."""
+    from normbench.model import check_combination
+
+    notes = apply_recipe(cfg)
+    _check_names(cfg)
+    _check_model(cfg.model, cfg.arch)
+    _check_norm(cfg)
+    stabilizers.check_config(cfg)
+    _check_optim(cfg.optim, cfg.arch)
+    _check_schedule(cfg)
+    check_data(cfg.data)
+    for key in ("every", "batch", "spike_factor", "spike_window"):
+        _positive(f"diag.{key}", getattr(cfg.diag, key))
+    notes += check_combination(cfg)
+    dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
+    return notes
 
 
-def _check_scale_and_batch_norms(n: Any, m: Any, a: Any) -> None:
-    """Keys of the norms in model/scale_and_batch_norms.py (ConfigError, one line)."""
-    if n.name == "batchnorm" and not n.allow_leak:
-        raise ConfigError(f"norm=batchnorm {LEAK}")
-    if n.name == "powernorm" and n.pn_warmup > 0 and not n.allow_leak:
-        raise ConfigError(f"norm.pn_warmup={n.pn_warmup} {LEAK}; the causal-safe powernorm has pn_warmup=0")
-    qk = qk_norm_mode(a.qk_norm)
-    if n.name in ("batchnorm", "powernorm") and qk != "none":
-        raise ConfigError(f"arch.qk_norm={qk} with norm={n.name}: batch-statistic norms replace the block norms only")
-    if n.name == "crmsnorm" and (qk != "none" or a.name in ("hybridnorm", "hybridnorm_star")):
-        raise ConfigError(
-            f"norm=crmsnorm with {f'arch.qk_norm={qk}' if qk != 'none' else f'arch={a.name}'}: CRMSNorm reads its "
-            "input as a compressed zero-mean residual, which q/k/v are not; allowed: arch.qk_norm=none, not hybridnorm*"
-        )
-    if n.name == "seednorm" and not n.affine:
-        raise ConfigError("norm.affine=false with norm=seednorm: gamma, alpha, beta are the method; allowed: true")
-    for key in ("seed_heads", "pn_groups"):
-        _positive(f"norm.{key}", getattr(n, key))
-    _positive("norm.pn_warmup", n.pn_warmup, zero_ok=True)
-    for key in ("bn_momentum", "pn_alpha_fwd", "pn_alpha_bkw"):
-        if not 0.0 <= getattr(n, key) <= 1.0:
-            raise ConfigError(f"norm.{key}={getattr(n, key)} must be in [0, 1]")
-    if n.name == "seednorm":
-        widths = [m.d_model] + ([m.d_model // m.n_head] if qk == "head" else [])
-        if any(w % n.seed_heads for w in widths):
-            raise ConfigError(f"norm.seed_heads={n.seed_heads} must divide the normalized widths {widths}")
-    if n.name == "powernorm" and m.d_model % n.pn_groups:
-        raise ConfigError(f"norm.pn_groups={n.pn_groups} must divide model.d_model={m.d_model}")
-
-
-def validate(cfg: Any) -> None:
-    """Semantic checks that the schema's types cannot express; raises ConfigError."""
-    m, a, n, o, s, d, t = cfg.model, cfg.arch, cfg.norm, cfg.optim, cfg.sched, cfg.data, cfg.trainer
+def _check_names(cfg: Any) -> None:
+    """Every key whose value names a registered option or a fixed choice."""
+    a = cfg.arch
     _choice("arch.name", a.name, archs())
-    _choice("norm.name", n.name, norms())
-    _choice("optim.name", o.name, optims())
+    _choice("norm.name", cfg.norm.name, norms())
+    _choice("optim.name", cfg.optim.name, optims())
     _choice("arch.qk_norm", qk_norm_mode(a.qk_norm), QK_NORMS)  # true/false: the old boolean form
     _choice("arch.attn_gate", a.attn_gate, ATTN_GATES)
     _positive("arch.dssn_c_attn", a.dssn_c_attn)
     _positive("arch.dssn_c_mlp", a.dssn_c_mlp)
-    _choice("sched.name", s.name, SCHEDS)
-    _choice("model.pos", m.pos, POS)
-    _choice("model.mlp", m.mlp, MLPS)
+    _choice("sched.name", cfg.sched.name, SCHEDS)
+    _choice("model.pos", cfg.model.pos, POS)
+    _choice("model.mlp", cfg.model.mlp, MLPS)
     _choice("device", cfg.device, DEVICES)
     _choice("precision", cfg.precision, PRECISIONS)
     if cfg.compile is not True and cfg.compile is not False and cfg.compile != "auto":
@@ -134,6 +126,10 @@ def validate(cfg: Any) -> None:
     _choice("logger.name", cfg.logger.name, ("jsonl", "wandb"))
     if cfg.logger.wandb.mode is not None:
         _choice("logger.wandb.mode", cfg.logger.wandb.mode, ("online", "offline", "disabled", "shared"))
+
+
+def _check_model(m: Any, a: Any) -> None:
+    """``model.*`` and the arch's numbers."""
     for key in ("n_layer", "d_model", "n_head", "seq_len", "d_ff", "pad_vocab_to"):
         _positive(f"model.{key}", getattr(m, key))
     number = isinstance(m.init_std, (int, float)) and not isinstance(m.init_std, bool)
@@ -153,22 +149,37 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"arch.post_ratio={a.post_ratio} must be in [0, 1]")
     _positive("arch.alpha", a.alpha)
     _positive("arch.beta", a.beta)
-    _positive("norm.eps", n.eps)
-    for site in ("attn", "ffn", "final"):
-        _positive(f"norm.alpha_init_{site}", getattr(n, f"alpha_init_{site}"))
-    _check_scale_and_batch_norms(n, m, a)
-    stabilizers.check_config(cfg)
+
+
+def _check_norm(cfg: Any) -> None:
+    """``norm.*``: a leak the config does not allow, each keys class's limits, the norm class's own checks."""
+    from normbench.model.norm_api import norm_class
+
+    n = cfg.norm
+    cls = norm_class(n.name)
+    if cls.leaks(n) and not n.allow_leak:
+        raise ConfigError(cls.leak_refusal(n))
+    check_norm_keys(n)
+    cls.check(cfg)
+
+
+def _check_optim(o: Any, a: Any) -> None:
     _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
     _positive("optim.eps", o.eps, zero_ok=True)
     _positive("optim.ns_steps", o.ns_steps)
     if not 0.0 <= o.momentum < 1.0:
         raise ConfigError(f"optim.momentum={o.momentum} must be in [0, 1)")
     _positive("arch.norm_eps", a.norm_eps)
-    _positive("trainer.max_skipped", t.max_skipped, zero_ok=True)
     _positive("optim.weight_decay", o.weight_decay, zero_ok=True)
     _positive("optim.adamw_lr", o.adamw_lr)
     if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
         raise ConfigError(f"optim.betas={list(o.betas)} must be two numbers in [0, 1)")
+
+
+def _check_schedule(cfg: Any) -> None:
+    """``sched.*`` and ``trainer.*``: the run's length, and a warmup shorter than it."""
+    s, t = cfg.sched, cfg.trainer
+    _positive("trainer.max_skipped", t.max_skipped, zero_ok=True)
     _positive("sched.warmup_steps", s.warmup_steps, zero_ok=True)
     if not 0.0 <= s.min_lr_ratio <= 1.0:
         raise ConfigError(f"sched.min_lr_ratio={s.min_lr_ratio} must be in [0, 1]")
@@ -186,18 +197,18 @@ def validate(cfg: Any) -> None:
         length = f"trainer.max_tokens={t.max_tokens} gives {steps} steps"
     if s.warmup_steps is not None and s.warmup_steps >= steps and s.warmup_steps > 0:
         raise ConfigError(f"sched.warmup_steps={s.warmup_steps} must be shorter than the run ({length})")
-    check_data(d)
-    _positive("diag.every", cfg.diag.every)
-    _positive("diag.batch", cfg.diag.batch)
-    _positive("diag.spike_factor", cfg.diag.spike_factor)
-    _positive("diag.spike_window", cfg.diag.spike_window)
+
+
+def prepare(cfg: Any) -> tuple[Config, list[str]]:
+    """The composed config as a typed, validated :class:`Config` (the arch's recipe applied) and its
+    start-up notes; ConfigError (one line) if it is not valid."""
+    if not isinstance(cfg, Config):
+        if not (isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is Config):
+            cfg = OmegaConf.merge(OmegaConf.structured(schema_node()), cfg)  # a plain mapping: the schema first
+        cfg = OmegaConf.to_object(cfg)
+    return cfg, validate(cfg)
 
 
 def to_config(cfg: Any) -> Config:
-    """The composed config as a validated :class:`Config` (ConfigError, one line, if it is not valid)."""
-    if not isinstance(cfg, Config):
-        if not (isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is Config):
-            cfg = OmegaConf.merge(OmegaConf.structured(Config), cfg)  # a plain mapping: the schema first
-        cfg = OmegaConf.to_object(cfg)
-    validate(cfg)
-    return cfg
+    """The composed config as a validated :class:`Config` (:func:`prepare` without the notes)."""
+    return prepare(cfg)[0]
