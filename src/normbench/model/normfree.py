@@ -160,7 +160,6 @@ def _xavier_rows(w: torch.Tensor, parts: int, gain: float = 1.0) -> None:
 class NormFreeGPT(GPT):
     """GPT with norm-free blocks and the ReZero / Fixup / T-Fixup init (module docstring)."""
 
-
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         no_norm = copy.deepcopy(norm_cfg)  # norm= is ignored (start-up note): nothing here is a norm
         no_norm.name, no_norm.embed_scale = "none", False

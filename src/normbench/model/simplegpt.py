@@ -137,7 +137,6 @@ class SimpleBlock(nn.Module):
 class SimpleGPT(GPT):
     """GPT with SimpleGPT blocks, an untied head and SimpleGPT's init (module docstring)."""
 
-
     def __init__(self, mcfg, arch, norm_cfg, vocab_size: int):
         if mcfg.tie_embeddings:
             mcfg = copy.deepcopy(mcfg)
