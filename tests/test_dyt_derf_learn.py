@@ -1,14 +1,14 @@
-"""DyT and Derf learn on the default data (issue 11; docs/dyt-derf.md, docs/init.md).
+"""DyT and Derf learn on the default data (docs/dyt-derf.md, docs/init.md).
 
 Each of LayerNorm, DyT and Derf trains once per arch (pre_ln, peri_ln) on ``model=tiny`` for 200
 steps (seed 0, AdamW lr 2e-3, the default data) from ONE init, ``model.init_std=fan_in`` (the gain
 nearest DyT's references; at the presets' ``auto`` they learn too, but 0.7 nats behind), in a
 module-scoped fixture (about 2 minutes in all). Measured there (docs/init.md): LayerNorm 2.04/2.07,
-DyT 2.25/2.23, Derf 2.21/2.2x (pre_ln/peri_ln): DyT/Derf trail LayerNorm by ~10% at one init (before
-issue 25 they were compared with LayerNorm started at 0.02, which hid the gap). Before issue 11 DyT/Derf
-stayed at ~3.00, the loss of a model that ignores context, while LayerNorm reached ~2.2; by step 50
-their residual stream had grown 40-160x more than LayerNorm's (pre_ln), and the final DyT saturated
-until every block gradient was exactly 0.
+DyT 2.25/2.23, Derf 2.21/2.2x (pre_ln/peri_ln): DyT/Derf trail LayerNorm by ~10% at one init (when they
+were compared with LayerNorm started at 0.02, the init hid the gap). Without their residual-stream
+fixes (docs/dyt-derf.md) DyT/Derf stayed at ~3.00, the loss of a model that ignores context, while
+LayerNorm reached ~2.2; by step 50 their residual stream had grown 40-160x more than LayerNorm's
+(pre_ln), and the final DyT saturated until every block gradient was exactly 0.
 
 Residual growth is compared relative to each run's own start (variance after the last block /
 variance of the embedding output at step 1): the DyT/Derf recipe's sqrt(d) embedding scalar puts

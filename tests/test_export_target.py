@@ -1,4 +1,4 @@
-"""Export's errors and manners (issue 27, part 3): any OSError while writing OUT_DIR is one line (exit 2) and
+"""Export's errors and manners : any OSError while writing OUT_DIR is one line (exit 2) and
 leaves nothing; a new OUT_DIR gets what a plain ``mkdir`` gives (umask, setgid parent) and its files what a
 plain ``open()`` gives; an existing empty OUT_DIR keeps its mode and group; a run still training is exported
 with a warning; the loading lines of docs/export.md run on a terminal without a prompt.

@@ -1,4 +1,4 @@
-"""No corrupt file is trusted (issue 27, part 2): a damaged ``checkpoints/last.pt`` is refused by a resume,
+"""No corrupt file is trusted : a damaged ``checkpoints/last.pt`` is refused by a resume,
 ``export``, ``sample`` and the layer-skip evaluation with one line naming it (exit 2 for the commands), and
 neither it nor the run directory changes; a damaged ``summary.json`` is named by the report and never read.
 

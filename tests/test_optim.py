@@ -1,4 +1,4 @@
-"""Optimizers, the weight-decay policy and the LR schedules (issue 6).
+"""Optimizers, the weight-decay policy and the LR schedules.
 
 The update rules of Lion and Muon are written out here, independently of
 src/normbench/train/optim.py and muon.py, and compared with one optimizer step on a small tensor.
@@ -211,7 +211,7 @@ def _private_torch_overrides(cls: type) -> list[str]:
 
 
 def test_no_private_torch_optimizer_member_is_overridden_or_called():
-    """normbench's optimizers use torch.optim's public surface only (issue 26): every Optimizer subclass normbench
+    """normbench's optimizers use torch.optim's public surface only: every Optimizer subclass normbench
     defines and every optimizer the registry builds. A subclass overriding torch.optim.Muon._init_group is caught."""
 
     class Hooked(torch.optim.Muon):

@@ -364,7 +364,7 @@ def test_reproduce_end_to_end_writes_verdict_and_reuses_runs(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("cid", ["crmsnorm_parity", "seednorm_gain", "powernorm_gap", "qkclip_logits"])
-def test_issue17_claims_compose_to_valid_configs(cid):
+def test_every_claim_composes_to_a_valid_config(cid):
     """Every grid point of the claims added with the further norms and QK-Clip is a valid training config."""
     import itertools
 

@@ -1,4 +1,4 @@
-"""Each norm of model/scale_and_batch_norms.py learns on model=tiny in 200 steps, with pre_ln and peri_ln (issue 17).
+"""Each norm of model/scale_and_batch_norms.py learns on model=tiny in 200 steps, with pre_ln and peri_ln.
 
 One run per (arch, norm), seed 0, AdamW lr 2e-3 (the default), batch 16 x 64 tokens, diag off, in a
 module-scoped fixture; each must end with outcome ``learned`` (beat the no-context baseline by
@@ -62,7 +62,7 @@ def test_learns(runs, arch, name):
 def test_seednorm_at_the_final_norm_too_learns_at_the_width_transferred_init(runs, tmp_path):
     """The measurement behind norm.seed_final=false (docs/architectures.md §2): at the old init (every
     weight 0.02) SeeDNorm also before the head ended ~0.6 nats behind (2.78 vs 2.18 at seed 0). At the
-    presets' width-transferred init (issue 25, docs/init.md) that lag is gone (1.95 vs 1.94 at seed 0):
+    presets' width-transferred init (docs/init.md) that lag is gone (1.95 vs 1.94 at seed 0):
     the final SeeDNorm learns within 0.15 nats of the default form."""
     final = trainer.run(compose([*RUN, "arch=pre_ln", "norm=seednorm", "norm.seed_final=true"]), tmp_path)
     assert final["outcome"] == "learned"
