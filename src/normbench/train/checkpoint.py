@@ -40,7 +40,7 @@ TMP_MARK = ".tmp."
 RESTORE = "restore a good copy, or delete it to start over"
 
 
-# What a resume reads unconditionally (train_state.TrainState.resume and load_state_dict).
+# What a resume reads unconditionally (train/state.py: TrainState.resume and load_state_dict).
 REQUIRED_KEYS = ("model", "optimizer", "step", "tokens", "sampler_rng", "torch_rng")
 
 
