@@ -15,7 +15,8 @@ a0 by width (:func:`alpha_rule`, used where ``norm.alpha_init_*`` is null): DyT 
 LLaMA README's table by d_model (7B d=4096: 0.8/0.2/0.2, 13B d=5120: 0.6/0.15/0.15, 34B/70B
 d=8192: 0.2/0.05/0.05 for attn/ffn/final); narrower than the table, the paper only says "narrower
 -> larger a0", so we use the LLaMA code's default 1.0 at every site. Derf publishes no width rule:
-1.0 everywhere (its patch default). Why DyT/Derf trail the statistic norms at the presets' init: docs/dyt-derf.md, docs/init.md.
+1.0 everywhere (its patch default). Why DyT/Derf trail the statistic norms at the presets' init:
+docs/dyt-derf.md, docs/init.md.
 
 Sites (:data:`SITES`, which a0 a DyT/Derf gets): a norm takes the site of the sublayer it
 belongs to. ``attn``: the attention input norm (Pre/Peri/Mix-LN, HybridNorm* block 0), Peri-LN's
