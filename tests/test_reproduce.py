@@ -228,13 +228,20 @@ def test_unfinished_runs_make_it_inconclusive(tmp_path):
 # ----------------------------------------------------------------------------- registry and CLI
 
 
-def test_every_contract_claim_is_declared_with_both_scales():
+def test_every_contract_claim_is_declared_with_its_scales():
     assert claim_ids() == CONTRACT
     for cid in CONTRACT:
         c = load_claim(cid)
-        assert set(c.scales) == {"cpu", "gpu"} and c.paper and c.tests and c.requires is None, cid
-        for scale in ("cpu", "gpu"):
+        assert set(c.scales) == {"cpu", "quick", "gpu"} and c.paper and c.tests and c.requires is None, cid
+        for scale in ("cpu", "quick", "gpu"):
             assert c.sweep(scale)["sweeps"] and int(c.sweep(scale).get("seeds", 3)) >= 3
+        # the verdict trains at least Chinchilla's 20 tokens per parameter; the quick form a fixed step count
+        cpu, quick = c.sweep("cpu"), c.sweep("quick")
+        per_job = [o for o in cpu["fixed"] if o.startswith("trainer.tokens_per_param=")]
+        assert float(cpu.get("tokens_per_param") or per_job[0].split("=")[1]) >= 20, cid
+        assert not any(o.startswith("trainer.max_steps=") for o in cpu["fixed"]), cid
+        assert any(o.startswith("trainer.max_steps=") for o in quick["fixed"]), cid
+        assert cpu["sweeps"] == quick["sweeps"] and cpu.get("seeds") == quick.get("seeds"), cid
 
 
 def test_bad_claim_files_are_one_line(tmp_path):

@@ -181,6 +181,7 @@ class TrainerConfig:
     grad_accum: int = 1
     max_steps: int = 200
     max_tokens: int | None = None  # if set, stop at whichever of the two comes first
+    tokens_per_param: float | None = None  # if set, the length: tokens per weight-matrix param (train/length.py)
     grad_clip: float = 1.0  # 0 disables clipping
     log_every: int = 10
     eval_every: int = 50

@@ -1,7 +1,9 @@
 """The claims registry: one YAML file per claim in ``conf/claims/<id>.yaml`` (the id is the file name).
 
-A claim file holds ``claim`` (in words), ``paper``, ``scales`` (``cpu`` and ``gpu``: ``seeds``,
-``fixed`` overrides, ``sweeps``: a list of {key: [values]} grids, each one Hydra multirun) and
+A claim file holds ``claim`` (in words), ``paper``, ``scales`` (``cpu``, ``quick`` and ``gpu``: ``seeds``,
+``fixed`` overrides, ``sweeps``: a list of {key: [values]} grids, each one Hydra multirun, ``tokens_per_param``:
+the length, resolved once for every job, :mod:`.length`; a scale written ``{like: cpu, ...}`` is that
+scale with a few keys changed, :func:`_derived`) and
 ``tests``: each with ``name``, ``kind`` (difference | on_par | outcome | largest_lr), ``metric``,
 ``group`` and ``baseline`` ({key: value} selecting runs; a difference baseline may be a number),
 ``at`` (settings both sides share), ``direction`` (higher | lower), ``threshold`` or ``band``,
@@ -21,7 +23,8 @@ import yaml
 from normbench.errors import ConfigError
 
 KINDS = ("difference", "on_par", "outcome", "largest_lr")
-SCALES = ("cpu", "gpu")
+SCALES = ("cpu", "quick", "gpu")
+LENGTH_KEYS = ("trainer.max_steps", "trainer.max_tokens", "trainer.tokens_per_param")
 METRICS = (
     "best_val_loss", "final_val_loss", "tokens_per_s", "var_growth", "grad_spread", "grad_cv",
     "massive_ratio_peak", "massive_onset_frac", "steps_to_target", "tokens_to_target", "seconds_to_target",
@@ -115,6 +118,27 @@ def _test(cid: str, raw: dict) -> Test:
     return test
 
 
+def _derived(cid: str, scales: dict, scale: str) -> dict:
+    """A scale written ``{like: other, ...}``: the other scale's sweep with these keys over it; its ``fixed``
+    overrides replace the other's of the same key, and a ``tokens_per_param`` (or a length in ``fixed``)
+    replaces the other's length (``trainer.max_steps``, ``max_tokens``, ``tokens_per_param``)."""
+    s = scales[scale]
+    if not isinstance(s, dict) or "like" not in s:
+        return s
+    base = scales.get(s["like"])
+    if not isinstance(base, dict) or "like" in base:
+        raise ConfigError(f"claim {cid}: scales.{scale}.like={s['like']} must name a scale written out in full")
+    own = [str(o) for o in s.get("fixed", [])]
+    replaced = {override_key(o) for o in own}
+    if "tokens_per_param" in s or replaced & set(LENGTH_KEYS):
+        replaced |= set(LENGTH_KEYS)
+    merged = {**base, **{k: v for k, v in s.items() if k not in ("like", "fixed")}}
+    if "tokens_per_param" not in s and replaced & set(LENGTH_KEYS):
+        merged.pop("tokens_per_param", None)
+    merged["fixed"] = [o for o in base.get("fixed", []) if override_key(str(o)) not in replaced] + own
+    return merged
+
+
 def as_str(value) -> str:
     """A YAML value as an override writes it (``true``, not ``True``)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -128,9 +152,13 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
     for key in ("claim", "paper", "scales", "tests"):
         if key not in raw:
             raise ConfigError(f"claim {cid} ({path}): missing key {key!r}")
+    raw["scales"] = {scale: _derived(cid, raw["scales"], scale) for scale in raw["scales"]}
     for scale, s in raw["scales"].items():
         if scale not in SCALES or not isinstance(s, dict) or "sweeps" not in s:
             raise ConfigError(f"claim {cid}: scales.{scale} must be one of {', '.join(SCALES)} with sweeps")
+        ratio = s.get("tokens_per_param")
+        if ratio is not None and not (isinstance(ratio, int | float) and ratio > 0):
+            raise ConfigError(f"claim {cid}: scales.{scale}.tokens_per_param={ratio} must be a positive number")
     tests = [_test(cid, t) for t in raw["tests"] or []]
     part = raw.get("part_of_claim") or {}
     if not isinstance(part, dict) or not all(isinstance(v, str) and v.strip() for v in part.values()):

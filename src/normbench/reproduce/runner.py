@@ -22,6 +22,7 @@ from pathlib import Path
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
 from normbench.reproduce.claims import Claim, override_key
+from normbench.reproduce.length import pin
 from normbench.reproduce.measure import FINISHED, judge_claim
 from normbench.reproduce.shared import check_claim
 from normbench.reproduce.skip_eval import read_skip, skip_losses
@@ -73,6 +74,10 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
+    pinned = pin(claim, scale, [o for o in overrides if not o.startswith("hydra")])
+    if pinned is not None:  # the scale's tokens_per_param, as one number of steps for every job (.length)
+        log(f"normbench: {claim.id}: {pinned.describe()}")
+        overrides = [*overrides, pinned.override]
     root, argvs, jobs = plan(claim, scale, seeds, list(overrides), out)
     inits = check_claim(claim, scale, [o for o in overrides if not o.startswith("hydra")])
     for name, sides in inits.items():
@@ -104,7 +109,8 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
         runs = find_runs(root)
     result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {})
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
-    result.update(runs_dir=str(root), n_runs=len(runs), seconds=round(time.perf_counter() - start, 1),
+    result.update(length=_length(pinned, runs), runs_dir=str(root), n_runs=len(runs),
+                  seconds=round(time.perf_counter() - start, 1),
                   run_time_s=round(run_time, 1),
                   commit=_commit(), settings=claim.sweep(scale).get("fixed", []) + list(overrides))  # fmt: skip
     claim_dir = out / claim.id
@@ -116,6 +122,19 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     plot_claim(result, runs, claim, claim_dir / "claim.png")
     write_report(result, root, claim_dir)
     return result
+
+
+def _length(pinned, runs) -> dict:
+    """verdict.json's ``length``: the declared tokens per parameter (if any), the steps, and the tokens per
+    parameter the runs reached (min and max over runs; a side with more weight matrices reaches less)."""
+    reached = [float(r.summary["tokens_per_param"]) for r in runs if (r.summary or {}).get("tokens_per_param")]
+    steps = sorted({int(r.summary["max_steps"]) for r in runs if (r.summary or {}).get("max_steps")})
+    return {
+        "tokens_per_param": pinned.ratio if pinned else None,
+        "steps": pinned.steps if pinned else (steps[0] if len(steps) == 1 else steps),
+        "reference_params": pinned.params if pinned else None,
+        "reached": [min(reached), max(reached)] if reached else None,
+    }
 
 
 def _commit() -> str | None:

@@ -4,7 +4,9 @@ Before a claim's sweep runs, every job of it (one per grid point, seeds aside) i
 ``normbench train`` would compose it, and each test's group is set against its baseline, key by key
 of the resolved config. A key may differ only when the claim sweeps it (a swept config group, e.g.
 ``arch``, frees its whole section ``arch.*``), when it is bookkeeping (``run/resume.FREE_KEYS``), or when
-the claim file names it under ``part_of_claim`` with the reason. The weight init is checked beside
+the claim file names it under ``part_of_claim`` with the reason. The tokens each side trains are
+checked beside the keys as ``tokens`` (``trainer.tokens_per_param`` resolves against each model's own
+weight matrices, so equal keys can still mean unequal lengths). The weight init is checked beside
 the keys as ``init_std``: the std the plain matrices and the embedding start from, as the model
 builds them (``model.weight_init_std``). A swept ``norm`` frees ``norm.*`` but never the init, so a
 norm comparison always starts from one init; an arch whose paper brings its own init (nGPT, Fixup,
@@ -22,6 +24,7 @@ from normbench.errors import ConfigError
 from normbench.reproduce.claims import Claim, Test, as_str
 
 INIT = "init_std"
+TOKENS = "tokens"  # the tokens a job trains (train/length.py): one length per comparison
 
 
 def _spell(value) -> str:
@@ -90,6 +93,13 @@ def _pairs(group: list, base: list, about: set[str]) -> list:
 
 
 def _check_pair(claim: Claim, test: Test, g, b, about: set[str], declared: set[str]) -> None:
+    if g[3] != b[3] and TOKENS not in declared:
+        raise ConfigError(
+            f"claim {claim.id}, test {test.name!r}: the compared groups would train different numbers of tokens "
+            f"({g[3]:,} for {g[0]} vs {b[3]:,} for {b[0]}: trainer.tokens_per_param counts each model's own "
+            "weight matrices); give both one length (trainer.max_steps), or name tokens under part_of_claim "
+            "with the reason"
+        )
     if g[2] != b[2] and INIT not in declared:
         raise ConfigError(
             f"claim {claim.id}, test {test.name!r}: the compared groups start from different inits "
@@ -107,6 +117,13 @@ def _check_pair(claim: Claim, test: Test, g, b, about: set[str], declared: set[s
         )
 
 
+def run_tokens(cfg) -> int:
+    """The tokens a composed job trains: its steps (trainer.tokens_per_param resolved) x tokens per step."""
+    from normbench.train import length
+
+    return length.run_steps(cfg) * length.tokens_per_step(cfg)
+
+
 def check_claim(claim: Claim, scale: str, overrides=()) -> dict[str, dict[str, list[float]]]:
     """ConfigError (one line, naming the key) if a test's two sides differ in a key the test is not
     about (its group, baseline, ``at`` and ``tune`` keys) and the claim does not declare; else
@@ -115,7 +132,8 @@ def check_claim(claim: Claim, scale: str, overrides=()) -> dict[str, dict[str, l
     from normbench.run.resume import flat_config
 
     declared = set((claim.part_of_claim or {}).keys())
-    jobs = [(values, flat_config(cfg), weight_init_std(cfg)) for values, cfg in compose_jobs(claim, scale, overrides)]
+    jobs = [(values, flat_config(cfg), weight_init_std(cfg), run_tokens(cfg))
+            for values, cfg in compose_jobs(claim, scale, overrides)]  # fmt: skip
     inits: dict[str, dict[str, list[float]]] = {}
     for test in claim.tests:
         about = {*test.group, *(test.baseline if isinstance(test.baseline, dict) else {}), *test.at}

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from normbench.config.schema import as_dict, run_steps
+from normbench.config.schema import as_dict
 from normbench.data.batches import Batches, fixed_batches
 from normbench.data.corpus import load_data
 from normbench.errors import ConfigError
@@ -25,7 +25,7 @@ from normbench.model import build_model, padded_vocab, weight_init_std
 from normbench.model.stabilizers import QKClip
 from normbench.run.rundir import RunDir
 from normbench.train import distributed as dist_utils
-from normbench.train import memory
+from normbench.train import length, memory
 from normbench.train.diagnostics import Diagnostics
 from normbench.train.flops import model_flops_per_token, peak_flops
 from normbench.train.optim import build_optimizer
@@ -96,6 +96,7 @@ class Components:
     max_steps: int
     tokens_per_step: int
     n_params: int
+    length_params: int  # N of tokens_per_param: the weight matrices (train/length.py)
     init_std: float  # the std the plain matrices and embedding started from (model.weight_init_std)
     flops_per_token: float
     peak_flops: float | None
@@ -126,6 +127,9 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
     vocab = padded_vocab(cfg, data.vocab_size)
     memory.check(cfg, vocab, device, log=log.info, world=world)  # refuse what cannot fit
     raw_model, model, n_params, init_std, flops_per_token = _build_model(cfg, vocab, device)
+    n_length = length.count_matrices(raw_model)
+    steps = length.run_steps(cfg, vocab, n_length)
+    log.info("%s", length.describe(cfg, steps, n_length))
     if world > 1:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
@@ -146,9 +150,10 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         diag=diag,
         t=plain(cfg.trainer),
         sched=plain(cfg.sched),  # plain copies of what the step loop reads: an OmegaConf read costs microseconds
-        max_steps=run_steps(cfg),
+        max_steps=steps,
         tokens_per_step=t.batch_size * t.grad_accum * T,
         n_params=n_params,
+        length_params=n_length,
         init_std=init_std,
         flops_per_token=flops_per_token,
         peak_flops=peak_flops(device, cfg.peak_flops),

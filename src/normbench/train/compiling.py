@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from normbench.config.schema import run_steps
+from normbench.train import length
 from normbench.train.flops import model_flops_per_token, peak_flops
 
 CHOICES = (True, False, "auto")
@@ -77,7 +77,7 @@ def decide(cfg, model: torch.nn.Module, device: torch.device) -> Decision:
     t = cfg.trainer
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.seq_len
     step_s = model_flops_per_token(model, cfg.model) * tokens_per_step / flops_s
-    steps = run_steps(cfg)
+    steps = length.run_steps(cfg, n=length.count_matrices(model))
     saved = steps * step_s * prof.saving
     on = saved > prof.compile_s
     return Decision(

@@ -51,6 +51,7 @@ class Recorder:
             peak_flops=c.peak_flops,
             wall_s=0.0,
             n_params=c.n_params,
+            length_params=c.length_params,
             init_std=c.init_std,
             arch=cfg.arch.name,
             norm=cfg.norm.name,
@@ -103,6 +104,7 @@ class Recorder:
         return dict(
             step=s.step,
             tokens=s.tokens,
+            tokens_per_param=round(s.tokens / self.c.length_params, 4),
             final_val_loss=s.evals.last,
             best_val_loss=s.evals.best if math.isfinite(s.evals.best) else None,
             spikes=s.losses.spike.count,
@@ -127,7 +129,8 @@ class Recorder:
     def finish(self, status: str, reason: str | None) -> dict:
         """The run's end: status, outcome (learned/unstable/stuck/diverged), per-layer statistics."""
         s = self.state
-        self.summary.update(status=status, reason=reason, step=s.step, tokens=s.tokens)
+        self.summary.update(status=status, reason=reason, step=s.step, tokens=s.tokens,
+                            tokens_per_param=round(s.tokens / self.c.length_params, 4))  # fmt: skip
         if self.is_main:
             baseline = outcomes.baseline_loss(self.c.data)
             self.summary.update(outcomes.run_results(self.summary, self.history, baseline, s.losses.spike.steps))

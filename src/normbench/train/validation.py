@@ -33,13 +33,13 @@ from normbench.config.schema import (
     SCHEDS,
     Config,
     qk_norm_mode,
-    run_steps,
     schema_node,
 )
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
 from normbench.model import stabilizers
 from normbench.train import distributed as dist_utils
+from normbench.train import length
 
 
 def archs() -> tuple[str, ...]:
@@ -100,6 +100,7 @@ def validate(cfg: Any) -> list[str]:
     for key in ("every", "batch", "spike_factor", "spike_window"):
         _positive(f"diag.{key}", getattr(cfg.diag, key))
     notes += check_combination(cfg)
+    _check_length(cfg)  # after the model's checks: tokens_per_param builds the model (on the meta device)
     dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
     return notes
 
@@ -191,12 +192,20 @@ def _check_schedule(cfg: Any) -> None:
     _positive("trainer.grad_clip", t.grad_clip, zero_ok=True)
     _positive("trainer.diverge_factor", t.diverge_factor)
     _positive("trainer.stop_grace_s", t.stop_grace_s)
-    steps = run_steps(cfg)
-    length = f"trainer.max_steps={t.max_steps}"
-    if steps < t.max_steps:
-        length = f"trainer.max_tokens={t.max_tokens} gives {steps} steps"
+    length.check_ratio(t.tokens_per_param)
+
+
+def _check_length(cfg: Any) -> None:
+    """The run's length (train/length.py) and a warmup shorter than it."""
+    s, t = cfg.sched, cfg.trainer
+    steps = length.run_steps(cfg)
+    what = f"trainer.max_steps={t.max_steps}"
+    if t.tokens_per_param is not None:
+        what = f"trainer.tokens_per_param={t.tokens_per_param:g} gives {steps} steps"
+    elif steps < t.max_steps:
+        what = f"trainer.max_tokens={t.max_tokens} gives {steps} steps"
     if s.warmup_steps is not None and s.warmup_steps >= steps and s.warmup_steps > 0:
-        raise ConfigError(f"sched.warmup_steps={s.warmup_steps} must be shorter than the run ({length})")
+        raise ConfigError(f"sched.warmup_steps={s.warmup_steps} must be shorter than the run ({what})")
 
 
 def prepare(cfg: Any) -> tuple[Config, list[str]]:

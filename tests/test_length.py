@@ -1,0 +1,115 @@
+"""The run's length in tokens per parameter (train/length.py) and one length per claim (reproduce/length.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from normbench.errors import ConfigError
+from normbench.reproduce.claims import load_claim
+from normbench.reproduce.length import pin
+from normbench.reproduce.shared import check_claim
+from normbench.train import length
+
+from conftest import run_cli
+
+
+def test_length_params_counts_the_weight_matrices_by_hand(tiny_cfg):
+    cfg = tiny_cfg("model.n_layer=4", "norm=layernorm")
+    import torch
+
+    from normbench.model import build_model
+
+    model = build_model(cfg, 256)
+    d_ff = model.blocks[0].mlp.core.c_fc.weight.shape[0] // 2  # SwiGLU: gate and up in one matrix
+    d = 64
+    expected = 256 * d + 4 * (4 * d * d + 3 * d * d_ff)
+    assert length.length_params(cfg, 256) == expected == length.count_matrices(model)
+    total = sum(p.numel() for p in model.parameters())
+    assert 0 < total - expected == sum(p.numel() for p in model.parameters() if p.dim() == 1)
+    # a placement with more norms has the same N; torch builds nothing on the meta count
+    peri = tiny_cfg("model.n_layer=4", "norm=layernorm", "arch=peri_ln")
+    assert length.length_params(peri, 256) == expected
+    assert torch.get_default_device().type == "cpu"
+
+
+def test_tokens_per_param_sets_the_steps(tiny_cfg):
+    cfg = tiny_cfg("model.n_layer=4", "trainer.tokens_per_param=20", "trainer.batch_size=8")
+    n = length.length_params(cfg)
+    assert length.run_steps(cfg) == round(20 * n / (8 * 64))
+    assert length.run_steps(tiny_cfg("trainer.max_steps=7")) == 7
+    both = tiny_cfg("trainer.tokens_per_param=20", "trainer.max_tokens=1000")
+    with pytest.raises(ConfigError, match="set one of them"):
+        length.run_steps(both)
+
+
+def test_bad_tokens_per_param_is_one_line(tmp_path):
+    r = run_cli(["train", "model=tiny", "trainer.tokens_per_param=-1", f"hydra.run.dir={tmp_path}/r"], tmp_path)
+    assert r.returncode == 2
+    assert "normbench: error: trainer.tokens_per_param=-1.0 must be a positive number" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_run_prints_and_records_its_length(tmp_path):
+    run = tmp_path / "r"
+    args = ["train", "model=tiny", "trainer.tokens_per_param=0.05", "trainer.batch_size=4", "diag=off",
+            "trainer.eval_every=1000", f"hydra.run.dir={run}"]  # fmt: skip
+    r = run_cli(args, tmp_path, check=True)
+    s = json.loads((run / "summary.json").read_text())
+    n = s["length_params"]
+    steps = round(0.05 * n / (4 * 64))
+    assert s["max_steps"] == s["step"] == steps and s["tokens"] == steps * 4 * 64
+    assert s["tokens_per_param"] == pytest.approx(steps * 256 / n, abs=1e-4)
+    assert f"length: {steps:,} steps x 256 tokens" in r.stdout + r.stderr
+    assert "tokens per parameter" in (run / "train.log").read_text()
+
+
+def _claim(tmp_path, sweeps, fixed, scale_extra=None):
+    raw = {
+        "claim": "made up",
+        "paper": "nobody",
+        "scales": {"cpu": {"seeds": 3, "fixed": fixed, "sweeps": sweeps, **(scale_extra or {})}},
+        "tests": [{"name": "loss", "kind": "difference", "metric": "best_val_loss", "group": {"arch": "simplenorm"},
+                   "baseline": {"arch": "pre_ln"}, "threshold": 0.05}],
+        "part_of_claim": {"init_std": "SimpleNorm's own N(0, 1) embedding and 0.02 init"},
+    }  # fmt: skip
+    (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
+    return load_claim("madeup", tmp_path)
+
+
+def test_sides_that_would_train_different_tokens_are_refused(tmp_path):
+    # SimpleNorm's untied head: more weight matrices, so per-job tokens_per_param gives it a longer run
+    claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny", "trainer.tokens_per_param=20"])
+    with pytest.raises(ConfigError, match="would train different numbers of tokens") as err:
+        check_claim(claim, "cpu")
+    assert "\n" not in str(err.value)
+
+
+def test_a_claim_length_is_pinned_from_its_baseline(tmp_path):
+    claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny"], {"tokens_per_param": 20})
+    pinned = pin(claim, "cpu")
+    from normbench.config.files import compose_config
+
+    base = compose_config(["model=tiny", "arch=pre_ln"])
+    assert pinned.reference == {"arch": "pre_ln"} and pinned.params == length.length_params(base)
+    assert pinned.steps == round(20 * pinned.params / (16 * 64))
+    check_claim(claim, "cpu", [pinned.override])  # one max_steps for both sides: accepted
+    assert pin(claim, "cpu", ["trainer.max_steps=5"]) is None  # the user's length wins
+
+
+def test_quick_scale_is_the_cpu_sweep_with_its_own_length(tmp_path):
+    raw = {
+        "claim": "made up", "paper": "nobody",
+        "scales": {"cpu": {"like": "quick", "tokens_per_param": 20},
+                   "quick": {"seeds": 3, "fixed": ["model=tiny", "trainer.max_steps=200", "diag.every=50"],
+                             "sweeps": [{"arch": ["pre_ln", "peri_ln"]}]}},
+        "tests": [{"name": "v", "kind": "difference", "metric": "var_growth", "group": {"arch": "peri_ln"},
+                   "baseline": {"arch": "pre_ln"}, "threshold": 0.4}],
+    }  # fmt: skip
+    (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
+    c = load_claim("madeup", tmp_path)
+    assert c.sweep("cpu")["fixed"] == ["model=tiny", "diag.every=50"] and c.sweep("cpu")["tokens_per_param"] == 20
+    assert c.sweep("quick")["fixed"][1] == "trainer.max_steps=200" and "tokens_per_param" not in c.sweep("quick")
+    assert c.sweep("cpu")["sweeps"] == c.sweep("quick")["sweeps"]
