@@ -187,6 +187,7 @@ class TrainerConfig:
     eval_every: int = 50
     eval_batches: int = 8
     ckpt_every: int = 100
+    save_at: list[int] = field(default_factory=list)  # steps whose checkpoint is also kept as step_<k>.pt (branches)
     resume: bool = False
     resume_allow_changed: list[str] = field(default_factory=list)  # non-model keys allowed to differ
     diverge_factor: float = 3.0  # loss > factor * the first step's loss -> diverged

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from normbench.errors import ConfigError, error
 
-USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|gpu] [seeds=N] [out=DIR]
-                                   [min_seeds=N] [ladder=true] [--dry-run] [--no-run]
+USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|quick|gpu] [seeds=N] [out=DIR]
+                                   [min_seeds=N] [ladder=true] [duration=ladder|branch] [--dry-run] [--no-run]
                                    [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
@@ -26,6 +26,14 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|g
   --no-run    launch nothing: judge and report the runs already there (unfinished ones count as such)
   ladder=true the sweep at 3 model widths (d_model 64/128/256, or the claim's own rungs): DIR/ID/ladder.json
               and DIR/ID/ladder.png, the effect against the size (reproduce/ladder.py)
+  duration=ladder
+              the sweep at 1, 5 and 20 tokens per parameter (the top rung is the verdict's own sweep):
+              DIR/ID/duration.json and DIR/ID/duration.png, the effect against the length (reproduce/duration.py)
+  duration=branch
+              the same from one warmup-stable-decay trunk with a 20% cooldown branched off at each shorter
+              rung: DIR/ID/duration_branch.json and .png
+  rungs=R,R,.. the duration ladder's tokens per parameter (default 1,5,20, or the claim's own)
+  scale=quick the claim's 200-step sweep (about 1 token per parameter): quick, and not the verdict
 """
 
 
@@ -41,7 +49,15 @@ def list_claims() -> list[str]:
 
 
 # This command's own options (any other key=value is a Hydra override for the runs), with their defaults.
-OPTIONS = {"scale": "cpu", "seeds": None, "out": "outputs/reproduce", "min_seeds": "3", "ladder": "false"}
+OPTIONS = {
+    "scale": "cpu",
+    "seeds": None,
+    "out": "outputs/reproduce",
+    "min_seeds": "3",
+    "ladder": "false",
+    "duration": "false",
+    "rungs": None,
+}
 
 
 @dataclass
@@ -124,6 +140,17 @@ def _check_options(opts: dict) -> None:
             raise ConfigError(f"{key}={opts[key]} must be a whole number (min_seeds >= 2)")
     if opts["ladder"] not in ("true", "false"):
         raise ConfigError(f"ladder={opts['ladder']} is not allowed; choose one of: true, false")
+    if opts["duration"] not in ("false", "ladder", "branch"):
+        raise ConfigError(f"duration={opts['duration']} is not allowed; choose one of: ladder, branch, false")
+    if opts["rungs"] is not None:
+        try:
+            values = [float(r) for r in opts["rungs"].split(",")]
+        except ValueError:
+            values = []
+        if not values or any(not v > 0 for v in values) or opts["duration"] == "false":
+            raise ConfigError(f"rungs={opts['rungs']} must be tokens per parameter (e.g. rungs=1,5,20) with duration=")
+    if opts["duration"] != "false" and opts["ladder"] == "true":
+        raise ConfigError("ladder=true and duration= are two ladders; run them one at a time")
 
 
 def _run_claim(claim, req: _Request) -> dict | None:
@@ -132,6 +159,9 @@ def _run_claim(claim, req: _Request) -> dict | None:
     from normbench.reproduce.runner import reproduce
 
     opts = req.opts
+    if opts["duration"] != "false":
+        _duration(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
+        return None
     if opts["ladder"] == "true":
         _ladder(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
         return None
@@ -139,18 +169,39 @@ def _run_claim(claim, req: _Request) -> dict | None:
                      req.dry, launch=req.launch)  # fmt: skip
 
 
+def _duration(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
+    from normbench.reproduce.duration import run_duration
+
+    rungs = [float(r) for r in opts["rungs"].split(",")] if opts["rungs"] else None
+    result = run_duration(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]),
+                          opts["duration"], dry, launch, rungs=rungs)  # fmt: skip
+    if result is None:
+        return
+    for r in result["rungs"]:
+        print(f"{claim.id} {r['tokens_per_param']:g} tokens per parameter ({r['steps']} steps): {r['verdict']} "
+              f"({_tests_line(r)})")  # fmt: skip
+    name = "duration" if opts["duration"] == "ladder" else "duration_branch"
+    where = Path(opts["out"]) / claim.id
+    seconds = f"{result['run_time_s']:.0f} s of runs"
+    print(f"normbench: {where / (name + '.json')}, figure {where / (name + '.png')} ({seconds})")
+
+
+def _tests_line(rung: dict) -> str:
+    from normbench.reproduce.summary import fmt
+
+    cis = [t["ci"] or (None, None) for t in rung["tests"]]
+    return "; ".join(f"{t['name']}: {t['verdict']} {fmt(t['effect'])} [{fmt(lo)}, {fmt(hi)}]"
+                     for t, (lo, hi) in zip(rung["tests"], cis))  # fmt: skip
+
+
 def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
     from normbench.reproduce.ladder import run_ladder
-    from normbench.reproduce.summary import fmt
 
     ladder = run_ladder(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
                         launch=launch)  # fmt: skip
     if ladder is None:
         return
     for r in ladder["rungs"]:
-        cis = [t["ci"] or (None, None) for t in r["tests"]]
-        parts = [f"{t['name']}: {t['verdict']} {fmt(t['effect'])} [{fmt(lo)}, {fmt(hi)}]"
-                 for t, (lo, hi) in zip(r["tests"], cis)]  # fmt: skip
-        print(f"{claim.id} d_model {r['d_model']}, {r['n_layer']} blocks: {r['verdict']} ({'; '.join(parts)})")
+        print(f"{claim.id} d_model {r['d_model']}, {r['n_layer']} blocks: {r['verdict']} ({_tests_line(r)})")
     where = Path(opts["out"]) / claim.id
     print(f"normbench: {where / 'ladder.json'}, figure {where / 'ladder.png'} ({ladder['run_time_s']:.0f} s of runs)")

@@ -84,9 +84,10 @@ def _rung(result: dict) -> dict:
     return {"verdict": result["verdict"], "tests": tests, "run_time_s": result.get("run_time_s") or 0.0}
 
 
-def plot_ladder(ladder: dict, path: Path) -> Path:
-    """One panel per test: the effect against d_model (log x) with its 95% interval, the threshold (or
-    the on-par band) and zero; each point labelled with its verdict."""
+def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_model", log_base: int = 2,
+                title: str = "effect against model width") -> Path:  # fmt: skip
+    """One panel per test: the effect against ``x`` (d_model; the duration ladder: tokens per parameter), log
+    x, with its 95% interval, the threshold (or the on-par band) and zero; each point labelled with its verdict."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -98,30 +99,30 @@ def plot_ladder(ladder: dict, path: Path) -> Path:
     names = [t["name"] for t in rungs_[0]["tests"]] if rungs_ else []
     fig, axes = plt.subplots(1, max(len(names), 1), figsize=(4.4 * max(len(names), 1), 3.5), squeeze=False)
     for ax, name in zip(axes[0], names):
-        pts = [(r["d_model"], next(t for t in r["tests"] if t["name"] == name)) for r in rungs_]
+        pts = [(r[x], next(t for t in r["tests"] if t["name"] == name)) for r in rungs_]
         first = pts[0][1]
-        for x, t in pts:
+        for px, t in pts:
             if t["effect"] is None:
                 continue
             ci = t.get("ci") or [None, None]
             if ci[0] is not None:
-                ax.errorbar([x], [t["effect"]], yerr=[[t["effect"] - ci[0]], [ci[1] - t["effect"]]], fmt="o",
+                ax.errorbar([px], [t["effect"]], yerr=[[t["effect"] - ci[0]], [ci[1] - t["effect"]]], fmt="o",
                             color="C0", capsize=4)  # fmt: skip
             else:
-                ax.plot([x], [t["effect"]], "o", color="C0")
-            ax.annotate(t["verdict"].replace("DOES NOT HOLD", "NOT"), (x, t["effect"]), textcoords="offset points",
+                ax.plot([px], [t["effect"]], "o", color="C0")
+            ax.annotate(t["verdict"].replace("DOES NOT HOLD", "NOT"), (px, t["effect"]), textcoords="offset points",
                         xytext=(6, 4), fontsize=7)  # fmt: skip
-        line = [(x, t["effect"]) for x, t in pts if t["effect"] is not None]
-        ax.plot([x for x, _ in line], [y for _, y in line], color="C0", alpha=0.4)
+        line = [(px, t["effect"]) for px, t in pts if t["effect"] is not None]
+        ax.plot([px for px, _ in line], [y for _, y in line], color="C0", alpha=0.4)
         ax.axhline(0, color="k", lw=0.8)
         _threshold_lines(ax, first)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([x for x, _ in pts], [str(x) for x, _ in pts])
-        ax.set_xlabel("d_model", fontsize=8)
+        ax.set_xscale("log", base=log_base)
+        ax.set_xticks([p for p, _ in pts], [f"{p:g}" for p, _ in pts])
+        ax.set_xlabel(xlabel, fontsize=8)
         ylabel = "effect" + (" (log ratio)" if first.get("transform") == "log" else "")
         ax.set_ylabel(ylabel + (f", {first['interval']} 95% CI" if first.get("interval") else ""), fontsize=8)
         ax.set_title(name + (" (reported)" if first.get("informative") else ""), fontsize=9)
-    return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}): effect against model width")
+    return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}): {title}")
 
 
 def _threshold_lines(ax, t: dict) -> None:

@@ -40,13 +40,14 @@ class Pinned:
         )
 
 
-def pin(claim: Claim, scale: str, overrides=()) -> Pinned | None:
-    """The scale's ``tokens_per_param`` as steps for every job, or None (no ratio, or the user set a length)."""
+def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None) -> Pinned | None:
+    """The scale's ``tokens_per_param`` (or ``ratio``: a duration rung's) as steps for every job, or None (no
+    ratio, or the user set a length)."""
     from normbench.reproduce.shared import compose_jobs, test_sides
     from normbench.run.resume import flat_config
     from normbench.train import length
 
-    ratio = claim.sweep(scale).get("tokens_per_param")
+    ratio = ratio if ratio is not None else claim.sweep(scale).get("tokens_per_param")
     if ratio is None or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return None
     jobs = compose_jobs(claim, scale, overrides)

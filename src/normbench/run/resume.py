@@ -26,6 +26,7 @@ FREE_KEYS = (
     "trainer.log_every",
     "trainer.eval_every",
     "trainer.ckpt_every",
+    "trainer.save_at",  # which checkpoints are kept as copies: the duration ladder's branch points
     "data.cache_dir",
     "device",
     "diag.every",

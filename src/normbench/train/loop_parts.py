@@ -50,13 +50,14 @@ class Evaluation:
 
 
 class Checkpoints:
-    """A checkpoint every ``every`` steps before the last (the last step always ends with one)."""
+    """A checkpoint every ``every`` steps before the last (the last step always ends with one), and at each
+    step of ``keep`` (``trainer.save_at``), whose checkpoint is also kept as ``step_<k>.pt``: a branch point."""
 
-    def __init__(self, every: int, max_steps: int):
-        self.every, self.max_steps = every, max_steps
+    def __init__(self, every: int, max_steps: int, keep=()):
+        self.every, self.max_steps, self.keep = every, max_steps, frozenset(keep)
 
     def due(self, step: int) -> bool:
-        return step % self.every == 0 and step < self.max_steps
+        return (step % self.every == 0 and step < self.max_steps) or step in self.keep
 
 
 class DiagSchedule:

@@ -111,7 +111,8 @@ class Trainer:
         state = TrainState(cfg, c, meter, evals, losses, self.summary)
         resumed = state.resume(self.rundir.checkpoint_path, cfg, c.max_steps, c.sched)
         recorder = Recorder(cfg, self.rundir, c, state, meter, resumed)
-        ckpts, diag = Checkpoints(c.t.ckpt_every, c.max_steps), DiagSchedule(c.diag, cfg.diag.every, c.max_steps)
+        ckpts = Checkpoints(c.t.ckpt_every, c.max_steps, c.t.save_at)
+        diag = DiagSchedule(c.diag, cfg.diag.every, c.max_steps)
         self.loop = Loop(c, state, meter, recorder, evals, ckpts, diag, losses, StopVotes(c.device))
         recorder.start()
 
@@ -311,7 +312,10 @@ class Trainer:
     def save_checkpoint(self) -> None:
         state = self.loop.state.state_dict()  # collective under FSDP: every rank gets here; rank 0 writes
         if state is not None:
-            ckpt.save_atomic(state, self.rundir.checkpoint_path)
+            path = self.rundir.checkpoint_path
+            ckpt.save_atomic(state, path)
+            if self.step in self.loop.ckpts.keep:  # a branch point (trainer.save_at): kept beside last.pt
+                ckpt.save_atomic(state, path.with_name(f"step_{self.step}.pt"))
             self.write_summary()
 
     def write_summary(self) -> None:

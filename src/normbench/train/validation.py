@@ -206,6 +206,9 @@ def _check_length(cfg: Any) -> None:
         what = f"trainer.max_tokens={t.max_tokens} gives {steps} steps"
     if s.warmup_steps is not None and s.warmup_steps >= steps and s.warmup_steps > 0:
         raise ConfigError(f"sched.warmup_steps={s.warmup_steps} must be shorter than the run ({what})")
+    bad = [k for k in t.save_at if not (isinstance(k, int) and 0 < k < steps)]
+    if bad:
+        raise ConfigError(f"trainer.save_at={list(t.save_at)}: {bad[0]} is not a step inside the run (1..{steps - 1})")
 
 
 def prepare(cfg: Any) -> tuple[Config, list[str]]:

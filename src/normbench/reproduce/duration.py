@@ -1,0 +1,207 @@
+"""The duration ladder: one claim at several training lengths, so a verdict comes with its trend in length.
+
+Some verdicts are properties of an architecture, others of how long it trained (Peri-LN's flatter
+residual variance forms only late in training). ``normbench reproduce ID duration=ladder`` runs the claim's
+sweep (its fixed overrides, seeds and tests) at about 1, 5 and 20 tokens per parameter (or the claim's own
+``scales.<scale>.duration`` list) and writes ``<out>/<id>/duration.json`` (each rung's verdict, effect and
+interval per test) and ``duration.png`` (the effect against tokens per parameter, log x).
+
+Two ways to get the shorter rungs:
+
+- ``duration=ladder`` (standalone): each rung is an ordinary ``reproduce`` call of that length, with the
+  claim's own schedule (cosine, warmup 10% of the run). The top rung is the claim's own verdict sweep,
+  reused. Rungs of 1, 5 and 20 tokens per parameter cost 26/20 = 1.3x the verdict's runs, 0.3x on top of a
+  verdict already there.
+- ``duration=branch``: one warmup-stable-decay trunk at the top length (``sched=wsd``, 20% linear cooldown)
+  keeps its checkpoint at each shorter rung's cooldown start (``trainer.save_at``); each shorter rung is a
+  branch that resumes there and cools down over its last 20% (Hägele et al. 2024, arXiv:2405.18392: a 20%
+  cooldown matches a cosine run of that length; MiniCPM's WSD, arXiv:2404.06395). A branch is an ordinary
+  run directory of that rung's settings, seeded with the trunk's checkpoint and metrics up to the fork,
+  with ``branch.json`` naming the trunk run and step; it resumes and is reused like any run. Cost: the trunk
+  plus 20% of each shorter rung (about 1.06x one top-rung sweep), but the rungs are WSD runs, not the
+  verdict's cosine ones, and the warmup is one absolute length for all (10% of the shortest rung). Whether
+  that measures the same as standalone runs is checked on this model in docs/claims.md.
+
+Hand-written: a claim-level plan over ``reproduce`` calls; the runs are Hydra multiruns as everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from normbench.errors import ConfigError
+from normbench.reproduce.claims import Claim, override_key
+from normbench.reproduce.length import pin
+
+RATIOS = (1, 5, 20)
+MODES = ("ladder", "branch")
+COOLDOWN = 0.2  # the WSD cooldown's share of each rung (Hägele et al. 2024)
+
+
+def ratios(claim: Claim, scale: str, given=None) -> list[float]:
+    """The rungs' tokens per parameter: ``given`` (the command's ``rungs=``), the claim's, or 1, 5, 20."""
+    if given:
+        return sorted(float(r) for r in given)
+    declared = claim.sweep(scale).get("duration")
+    if declared is None:
+        return [float(r) for r in RATIOS]
+    if not isinstance(declared, list) or not all(isinstance(r, int | float) and r > 0 for r in declared):
+        raise ConfigError(f"claim {claim.id}: scales.{scale}.duration must be a list of tokens per parameter")
+    return sorted(float(r) for r in declared)
+
+
+def _per_job_ratio(claim: Claim, scale: str, overrides) -> float | None:
+    """A ``trainer.tokens_per_param`` in the scale's fixed overrides or the user's (resolved per job)."""
+    found = [o for o in claim.settings(scale, overrides) if override_key(o) == "trainer.tokens_per_param"]
+    return float(found[-1].split("=", 1)[1]) if found else None
+
+
+def _rung_override(claim: Claim, scale: str, overrides, ratio: float) -> list[str]:
+    """What makes the claim's sweep train ``ratio`` tokens per parameter ([] at the claim's own length)."""
+    own = claim.sweep(scale).get("tokens_per_param")
+    per_job = _per_job_ratio(claim, scale, overrides)
+    if own is None and per_job is None:
+        raise ConfigError(
+            f"claim {claim.id}: scale={scale} declares no tokens_per_param, so it has no length to ladder; "
+            "use scale=cpu"
+        )
+    if float(own if per_job is None else per_job) == ratio:
+        return []
+    if per_job is not None:
+        return [f"trainer.tokens_per_param={ratio:g}"]
+    return [pin(claim, scale, overrides, ratio).override]
+
+
+def run_duration(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, mode: str = "ladder",
+                 dry_run: bool = False, launch: bool = True, log=print, rungs=None) -> dict | None:  # fmt: skip
+    if mode not in MODES:
+        raise ConfigError(f"duration={mode} is not allowed; choose one of: {', '.join(MODES)}")
+    out, overrides = Path(out), list(overrides)
+    start = time.perf_counter()
+    plan = _standalone if mode == "ladder" else _branched
+    chosen = ratios(claim, scale, rungs)
+    rungs = plan(claim, scale, seeds, overrides, out, min_seeds, chosen, dry_run, launch, log)
+    if dry_run:
+        return None
+    duration = {"claim": claim.id, "statement": claim.claim, "scale": scale, "mode": mode, "rungs": rungs,
+                "seconds": round(time.perf_counter() - start, 1),
+                "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1)}  # fmt: skip
+    claim_dir = out / claim.id
+    claim_dir.mkdir(parents=True, exist_ok=True)
+    name = "duration" if mode == "ladder" else "duration_branch"
+    (claim_dir / f"{name}.json").write_text(json.dumps(duration, indent=1, default=str))
+    from normbench.reproduce.ladder import plot_ladder
+
+    title = "effect against training length" + (" (WSD branches)" if mode == "branch" else "")
+    plot_ladder(duration, claim_dir / f"{name}.png", "tokens_per_param", "tokens per parameter", 10, title)
+    return duration
+
+
+def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: float | None = None) -> dict:
+    from normbench.reproduce.ladder import _rung as rung_tests
+
+    entry = {"tokens_per_param": ratio, "steps": (result.get("length") or {}).get("steps"),
+             "verdict_json": str(where / claim.id / "verdict.json"), **rung_tests(result)}  # fmt: skip
+    if run_time_s is not None:
+        entry["run_time_s"] = round(run_time_s, 1)
+    return entry
+
+
+def _standalone(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launch, log) -> list[dict]:
+    from normbench.reproduce.runner import reproduce
+
+    rungs = []
+    for ratio in rs:
+        extra = _rung_override(claim, scale, overrides, ratio)
+        where = out if not extra else out / claim.id / "duration" / f"tpp{ratio:g}"
+        log(f"normbench: {claim.id}: duration rung {ratio:g} tokens per parameter")
+        result = reproduce(claim, scale, seeds, [*overrides, *extra], where, min_seeds, dry_run, log=log, launch=launch)
+        if result is not None:
+            rungs.append(_rung(result, ratio, where, claim))
+    return rungs
+
+
+def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launch, log) -> list[dict]:
+    from normbench.reproduce.runner import plan, reproduce
+
+    if _per_job_ratio(claim, scale, overrides) is not None:
+        raise ConfigError(
+            f"claim {claim.id}: duration=branch needs one length for every job, and this claim resolves "
+            "tokens_per_param per job; use duration=ladder"
+        )
+    steps = {r: _steps(claim, scale, overrides, r) for r in rs}
+    warmup = _warmup(claim, scale, overrides, steps[rs[0]])
+    forks = {r: steps[r] - round(COOLDOWN * steps[r]) for r in rs[:-1]}
+    if warmup is not None and any(k < warmup for k in forks.values()):
+        raise ConfigError(f"claim {claim.id}: a {rs[0]:g}-token rung cools down inside its {warmup}-step warmup")
+    wsd = ["sched=wsd", f"sched.decay_fraction={COOLDOWN}", *([f"sched.warmup_steps={warmup}"] if warmup else [])]
+    save_at = f"trainer.save_at=[{','.join(map(str, forks.values()))}]"
+    trunk_ov = [*overrides, *wsd, f"trainer.max_steps={steps[rs[-1]]}", save_at]
+    trunk_out = out / claim.id / "duration" / "branch" / f"tpp{rs[-1]:g}"
+    log(f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
+        + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items()))  # fmt: skip
+    top = reproduce(claim, scale, seeds, trunk_ov, trunk_out, min_seeds, dry_run, log=log, launch=launch)
+    trunk_root = plan(claim, scale, seeds, trunk_ov, trunk_out)[0]
+    rungs = []
+    for r, k in forks.items():
+        ov = [*overrides, *wsd, f"trainer.max_steps={steps[r]}", "trainer.resume_allow_changed=[trainer.max_steps]"]
+        where = out / claim.id / "duration" / "branch" / f"tpp{r:g}"
+        root = plan(claim, scale, seeds, ov, where)[0]
+        own_s = 0.0 if dry_run else seed_branches(trunk_root, root, k, log)
+        log(f"normbench: {claim.id}: duration rung {r:g} tokens per parameter: branches from step {k}")
+        result = reproduce(claim, scale, seeds, ov, where, min_seeds, dry_run, log=log, launch=launch)
+        if result is not None:
+            rungs.append(_rung(result, r, where, claim, _branch_seconds(root) - own_s))
+    if top is not None:
+        rungs.append(_rung(top, rs[-1], trunk_out, claim))
+    return rungs
+
+
+def _steps(claim, scale, overrides, ratio) -> int:
+    given = [o for o in overrides if override_key(o) == "trainer.max_steps"]
+    if given:
+        raise ConfigError("duration=branch sets trainer.max_steps per rung; leave it out of the overrides")
+    return pin(claim, scale, overrides, ratio).steps
+
+
+def _warmup(claim, scale, overrides, shortest: int) -> int | None:
+    """The one warmup every rung shares: the claim's own (a fixed or swept ``sched.warmup_steps``), else
+    10% of the shortest rung (the warmup that rung's standalone run would get)."""
+    keys = {override_key(o) for o in claim.settings(scale, overrides)}
+    keys |= {k for grid in claim.grids(scale, overrides) for k in grid}
+    return None if "sched.warmup_steps" in keys else int(0.1 * shortest)
+
+
+def seed_branches(trunk_root: Path, root: Path, step: int, log=print) -> float:
+    """Each trunk run's checkpoint at ``step`` as the start of the same job under ``root`` (a branch run dir
+    with the trunk's metrics up to the fork and ``branch.json``); skipped where the branch exists. Returns
+    the trunk seconds up to the forks of the branches there are (the branches' shared, not own, time)."""
+    from normbench.report.loading import find_runs
+    from normbench.run.metrics import read_jsonl
+
+    shared = 0.0
+    for run in find_runs(trunk_root) if trunk_root.is_dir() else []:
+        src = run.path / "checkpoints" / f"step_{step}.pt"
+        dest = root / run.path.relative_to(trunk_root)
+        records = read_jsonl(run.path / "metrics.jsonl")
+        before = [r for r in records if isinstance(r.get("step"), int) and r["step"] <= step]
+        at_fork = before[-1] if before else {}  # the last record the checkpoint covers
+        shared += float(at_fork.get("time_s") or 0.0)
+        if (dest / "branch.json").exists() or not src.exists():
+            continue
+        (dest / "checkpoints").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run.path / "metrics.jsonl", dest / "metrics.jsonl")  # the resume keeps steps <= fork
+        shutil.copyfile(src, dest / "checkpoints" / "last.pt")
+        info = {"trunk": str(run.path), "step": step, "trunk_time_s": at_fork.get("time_s")}
+        (dest / "branch.json").write_text(json.dumps(info, indent=1))
+        log(f"normbench: branch {dest} from {run.path} at step {step}")
+    return shared
+
+
+def _branch_seconds(root: Path) -> float:
+    from normbench.report.loading import find_runs
+
+    return sum(float((r.summary or {}).get("wall_s") or 0) for r in (find_runs(root) if root.is_dir() else []))

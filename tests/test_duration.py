@@ -1,0 +1,99 @@
+"""The duration ladder (reproduce/duration.py): a branched rung is exactly a standalone WSD run, the rungs'
+plans, bad options as one line, and (slow) a whole ladder writing duration.json and duration.png."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from normbench.reproduce.claims import load_claim
+from normbench.reproduce.duration import seed_branches
+from normbench.run.metrics import read_jsonl
+
+from conftest import run_cli
+
+WSD = ["model=tiny", "sched=wsd", "sched.warmup_steps=2", "sched.decay_fraction=0.2", "trainer.batch_size=4",
+       "trainer.log_every=1", "trainer.eval_every=4", "trainer.eval_batches=2", "diag.every=4", "seed=3"]  # fmt: skip
+
+
+def test_a_branch_from_the_trunk_is_the_standalone_wsd_run(tmp_path):
+    """Forked at its cooldown start (step 16 of 20), a branch of a 30-step trunk trains the very steps a
+    20-step WSD run trains: same losses, LRs and val losses to the last bit (CPU is deterministic)."""
+    alone, trunk, branch = tmp_path / "alone" / "job", tmp_path / "trunk" / "job", tmp_path / "branch" / "job"
+    run_cli(["train", *WSD, "trainer.max_steps=20", f"hydra.run.dir={alone}"], tmp_path, check=True)
+    run_cli(["train", *WSD, "trainer.max_steps=30", "trainer.save_at=[16]", f"hydra.run.dir={trunk}"],
+            tmp_path, check=True)  # fmt: skip
+    assert (trunk / "checkpoints" / "step_16.pt").is_file()
+    seed_branches(tmp_path / "trunk", tmp_path / "branch", 16, log=lambda *_: None)
+    info = json.loads((branch / "branch.json").read_text())
+    assert info["trunk"] == str(trunk) and info["step"] == 16
+    resume = ["trainer.resume=true", "trainer.resume_allow_changed=[trainer.max_steps]"]
+    run_cli(["train", *WSD, "trainer.max_steps=20", *resume, f"hydra.run.dir={branch}"], tmp_path, check=True)
+    a, b = read_jsonl(alone / "metrics.jsonl"), read_jsonl(branch / "metrics.jsonl")
+    keys = ("step", "loss", "lr", "val_loss", "grad_norm")
+    assert [[r.get(k) for k in keys] for r in a] == [[r.get(k) for k in keys] for r in b]
+    assert a[-1]["step"] == 20 and a[-1]["lr"] < a[10]["lr"]  # the cooldown ran
+    s = json.loads((branch / "summary.json").read_text())
+    assert s["status"] == "completed" and s["step"] == 20
+    assert s["best_val_loss"] == json.loads((alone / "summary.json").read_text())["best_val_loss"]
+
+
+def test_duration_dry_runs_plan_each_rung(capsys):
+    from normbench.cli import main
+
+    assert main(["reproduce", "peri_variance", "duration=ladder", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for ratio, steps in ((1, 224), (5, 1120), (20, 4480)):  # round(R * 229,376 / 1,024)
+        assert f"duration rung {ratio} tokens per parameter" in out and f"trainer.max_steps={steps} " in out
+    assert main(["reproduce", "peri_variance", "duration=branch", "rungs=1,5", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    # the trunk: WSD at 5 tokens per parameter, kept at the 1-token rung's cooldown start (224 - 45)
+    assert "sched=wsd" in out and "trainer.max_steps=1120" in out and "trainer.save_at=[179]" in out
+    assert "sched.warmup_steps=22" in out  # 10% of the shortest rung, for trunk and branches alike
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["duration=long"], "duration=long is not allowed; choose one of: ladder, branch, false"),
+        (["rungs=1,5"], "rungs=1,5 must be tokens per parameter (e.g. rungs=1,5,20) with duration="),
+        (["duration=ladder", "rungs=a"], "rungs=a must be tokens per parameter"),
+        (["duration=ladder", "ladder=true"], "two ladders"),
+        (["duration=ladder", "scale=quick"], "scale=quick declares no tokens_per_param"),
+    ],
+)
+def test_bad_duration_options_are_one_line(args, message, capsys):
+    from normbench.cli import main
+
+    assert main(["reproduce", "peri_variance", *args, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_duration_ladder_end_to_end(tmp_path):
+    from normbench.reproduce.duration import run_duration
+
+    raw = {
+        "claim": "made up", "paper": "nobody",
+        "scales": {"cpu": {"seeds": 2, "tokens_per_param": 0.1, "duration": [0.05, 0.1],
+                           "fixed": ["model=tiny", "trainer.batch_size=4", "trainer.eval_every=10",
+                                     "trainer.eval_batches=2", "diag.every=10"],
+                           "sweeps": [{"norm": ["layernorm", "rmsnorm"]}]}},
+        "tests": [{"name": "parity", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
+                   "baseline": {"norm": "layernorm"}, "band": [-0.5, 0.5]}],
+    }  # fmt: skip
+    (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
+    claim, out = load_claim("madeup", tmp_path), tmp_path / "out"
+    res = run_duration(claim, "cpu", None, [], out, 2, "branch", log=lambda *_: None)
+    assert [r["tokens_per_param"] for r in res["rungs"]] == [0.05, 0.1]
+    saved = json.loads((out / "madeup" / "duration_branch.json").read_text())
+    assert saved["mode"] == "branch" and saved["rungs"][0]["steps"] == 24 and saved["rungs"][1]["steps"] == 48
+    assert (out / "madeup" / "duration_branch.png").stat().st_size > 1000
+    branches = list((out / "madeup" / "duration" / "branch" / "tpp0.05").rglob("branch.json"))
+    assert len(branches) == 4  # 2 norms x 2 seeds, each from its trunk run
+    res = run_duration(claim, "cpu", None, [], out, 2, "ladder", log=lambda *_: None)
+    assert (out / "madeup" / "duration.json").is_file() and (out / "madeup" / "duration.png").is_file()
+    assert [r["verdict"] for r in res["rungs"]] and all(r["tests"][0]["effect"] is not None for r in res["rungs"])
