@@ -97,3 +97,36 @@ def test_duration_ladder_end_to_end(tmp_path):
     res = run_duration(claim, "cpu", None, [], out, 2, "ladder", log=lambda *_: None)
     assert (out / "madeup" / "duration.json").is_file() and (out / "madeup" / "duration.png").is_file()
     assert [r["verdict"] for r in res["rungs"]] and all(r["tests"][0]["effect"] is not None for r in res["rungs"])
+
+
+def test_claims_table_rows_from_written_files(tmp_path, capsys):
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("claims_table", REPO / "scripts" / "claims_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    test = {"name": "var", "verdict": "HOLDS", "effect": -1.05, "ci": [-1.2, -0.9], "interval": "paired",
+            "ratio": 0.35, "groups": {"arch=peri_ln": {"mean": 3.2, "values": [3.0, 3.2, 3.4],
+                                                        "outcomes": {"learned": 3}},
+                                       "arch=pre_ln": {"mean": 9.4, "values": [9.0, 9.4, 9.8],
+                                                       "outcomes": {"learned": 3}}}}  # fmt: skip
+    verdict = {"claim": "peri_variance", "verdict": "HOLDS", "tests": [test], "length": {"steps": 4480},
+               "run_time_s": 1800.4}  # fmt: skip
+    (tmp_path / "a.json").write_text(json.dumps(verdict))
+    other = json.loads(json.dumps(verdict))
+    other["tests"][0]["groups"]["arch=pre_ln"]["values"] = [9.5, 9.4, 9.3]
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    rung = {"tokens_per_param": 20.0, "steps": 4480, "verdict": "HOLDS", "tests": [test], "run_time_s": 10}
+    (tmp_path / "d.json").write_text(json.dumps({"claim": "peri_variance", "mode": "ladder", "rungs": [rung],
+                                                 "run_time_s": 10}))  # fmt: skip
+    assert table.main(["verdict", str(tmp_path / "a.json")]) == 0
+    row = capsys.readouterr().out
+    assert row.startswith("| `peri_variance` | **HOLDS** | var: **HOLDS** -1.05 (×0.35) [-1.2, -0.9] (paired)")
+    assert "| 4480 | 1800 |" in row
+    assert table.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert "arch=pre_ln: 0.5, 0, -0.5 (mean 0)" in capsys.readouterr().out
+    assert table.main(["duration", str(tmp_path / "d.json")]) == 0
+    assert "| 20 | 4480 | **HOLDS** |" in capsys.readouterr().out
+    assert table.main([]) == 2
