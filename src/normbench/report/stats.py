@@ -18,6 +18,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from normbench.report import numbers
 from normbench.report.loading import Group, Run, finite_series, setting
 from normbench.train.outcomes import OUTCOMES, finite, layer_series, layer_stats
 
@@ -58,10 +59,11 @@ def healthy(runs: list[Run]) -> list[Run]:
 
 
 def mean_std(xs: list[float], fmt: str = ".4f", suffix: str = "") -> str:
+    """``mean ± sample std``, both at the std's precision (:mod:`.numbers`); one value: ``fmt``."""
     if not xs:
         return "—"
     m = statistics.fmean(xs)
-    return (format(m, fmt) if len(xs) == 1 else f"{format(m, fmt)} ± {format(statistics.stdev(xs), fmt)}") + suffix
+    return (format(m, fmt) if len(xs) == 1 else numbers.pm(m, statistics.stdev(xs), fmt)) + suffix
 
 
 # ----------------------------------------------------------------------------- time to target
@@ -105,6 +107,16 @@ def time_to_target(run: Run, target: float | None) -> Reached | None:
         else (1 - f) * float(pts[i - 1].get(key) or 0) + f * float(pts[i].get(key) or 0)
     )
     return Reached(at("step"), at("tokens"), at("time_s"))
+
+
+def eval_spacing(runs: list[Run]) -> float | None:
+    """The usual number of steps between two evaluations (the median gap over every run's evaluations
+    after the first; the first one, at step 1 or 0, comes early); None with fewer than 3 evaluations."""
+    gaps = []
+    for r in runs:
+        steps = sorted({rec["step"] for rec in r.records if finite(rec.get("val_loss"))})
+        gaps += [b - a for a, b in zip(steps[1:], steps[2:])]
+    return float(statistics.median(gaps)) if gaps else None
 
 
 def corpus(run: Run) -> str:
