@@ -2,7 +2,8 @@
 
 A block is a tuple: ``("h", level, text)``, ``("p", text)``, ``("table", header, rows)``,
 ``("img", file, alt[, caption])`` or ``("boxes", [(title, blocks), ...])`` (boxes side
-by side in HTML, one after another in Markdown). Inline Markdown (``**bold**``, `` `code` ``) is
+by side in HTML, the first one wider, wrapping onto two rows on a narrow window; one after another in
+Markdown). Inline Markdown (``**bold**``, `` `code` ``) is
 rendered by markdown-it-py (the CommonMark implementation rich already brings), so the HTML shows
 no asterisks. The page keeps margins at any width, right-aligns numeric columns and puts every
 table in a box that scrolls sideways instead of cutting the table off.
@@ -29,8 +30,8 @@ img{max-width:100%;height:auto}
 figure{margin:1rem 0}figcaption{font-size:.9rem;color:#444;max-width:60rem}
 code{background:#f2f2f2;padding:0 .2em;border-radius:3px;font-size:.92em}
 .boxes{display:flex;flex-wrap:wrap;gap:1.2rem;align-items:flex-start}
-.box{flex:1 1 26rem;min-width:0;border:1px solid #bbb;border-radius:6px;padding:.2rem 1rem .6rem;background:#fbfbfd}
-.box h2{margin-top:.6rem;border:0}
+.box{flex:1 1 24rem;min-width:0;border:1px solid #bbb;border-radius:6px;padding:.2rem 1rem .6rem;background:#fbfbfd}
+.box.wide{flex:2 1 34rem}.box h2{margin-top:.6rem;border:0}
 """
 
 
@@ -99,8 +100,8 @@ def _body(blocks: list[tuple], out_dir: Path) -> list[str]:
             cap = f"<figcaption>{_inline(rest[2])}</figcaption>" if len(rest) > 2 else ""
             body.append(f'<figure><img alt="{html.escape(rest[1])}" src="data:image/png;base64,{data}">{cap}</figure>')
         elif kind == "boxes":
-            inner = [f'<section class="box"><h2>{_inline(t)}</h2>\n' + "\n".join(_body(b, out_dir)) + "</section>"
-                     for t, b in rest[0]]  # fmt: skip
+            inner = [f'<section class="box{" wide" if i == 0 else ""}"><h2>{_inline(t)}</h2>\n'
+                     + "\n".join(_body(b, out_dir)) + "</section>" for i, (t, b) in enumerate(rest[0])]  # fmt: skip
             body.append('<div class="boxes">\n' + "\n".join(inner) + "\n</div>")
     return body
 
