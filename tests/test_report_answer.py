@@ -45,7 +45,13 @@ def make_run(path, arch: str, norm: str, seed: int, n_params: int = 1000, eval_e
     (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"arch={arch}", f"norm={norm}", f"seed={seed}"]))
     records = []
     for step in range(0, 151, 10):
-        rec = {"step": step, "tokens": step * 1024, "loss": best + 2.0 / (1 + step / 10), "lr": 2e-3, "time_s": step * 0.02}
+        rec = {
+            "step": step,
+            "tokens": step * 1024,
+            "loss": best + 2.0 / (1 + step / 10),
+            "lr": 2e-3,
+            "time_s": step * 0.02,
+        }
         if step % eval_every == 0:
             rec["val_loss"] = best + slope * (150 - step) / 150
         records.append(rec)
@@ -120,7 +126,8 @@ def test_verdict_box_paired_effects_and_ranking(tmp_path):
     assert norm[2] == numbers.interval(m, lo, hi) and norm[3] == "paired, 9 seed pairs"
     assert norm[4] == "no detectable difference"
     # arch: post_ln - pre_ln at each (norm, seed): 0.2 + jitter + the norm delta for layernorm
-    diffs = [0.2 + ARCH_JITTER["post_ln"][s] + (NORM_DELTA[("post_ln", s)] - NORM_DELTA[("pre_ln", s)] if n == "layernorm" else 0)
+    norm_part = {s: NORM_DELTA[("post_ln", s)] - NORM_DELTA[("pre_ln", s)] for s in (0, 1, 2)}
+    diffs = [0.2 + ARCH_JITTER["post_ln"][s] + (norm_part[s] if n == "layernorm" else 0)
              for n in ("layernorm", "rmsnorm") for s in (0, 1, 2)]  # fmt: skip
     m, lo, hi = paired_interval(diffs)
     assert 0 < lo and rows[("arch", "post_ln − pre_ln")][2] == numbers.interval(m, lo, hi)

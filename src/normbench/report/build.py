@@ -8,7 +8,6 @@ from pathlib import Path
 
 from normbench.errors import ConfigError
 from normbench.report import curve_figures, figures, layer_figures, tables, verdicts
-from normbench.report.page import to_html, to_markdown
 from normbench.report.loading import (
     check_key,
     filter_runs,
@@ -18,6 +17,7 @@ from normbench.report.loading import (
     parse_assignment,
     unreadable_summaries,
 )
+from normbench.report.page import to_html, to_markdown
 from normbench.report.setup import setup_rows
 from normbench.report.stats import default_targets, eval_spacing
 from normbench.train.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
@@ -216,8 +216,15 @@ def _optuna_sections(dirs: list[Path]) -> list[tuple]:
 def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path, save: figures.Output) -> None:
     """Each figure with its caption (the setup is stated once, above them); a figure without data is a line
     saying why instead of a hole. The PNG is embedded; the other formats lie next to it."""
-    legend = f" Colour: `{styles.color_key}`" + (f"; line style and point marker: `{styles.style_key}`"
-                                                  if styles.style_key and len(styles.linestyles) > 1 else "") + "."
+    legend = (
+        f" Colour: `{styles.color_key}`"
+        + (
+            f"; line style and point marker: `{styles.style_key}`"
+            if styles.style_key and len(styles.linestyles) > 1
+            else ""
+        )
+        + "."
+    )
 
     def add(name: str, made: bool, what: str, key: str, caption: str) -> None:
         if made:
@@ -293,7 +300,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--format", default=",".join(figures.FORMATS), metavar="FMT[,FMT]",
                         help=f"figure formats besides the PNG the report embeds: {', '.join(figures.ALL_FORMATS)} "
                              f"(default: {','.join(figures.FORMATS)})")  # fmt: skip
-    parser.add_argument("--dpi", type=int, default=figures.DPI, help=f"resolution of PNG figures (default {figures.DPI})")
+    parser.add_argument(
+        "--dpi", type=int, default=figures.DPI, help=f"resolution of PNG figures (default {figures.DPI})"
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help or a usage error: argparse has printed it

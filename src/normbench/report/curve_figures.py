@@ -17,6 +17,7 @@ import statistics
 from pathlib import Path
 
 from normbench.report.figures import (
+    DEFAULT_OUT,
     LOSS_LABEL,
     STEP_LABEL,
     Output,
@@ -54,12 +55,11 @@ def _means(ax, groups: list[Group], styles: Styles, key: str, start: float, poin
         st = styles.of[g.label]
         pool = healthy(g.runs)
         xs, mean, lo, hi = curve(pool, key)
-        keep = [i for i, x in enumerate(xs) if x >= start]
-        if keep:
-            pick = lambda seq: [seq[i] for i in keep]  # noqa: E731
-            _mean_band(ax, pick(xs), pick(mean), pick(lo), pick(hi), st, len(pool), marker=st["point"] if points
-                       else None)  # fmt: skip
-            values += pick(lo) + pick(hi)
+        kept = [(x, m, a, b) for x, m, a, b in zip(xs, mean, lo, hi) if x >= start]
+        if kept:
+            xs, mean, lo, hi = (list(c) for c in zip(*kept))
+            _mean_band(ax, xs, mean, lo, hi, st, len(pool), marker=st["point"] if points else None)
+            values += lo + hi
     return values
 
 
@@ -92,7 +92,7 @@ def zoom_start(groups: list[Group], key: str) -> float:
     return later[0] if len(later) >= 2 else steps[-2]
 
 
-def plot_losses(groups: list[Group], styles: Styles, path: Path, out: Output = Output()) -> bool:
+def plot_losses(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT) -> bool:
     runs = [r for g in groups for r in g.runs]
     if not any(finite_series(r.records, "loss") for r in runs):
         return False
@@ -196,7 +196,7 @@ def _depth_panel(ax, groups: list[Group], styles: Styles, key: str, step, first:
 
 
 def plot_depth(groups: list[Group], styles: Styles, key: str, steps: list[int], path: Path,
-               out: Output = Output()) -> bool:  # fmt: skip
+               out: Output = DEFAULT_OUT) -> bool:  # fmt: skip
     with rc():
         return _plot_depth(groups, styles, key, steps, path, out)
 

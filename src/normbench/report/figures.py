@@ -67,6 +67,9 @@ class Output:
             fig.savefig(path.with_suffix(f".{ext}"), dpi=self.dpi)
 
 
+DEFAULT_OUT = Output()
+
+
 def log_if_wide(ax, values) -> None:
     pos = [v for v in values if finite(v) and v > 0]
     if pos and max(pos) / min(pos) > LOG_SPAN:
@@ -240,7 +243,7 @@ def baselines_of(runs: list[Run]) -> list[float]:
 
 
 def plot_lr(sweep: dict[str, dict[float, list[Run]]], groups: list[Group], styles: Styles, path: Path,
-            out: Output = Output()) -> None:  # fmt: skip
+            out: Output = DEFAULT_OUT) -> None:  # fmt: skip
     """Best val loss against lr, one line per series (the lr is the x axis, so not a line style)."""
     with rc():
         _plot_lr(sweep, groups, styles, path, out)

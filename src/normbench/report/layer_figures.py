@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from normbench.report.figures import (
+    DEFAULT_OUT,
     STEP_LABEL,
     WIDTH,
     Output,
@@ -69,7 +70,7 @@ def _matrix(runs: list[Run], key: str) -> tuple[list[int], list[list[float]]] | 
     return steps, rows
 
 
-def plot_heatmap(groups: list[Group], key: str, path: Path, out: Output = Output()) -> bool:
+def plot_heatmap(groups: list[Group], key: str, path: Path, out: Output = DEFAULT_OUT) -> bool:
     mats = [(g, m) for g in groups if (m := _matrix(healthy(g.runs) or g.runs, key)) is not None]
     vals = [x for _, (_, rows) in mats for row in rows for x in row if finite(x) and x > 0]
     if not vals:
@@ -112,7 +113,7 @@ def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
     out.save(fig, path)
 
 
-def plot_layer_stats(groups: list[Group], styles: Styles, path: Path, out: Output = Output()) -> bool:
+def plot_layer_stats(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT) -> bool:
     per_run = {id(r): run_layer_series(r) for g in groups for r in g.runs}
     keys = [(k, t, y) for k, t, y in LAYER_STATS if any(per_run[id(r)].get(k) for g in groups for r in g.runs)]
     if not keys:

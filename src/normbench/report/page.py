@@ -108,6 +108,7 @@ def _body(blocks: list[tuple], out_dir: Path) -> list[str]:
 
 def to_html(blocks: list[tuple], out_dir: Path) -> str:
     """The page, every figure embedded as a data URI (one file to send)."""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>normbench report</title>'
-            f"<style>{STYLE}</style></head>\n<body>\n" + "\n".join(_body(blocks, out_dir)) + "\n</body></html>\n")  # fmt: skip
+    head = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1"><title>normbench report</title>'
+            f"<style>{STYLE}</style></head>\n<body>\n")  # fmt: skip
+    return head + "\n".join(_body(blocks, out_dir)) + "\n</body></html>\n"

@@ -22,7 +22,7 @@ import yaml
 
 from normbench.report import numbers
 from normbench.report.loading import Group, Run
-from normbench.report.stats import METRICS, loss_pool, target_for
+from normbench.report.stats import METRICS, loss_pool, outcome_counts, target_for
 
 METRIC_NAMES = {k.replace(" ", "_"): k for k in METRICS}  # --metric best_val_loss -> "best val loss"
 UNITS = {"best val loss": "nats", "final val loss": "nats", "steps to target": "steps", "seconds to target": "s"}
@@ -196,12 +196,12 @@ def verdict_rows(groups: list[Group], chosen=None, metric: str = "best val loss"
     return header, rows, ranks
 
 
-def verdict_lines(groups: list[Group], metric: str = "best val loss", width: int = 100) -> list[str]:
+def verdict_lines(groups: list[Group], metric: str = "best val loss") -> list[str]:
     """The verdict box in a few console lines (the sweep's closing leaderboard)."""
     if len(groups) < 2:
         return []
     header, rows, ranks = verdict_rows(groups, None, metric)
-    lines = [f"{r[0]}: {r[1]}: {r[2]} {UNITS.get(metric, '')}, {r[4]} ({r[3]})"[:width] for r in rows]
+    lines = [f"{r[0]}: {r[1]}: {r[2]} {UNITS.get(metric, '')}, {r[4]} ({r[3]})" for r in rows]
     return lines + [r.replace("`", "") for r in ranks]
 
 
@@ -213,6 +213,8 @@ def leaderboard(groups: list[Group], metric: str = "best val loss", n: int = 5) 
         vals = _values(g, get)
         if vals:
             sd = statistics.stdev(vals) if len(vals) > 1 else None
-            scored.append((statistics.fmean(vals), g.label, numbers.pm(statistics.fmean(vals), sd), len(vals)))
+            scored.append(
+                (statistics.fmean(vals), g.label, numbers.pm(statistics.fmean(vals), sd), outcome_counts(g.runs))
+            )
     scored.sort()
-    return [f"{i + 1}. {label}: {shown} ({k} runs)" for i, (_, label, shown, k) in enumerate(scored[:n])]
+    return [f"{i + 1}. {label}: {shown} ({what})" for i, (_, label, shown, what) in enumerate(scored[:n])]
