@@ -36,7 +36,7 @@ from normbench.report.loading import Group, Run, finite_series, series
 from normbench.report.stats import curve, healthy
 from normbench.train.outcomes import finite
 
-DEPTH_LABEL = "depth l (0: embedding; l: after block l)"
+DEPTH_LABEL = "depth l"  # 0: the embedding output, l: after block l (the captions say it)
 DEPTH = {  # metric -> (file, y label, caption, x label, first position: 0 for the stream, 1 for blocks)
     "var_resid": ("var_resid_depth.png", "Var(h_l)", "Variance of the residual stream h_l against depth", DEPTH_LABEL,
                   0),

@@ -173,9 +173,9 @@ class Styles:
                          zip(self.marker_keys, v))) for v, m in self.markers.items()]  # fmt: skip
         extra = {
             "band": Patch(color="0.6", alpha=0.3, label="seeds: min–max"),
-            "stuck": Line2D([], [], color="0.3", lw=0.9, marker="s", mfc="none", label="stuck run (one line each)"),
-            "diverged": Line2D([], [], color="0.3", lw=0.9, marker="x", mew=2, label="diverged run, × where stopped"),
-            "failed": Line2D([], [], color="0.3", lw=0.9, marker="|", ms=9, label="failed/unfinished run"),
+            "stuck": Line2D([], [], color="0.3", lw=0.9, marker="s", mfc="none", label="stuck run"),
+            "diverged": Line2D([], [], color="0.3", lw=0.9, marker="x", mew=2, label="diverged run (× stop)"),
+            "failed": Line2D([], [], color="0.3", lw=0.9, marker="|", ms=9, label="unfinished run"),
             "baseline": Line2D([], [], color="0.4", lw=1, linestyle=":", label="no-context baseline"),
             "threshold": Line2D([], [], color="0.4", lw=1, linestyle=":",
                                 label=f"massive threshold ({MASSIVE_THRESHOLD:g})"),
@@ -199,14 +199,32 @@ def _finish(fig, styles: Styles, extras, path: Path, out: Output, legend_ax=None
         legend_ax.set_axis_off()
         legend_ax.legend(handles=handles, loc="center", frameon=False)
     else:
-        ncols = min(len(handles), max(2, int(fig.get_figwidth() // 1.65)))
-        fig.legend(handles=handles, loc="outside lower center", ncols=ncols, frameon=False, columnspacing=1.2,
-                   handlelength=2.2)  # fmt: skip
+        _fitted_legend(fig, handles)
     out.save(fig, path)
 
 
-def panel_title(ax, text: str) -> None:
-    ax.set_title(text, loc="left", fontweight="bold")
+def _fitted_legend(fig, handles) -> None:
+    """The legend below the axes in as many columns as fit the figure's width (measured, not guessed)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()  # a canvas to measure text with (savefig picks its own)
+    for ncols in range(min(len(handles), 4), 0, -1):
+        legend = fig.legend(handles=handles, loc="outside lower center", ncols=ncols, frameon=False,
+                            columnspacing=1.0, handlelength=2.0)  # fmt: skip
+        if ncols == 1 or legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            return
+        legend.remove()
+
+
+def panel_title(ax, text: str, bold: bool = True, size: float | None = None) -> None:
+    """A short left-aligned panel title, its font shrunk (to 7 pt at least) until it fits above its panel.
+    Width estimate: a DejaVu Sans character is about 0.62 em wide (0.66 bold); a panel gets its column's
+    share of the figure less 0.55 in of tick labels."""
+    size = size or RC["axes.titlesize"]
+    cols = ax.get_gridspec().ncols if ax.get_gridspec() is not None else 1
+    room = (ax.figure.get_figwidth() / cols - 0.55) * 72  # points
+    fits = room / ((0.66 if bold else 0.62) * max(1, len(text)))
+    ax.set_title(text, loc="left", fontweight="bold" if bold else "normal", fontsize=max(7.0, min(size, fits)))
 
 
 def _kind(run: Run) -> str:

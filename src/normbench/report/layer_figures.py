@@ -101,7 +101,7 @@ def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
         if g.runs and all(r.outcome == "stuck" for r in g.runs):
             note = " (stuck)"
         name = ", ".join(g.settings.values()) or g.label
-        ax.set_title(f"{'abcdefghijklmnop'[i % 16]}  {name}{note}", loc="left", fontsize=9.5)
+        panel_title(ax, f"{'abcdefghijklmnop'[i % 16]}  {name}{note}", bold=False, size=9.5)
         if i % ncols == 0:
             ax.set_ylabel(ylabel)
         if i >= len(mats) - ncols:
