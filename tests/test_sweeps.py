@@ -209,7 +209,7 @@ def test_optuna_search_survives_a_diverged_trial(tmp_path):
 def test_the_sweep_counts_its_jobs(overrides, jobs):
     from omegaconf import open_dict, read_write
 
-    from normbench.run.sweeps import planned_jobs
+    from normbench.cli.progress import planned_jobs
 
     # composed as Hydra's multirun sees it: the experiment's sweeper, the command line's overrides as the task
     cfg = compose_with_hydra([o for o in overrides if o.startswith("experiment=")])

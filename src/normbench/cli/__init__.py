@@ -85,7 +85,6 @@ def train_cli(argv: list[str]) -> int:
         prevalidate,
     )
     from normbench.config.schema import register_configs
-    from normbench.train.signals import STOP
 
     register_configs()
     info_only = any(a in HYDRA_FLAGS_NO_VALIDATE for a in argv)
@@ -112,19 +111,26 @@ def train_cli(argv: list[str]) -> int:
     def _train(cfg: DictConfig) -> float:
         return run_job(cfg)
 
+    return _run_hydra(_train, argv)
+
+
+def _run_hydra(app, argv: list[str]) -> int:
+    """Run the Hydra app ``app`` on ``argv``: a stop signal is honoured for the whole command (between a
+    sweep's jobs it ends the sweep), and Hydra's own errors (a config it cannot load, a sweeper or
+    launcher setting) come back as exceptions instead of Hydra's printout and exit 1, so that they are
+    one line and exit 2 like every other bad input; a job's own crash (a bug) keeps its traceback."""
+    from normbench.train.signals import STOP
+
     saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["normbench train"] + argv
     _REFUSED.clear()
     _JOB_STARTED.clear()
-    # Hydra's own errors (a config it cannot load, a sweeper or launcher setting) come back as exceptions,
-    # not as Hydra's printout and exit 1: then they are one line and exit 2 like every other bad input.
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    # a stop signal is honoured for the whole command: between a sweep's jobs it ends the sweep
     installed = STOP.install([signal.SIGTERM, signal.SIGINT])
     try:
-        _train()
+        app()
     except Exception as exc:
-        if _JOB_STARTED:  # a job's own crash (a bug): its traceback, as before
+        if _JOB_STARTED:
             raise
         cause = f": {first_line(exc.__cause__)}" if exc.__cause__ is not None and first_line(exc.__cause__) else ""
         return error(f"{first_line(exc, type(exc).__name__)}{cause} (from Hydra, before any job started)")

@@ -6,9 +6,10 @@ A factor is a grouping key (``arch``, ``norm``, ``optim.lr``, ...). Its baseline
 The effect of a value is the mean difference of the metric from the baseline *within each setting of
 the other factors* (e.g. ``post_ln`` minus ``pre_ln`` at each norm), pooled over those settings.
 
-The interval is the rule ``reproduce`` uses (docs/claims.md; :func:`normbench.reproduce.verdict.interval`
-with :func:`normbench.reproduce.measure.seed_pairs`): paired over seeds when every compared setting ran
-the same seeds on both sides (same seed, same data order and val batches), else Welch's t-interval.
+The interval is the rule ``reproduce`` uses (docs/claims.md; :func:`normbench.report.stats.interval`
+with :func:`normbench.report.stats.seed_pairs`, which reproduce imports): paired over seeds when every
+compared setting ran the same seeds on both sides (same seed, same data order and val batches), else
+Welch's t-interval.
 An interval that contains zero reads "no detectable difference". A ranking of a factor's values is
 given only where the intervals separate them.
 """
@@ -22,7 +23,7 @@ import yaml
 
 from normbench.report import numbers
 from normbench.report.loading import Group, Run
-from normbench.report.stats import METRICS, loss_pool, outcome_counts, target_for
+from normbench.report.stats import METRICS, interval, loss_pool, outcome_counts, seed_pairs, target_for
 
 METRIC_NAMES = {k.replace(" ", "_"): k for k in METRICS}  # --metric best_val_loss -> "best val loss"
 UNITS = {"best val loss": "nats", "final val loss": "nats", "steps to target": "steps", "seconds to target": "s"}
@@ -121,9 +122,6 @@ def _value_fn(metric: str, target, defaults):
 def effect(groups: list[Group], key: str, value: str, base: str, metric: str = "best val loss", target=None,
            defaults=None) -> Effect:  # fmt: skip
     """``value`` minus ``base`` of ``key``, within each setting of the other keys, pooled."""
-    from normbench.reproduce.measure import seed_pairs
-    from normbench.reproduce.verdict import interval
-
     by_settings = {tuple(sorted(g.settings.items())): g for g in groups}
     get = _value_fn(metric, target, defaults)
     cells = []  # (group, its baseline group)
