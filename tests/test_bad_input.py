@@ -66,8 +66,14 @@ CASES = [
     (["diag=some"], ["diag=some is not an option", "full"]),
     (["experiment=nope"], ["experiment=nope is not an option", "placement"]),
     (["hydra/launcher=nope"], ["hydra/launcher=nope is not an option", "joblib"]),
-    (["optim.lr=abc"], ["optim.lr", "Float"]),
-    (["trainer.max_steps=1.5"], ["trainer.max_steps", "Integer"]),
+    (["norm=rmsnrom"], ["norm=rmsnrom is not an option (did you mean rmsnorm?); choose one of:"]),
+    (["hydra/launcher=jobib"], ["hydra/launcher=jobib is not an option (did you mean joblib?)"]),
+    (["optim.lr=abc"], ["optim.lr=abc is not a number: optim.lr takes a number (e.g. optim.lr=0.002)"]),
+    (["trainer.max_steps=1.5"], ["trainer.max_steps=1.5 is not a whole number", "(e.g. trainer.max_steps=600)"]),
+    # a comma list without -m is a sweep: one line saying so (Hydra's own text was 5 lines, exit 1)
+    (["model=tiny,small"], ["model=tiny,small is a sweep (one job per value): add -m", "model=[tiny,small]"]),
+    # what only Hydra finds (a launcher key without that launcher, a missing primary config): one line too
+    (["hydra.launcher.n_jobs=2"], ["Could not override 'hydra.launcher.n_jobs'", "(from Hydra, before any job"]),
     (["trainer.resume=maybe"], ["trainer.resume", "bool"]),
     (["optim.lr=-1"], ["optim.lr=-1.0 must be >= 0"]),  # lr 0 is allowed: a no-training control
     (["optim.lr=nan"], ["optim.lr=nan is not a number"]),
@@ -124,14 +130,21 @@ def test_bad_input_is_one_line_and_no_training(tmp_path, capsys, files, monkeypa
     assert not (run / "checkpoints").exists()
 
 
+def test_a_config_hydra_cannot_find_is_one_line(capsys, tmp_path):
+    code, err = train(capsys, "--config-name", "nope", *BASE, f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(code, err, "Cannot find primary config 'nope'", "(from Hydra, before any job started)")
+
+
 @pytest.mark.parametrize(
     "overrides,needles",
     [
         (["trainer.max_step=3"], ["did you mean 'trainer.max_steps'"]),
+        (["model=tiny,small"], ["is a sweep (one job per value): add -m"]),
+        (["hydra.launcher.n_jobs=2"], ["Could not override 'hydra.launcher.n_jobs'"]),
         (["data=files", "data.paths=[{d}/latin1.txt]"], ["not UTF-8"]),
         (["data=hf", "data.hf_path=some/name"], ["needs the network"]),
     ],
-    ids=["unknown key", "non-UTF-8 file", "hub dataset offline"],
+    ids=["unknown key", "comma list without -m", "Hydra-level error", "non-UTF-8 file", "hub dataset offline"],
 )
 def test_bad_input_in_a_real_process(tmp_path, files, overrides, needles):
     overrides = [o.replace("{d}", str(files)) for o in overrides]

@@ -188,7 +188,7 @@ def test_dry_run_prints_one_init_and_a_refused_claim_names_the_key(tmp_path, cap
 
     assert main(["dyt_parity", "--dry-run", f"out={tmp_path}"]) == 0
     out = capsys.readouterr().out
-    assert out.count("init_std group 0.125; baseline 0.125") == 2
+    assert out.count("both from init_std 0.125") == 2
     bad = tmp_path / "claims"
     shutil.copytree(claims_dir(), bad)
     monkeypatch.setattr("normbench.reproduce.claims.claims_dir", lambda: bad)

@@ -68,6 +68,7 @@ def config(arch="pre_ln", seed=0, lr=1e-3, n_layer=N_LAYER):
             "sched": {"name": "cosine", "warmup_steps": 10}}  # fmt: skip
 
 
+BEST = "best val loss (= final in every run)"  # the main table's column when no run's final loss is above its best
 BASELINE = 3.0  # the no-context loss the fake runs must beat by 0.1 to count as learned
 
 
@@ -95,8 +96,16 @@ def table(md: str, first_header: str) -> dict[str, dict[str, str]]:
     return rows
 
 
-def mean_std(xs):
-    return f"{statistics.fmean(xs):.4f} ± {statistics.stdev(xs):.4f}" if len(xs) > 1 else f"{xs[0]:.4f}"
+def mean_std(xs, single=".4f"):
+    """mean ± std at the std's precision (report.numbers, tested on hand-computed values in test_report_answer)."""
+    from normbench.report.numbers import pm
+
+    return pm(statistics.fmean(xs), statistics.stdev(xs), single) if len(xs) > 1 else format(xs[0], single)
+
+
+def best_of(row: dict) -> str:
+    """The main table's best val loss cell, under either of its headers."""
+    return row["best val loss"] if "best val loss" in row else row[BEST]
 
 
 def check_png(path):
@@ -164,8 +173,9 @@ def test_sweep_report_table(sweep):
         assert row["runs"] == "2" and row["status"] == "2 completed"
         # best val 1.6-2.2 < baseline 3.0 - 0.1; seed 1 had a spike
         assert row["outcomes"] == "1 learned, 1 unstable"
-        assert row["final val loss"] == mean_std([x["final_val_loss"] for x in s])
-        assert row["best val loss"] == mean_std([x["best_val_loss"] for x in s])
+        # every run ended at its best val loss: one column says both
+        assert all(x["final_val_loss"] == x["best_val_loss"] for x in s) and "final val loss" not in row
+        assert row[BEST] == mean_std([x["best_val_loss"] for x in s])
         assert row["tokens/s"] == f"{statistics.fmean(x['tokens_per_s'] for x in s):,.0f}"
         assert row["spikes"] == str(sum(x["spikes"] for x in s))
         # the step where val loss crosses the target, interpolated between evals, over the seeds that reach it
@@ -178,8 +188,7 @@ def test_sweep_report_table(sweep):
                     reached.append(s0 + (v0 - 2.0) / (v0 - v1) * (s1 - s0))
                     break
         expected = (
-            "—" if not reached else (f"{reached[0]:.0f}" if len(reached) == 1 else
-                                     f"{statistics.fmean(reached):.0f} ± {statistics.stdev(reached):.0f}")
+            "—" if not reached else (f"{reached[0]:.0f}" if len(reached) == 1 else mean_std(reached, ".0f"))
         )  # fmt: skip
         if reached and len(reached) < 2:
             expected += f" ({len(reached)}/2)"
@@ -188,17 +197,17 @@ def test_sweep_report_table(sweep):
     # diverged, running and dead runs are shown, not dropped
     div = rows["arch=deepnorm"]
     assert div["status"] == "1 diverged" and div["outcomes"] == "1 diverged"
-    assert div["best val loss"] == "—" and "loss is nan at step 30" in div["notes"]
+    assert div[BEST] == "—" and "loss is nan at step 30" in div["notes"]
     run = rows["arch=peri_ln"]
     assert run["status"] == "1 running" and run["outcomes"] == "1 running"
     best_so_far = min(r["val_loss"] for r in running if "val_loss" in r)
-    assert run["best val loss"] == f"{best_so_far:.4f} (partial)"
+    assert run[BEST] == f"{best_so_far:.4f} (partial)"
     assert rows["arch=mix_ln"]["status"] == "1 failed" and "no data" in rows["arch=mix_ln"]["notes"]
     killed = rows["arch=hybridnorm"]
     assert killed["status"] == "1 failed" and "stopped at step 40 without finishing" in killed["notes"]
 
     # sorted by best val loss; groups without one come last
-    bests = [rows[label]["best val loss"].split(" ")[0] for label in rows]
+    bests = [rows[label][BEST].split(" ")[0] for label in rows]
     numeric = [float(b) for b in bests if b != "—"]
     assert numeric == sorted(numeric) and bests[len(numeric) :] == ["—"] * (len(bests) - len(numeric))
     assert "Largest learning rate" not in md  # lr does not vary
@@ -236,8 +245,9 @@ def test_sweep_report_plots_and_html(sweep):
     assert all(runs[name]["steps to target"] != "not reached" for name in ("0", "1", "2", "3"))
     # the per-layer table: var growth Var(h_3)/Var(h_1) at the last diag step (100): (4 + 1) / (2 + 1)
     layer = table(md.split("## Per-layer statistics")[1], "group")
-    assert layer["arch=pre_ln"]["variance growth (last/first block)"] == f"{5 / 3:.3g} ± 0"
-    assert layer["arch=pre_ln"]["grad spread (first/last block)"] == f"{0.1 / 0.3:.3g} ± 0"
+    # both seeds have the same profile: a std of 0 is no spread to show
+    assert layer["arch=pre_ln"]["variance growth (last/first block)"] == f"{5 / 3:.3g}"
+    assert layer["arch=pre_ln"]["grad spread (first/last block)"] == f"{0.1 / 0.3:.3g}"
     assert layer["arch=pre_ln"]["first step massive ratio > 100"] == "never"
     assert layer["arch=pre_ln"]["outcomes"] == "1 learned, 1 unstable"
 
@@ -410,7 +420,7 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
     assert report.main([str(sweep)]) == 0
     md = (sweep / "report.md").read_text()
     rows = table(md, "group")
-    assert list(rows) == sorted(rows, key=lambda g: float(rows[g]["best val loss"].split()[0]))
+    assert list(rows) == sorted(rows, key=lambda g: float(best_of(rows[g]).split()[0]))
     assert set(rows) == {"arch=pre_ln", "arch=post_ln"}
     summaries = {j.name: json.loads((j / "summary.json").read_text()) for j in jobs}
     for arch in ("pre_ln", "post_ln"):
@@ -421,8 +431,11 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
         # 20 steps of the tiny model stay at the unigram plateau (~3.0 nats on these bytes): stuck
         assert {s["outcome"] for s in mine} == {"stuck"} and row["outcomes"] == "2 stuck"
         assert all(s["best_val_loss"] > s["baseline_loss"] - s["stuck_margin"] for s in mine)
-        assert row["best val loss"] == mean_std([s["best_val_loss"] for s in mine])
-        assert row["final val loss"] == mean_std([s["final_val_loss"] for s in mine])
+        assert best_of(row) == mean_std([s["best_val_loss"] for s in mine])
+        if "final val loss" in row:  # the column is there when some run's final loss is above its best
+            assert row["final val loss"] == mean_std([s["final_val_loss"] for s in mine])
+        else:
+            assert all(s["final_val_loss"] == s["best_val_loss"] for s in mine)
         assert row["tokens/s"] == f"{statistics.fmean(s['tokens_per_s'] for s in mine):,.0f}"
     runs = all_runs(md)
     assert set(runs) == set(summaries)
@@ -462,7 +475,7 @@ def test_report_on_a_partly_failed_real_sweep(tmp_path):
     assert rows["optim.lr=0.001 model.seq_len=32"]["outcomes"] == "1 stuck"  # 10 steps: still at the unigram plateau
     diverged = rows["optim.lr=50 model.seq_len=32"]
     assert diverged["status"] == "1 diverged" and diverged["outcomes"] == "1 diverged"
-    assert diverged["best val loss"] == "—"
+    assert best_of(diverged) == "—"
     for rate in ("0.001", "50"):
         failed = rows[f"optim.lr={rate} model.seq_len=300000"]
         assert failed["status"] == "1 failed" and "longer than the validation split" in failed["notes"]
@@ -526,7 +539,7 @@ def test_time_to_target_interpolates_between_evaluations(tmp_path):
     assert table(md.split("## Time to target")[1], "group")["arch=pre_ln norm=layernorm"]["reached"] == "0/1"
     md = report.make_report(tmp_path / "r", target_loss=2.5, figures_too=False).read_text()
     row = table(md.split("## Time to target")[1], "group")["arch=pre_ln norm=layernorm"]
-    assert (row["reached"], row["steps"], row["tokens"], row["seconds"]) == ("1/1", "15", "1.5e+03", "7.0")
+    assert (row["reached"], row["steps"], row["tokens"], row["seconds"]) == ("1/1", "15", "1,500", "7.0")
 
 
 def _sweep(root, arch_seeds, base=1.0, best=None):
@@ -602,7 +615,9 @@ def test_baseline_difference_with_welch_interval(tmp_path):
     ci = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert (diff - half, diff + half) == pytest.approx((ci.low, ci.high))
     row = rows["arch=post_ln"]
-    assert row["Δ best val loss [95% CI]"] == f"{diff:+.4f} [{diff - half:+.4f}, {diff + half:+.4f}]"
+    # shown at the half-width's precision: 0.41 has one significant figure, so one decimal
+    assert half == pytest.approx(0.4147, abs=1e-4)
+    assert row["Δ best val loss [95% CI]"] == "+0.9 [+0.5, +1.3]"
     assert row["baseline"] == "arch=pre_ln" and row["outcomes"] == "3 learned"
     assert rows["arch=pre_ln"]["Δ best val loss [95% CI]"] == "(baseline)"
     assert rows["arch=peri_ln"]["Δ best val loss [95% CI]"] == f"{0.9 - 1.2:+.4f} (n=1 vs 3: no interval)"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
+import subprocess
 
 import pytest
 import yaml
@@ -303,6 +305,26 @@ def test_dry_run_plans_one_multirun_per_grid(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("normbench train -m") == 2 and "seed=0,1,2,3" in out
     assert "optim.decay_norm_out=false,true" in out and "hydra/launcher=basic" in out
+    assert not any(tmp_path.iterdir())
+
+
+def test_dry_run_names_both_sides_the_runs_a_time_and_a_command_bash_reads_back(tmp_path, capsys):
+    """The printed command is the planned argv word for word once bash has parsed it (the
+    ``${hydra.job.override_dirname}`` and ``[...]`` words quoted); each side is named with its runs."""
+    from normbench.cli import main
+    from normbench.reproduce.claims import load_claim
+    from normbench.reproduce.runner import plan
+
+    assert main(["reproduce", "rmsnorm_parity", f"out={tmp_path}", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert ("test 'best val loss on par (±0.02 nats)': norm=rmsnorm (3 runs) against norm=layernorm (3 runs), "
+            "both from init_std") in out  # fmt: skip
+    assert re.search(r"sweep 0: 6 runs, about \d+ (s|min) on this machine's CPU \(estimate\); to run it yourself:", out)
+    (line,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("python -m normbench train")]
+    words = subprocess.run(["bash", "-c", f'printf "%s\\0" {line}'], capture_output=True, text=True, check=True)
+    _, argvs, _ = plan(load_claim("rmsnorm_parity"), "cpu", None, [], tmp_path)
+    assert words.stdout.split("\0")[:-1] == ["python", "-m", "normbench", "train", *argvs[0]]
+    assert "hydra.sweep.subdir=${hydra.job.override_dirname}" in argvs[0]
     assert not any(tmp_path.iterdir())
 
 

@@ -192,3 +192,41 @@ def test_optuna_search_survives_a_diverged_trial(tmp_path):
     assert set(summaries) == {"completed", "diverged"}, proc.stdout
     assert results["best_value"] == pytest.approx(summaries["completed"][0]["best_val_loss"])
     assert (REPO / "conf" / "experiment" / "lr_optuna.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides,jobs",
+    [
+        (["arch=pre_ln,post_ln,peri_ln", "norm=layernorm,rmsnorm", "seed=0,1"], 12),
+        (["experiment=placement"], 42),  # docs/ablation.md's table: 7 placements x 2 norms x 3 seeds
+        (["experiment=norm_layer"], 20),
+        (["experiment=placement", "seed=0"], 14),  # an override on the command line replaces the sweeper's
+        (["experiment=lr_optuna"], 12),  # Optuna: its n_trials
+        (["seed=range(0,3)"], 3),
+        (["optim.lr=interval(1e-4,1e-2)"], None),  # a continuous range: no count
+    ],
+)
+def test_the_sweep_counts_its_jobs(overrides, jobs):
+    from omegaconf import open_dict, read_write
+
+    from normbench.cli.progress import planned_jobs
+
+    # composed as Hydra's multirun sees it: the experiment's sweeper, the command line's overrides as the task
+    cfg = compose_with_hydra([o for o in overrides if o.startswith("experiment=")])
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.overrides.task = overrides
+    assert planned_jobs(cfg) == jobs
+
+
+def test_sweep_jobs_say_k_of_n_and_the_sweep_ends_with_its_leaderboard(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["train", "-m", "norm=layernorm,rmsnorm", "seed=0", *FAST, "trainer.max_steps=2",
+                    f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=True)  # fmt: skip
+    out = proc.stdout
+    assert "sweep job 1/2: norm=layernorm seed=0" in out
+    assert re.search(r"sweep job 2/2 \(1 done in \dm\d\ds; sweep ETA \dm\d\ds\): norm=rmsnorm seed=0", out), out
+    end = out.split("sweep finished: 2 jobs in ")[1]
+    assert "best val loss, best groups first" in end and "1. norm=" in end and "2. norm=" in end
+    # one seed a side: the verdict box's line says there is no interval yet
+    assert "norm: layernorm − rmsnorm:" in end and "no interval (needs 2 runs a side)" in end
+    assert end.index("no interval") < end.index("sweep directory:")  # before the closing sweep-directory line

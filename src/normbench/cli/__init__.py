@@ -81,10 +81,10 @@ def train_cli(argv: list[str]) -> int:
         _check_output_dir_writable,
         _check_override_syntax,
         _check_run_dir_free,
+        check_no_sweep_without_m,
         prevalidate,
     )
     from normbench.config.schema import register_configs
-    from normbench.train.signals import STOP
 
     register_configs()
     info_only = any(a in HYDRA_FLAGS_NO_VALIDATE for a in argv)
@@ -93,6 +93,8 @@ def train_cli(argv: list[str]) -> int:
     _ARGV[:] = argv
     try:
         _check_override_syntax(overrides)
+        if not any(a in ("-m", "--multirun") for a in argv) and not info_only:
+            check_no_sweep_without_m(overrides)
         argv = argv + _torchrun_overrides(argv)
         for prev, a in zip(["-"] + argv, argv):
             if not info_only and "=" not in a and not a.startswith("-") and prev not in FLAGS_WITH_VALUE:
@@ -109,20 +111,41 @@ def train_cli(argv: list[str]) -> int:
     def _train(cfg: DictConfig) -> float:
         return run_job(cfg)
 
-    saved = sys.argv
+    return _run_hydra(_train, argv)
+
+
+def _run_hydra(app, argv: list[str]) -> int:
+    """Run the Hydra app ``app`` on ``argv``: a stop signal is honoured for the whole command (between a
+    sweep's jobs it ends the sweep), and Hydra's own errors (a config it cannot load, a sweeper or
+    launcher setting) come back as exceptions instead of Hydra's printout and exit 1, so that they are
+    one line and exit 2 like every other bad input; a job's own crash (a bug) keeps its traceback."""
+    from normbench.train.signals import STOP
+
+    saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["normbench train"] + argv
     _REFUSED.clear()
-    # a stop signal is honoured for the whole command: between a sweep's jobs it ends the sweep
+    _JOB_STARTED.clear()
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     installed = STOP.install([signal.SIGTERM, signal.SIGINT])
     try:
-        _train()
+        app()
+    except Exception as exc:
+        if _JOB_STARTED:
+            raise
+        cause = f": {first_line(exc.__cause__)}" if exc.__cause__ is not None and first_line(exc.__cause__) else ""
+        return error(f"{first_line(exc, type(exc).__name__)}{cause} (from Hydra, before any job started)")
     finally:
         STOP.uninstall(installed)
         sys.argv = saved
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
     return 2 if _REFUSED else 0
 
 
 _REFUSED: list[str] = []  # run_job notes a refused single run here
+_JOB_STARTED: list[bool] = []  # run_job notes here that Hydra got as far as a job
 _ARGV: list[str] = []  # the train command's arguments, for the resume command printed at an interrupt
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_./:+@%-]*")
 
@@ -157,6 +180,7 @@ def run_job(cfg) -> float:
     from normbench.train import trainer
     from normbench.train.signals import STOP
 
+    _JOB_STARTED.append(True)
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN

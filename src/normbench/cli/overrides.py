@@ -34,13 +34,39 @@ def _flat_keys(node, prefix: str = "") -> list[str]:
     return keys
 
 
+def not_an_option(key: str, value: str, allowed: list[str]) -> str:
+    """``norm=rmsnrom is not an option (did you mean rmsnorm?); choose one of: ...``."""
+    near = difflib.get_close_matches(value, allowed, n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return f"{key}={value} is not an option{hint}; choose one of: {', '.join(allowed) or '(none)'}"
+
+
+CONVERSION = {"Float": "a number", "Integer": "a whole number", "Boolean": "true or false"}
+
+
+def _conversion(key: str, msg: str, override: str | None, base_cfg) -> str | None:
+    """OmegaConf's "Value 'abc' of type 'str' could not be converted to Float" in our words, with the
+    key's current value as an example."""
+    import re
+
+    found = re.search(r"could not be converted to (\w+)", msg)
+    if not found or found.group(1) not in CONVERSION:
+        return None
+    from omegaconf import OmegaConf
+
+    given = override.split("=", 1)[1] if override and "=" in override else "?"
+    now = OmegaConf.select(base_cfg, key, default=None) if base_cfg is not None else None
+    example = f" (e.g. {key}={now})" if now is not None else ""
+    return f"{key}={given} is not {CONVERSION[found.group(1)]}: {key} takes {CONVERSION[found.group(1)]}{example}"
+
+
 def _unknown_key(key: str, base_keys: list[str]) -> str:
     near = difflib.get_close_matches(key, base_keys, n=1, cutoff=0.6)
     hint = f" (did you mean '{near[0]}'?)" if near else " (see `python -m normbench train --cfg job`)"
     return f"unknown config key '{key}'{hint}"
 
 
-def _explain(exc: Exception, override: str | None, base_keys: list[str]) -> str:
+def _explain(exc: Exception, override: str | None, base_keys: list[str], base_cfg=None) -> str:
     """One line out of Hydra/OmegaConf's multi-line composition errors."""
     from omegaconf.errors import ConfigKeyError, ValidationError
 
@@ -53,7 +79,7 @@ def _explain(exc: Exception, override: str | None, base_keys: list[str]) -> str:
     if isinstance(cause, ValidationError):
         msg = str(cause).splitlines()[0]
         full_key = getattr(cause, "full_key", None) or (override.split("=", 1)[0] if override else "?")
-        return f"{full_key}: {msg}"
+        return _conversion(full_key, msg, override, base_cfg) or f"{full_key}: {msg}"
     first = first_line(exc, type(exc).__name__)
     return f"{override}: {first}" if override and override.split("=", 1)[0] not in first else first
 
@@ -104,7 +130,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
             for v in value.split(","):
                 allowed = options(key, extra_dirs)
                 if v not in allowed:
-                    raise ConfigError(f"{key}={v} is not an option; choose one of: {', '.join(allowed)}")
+                    raise ConfigError(not_an_option(key, v, allowed))
     searchpath = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in extra_dirs)}]"] if extra_dirs else []
     try:
         variants = [searchpath + v for v in _expand(user, extra_dirs)]
@@ -112,7 +138,8 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
         raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
-        base_keys = _flat_keys(compose(config_name="config", overrides=searchpath))
+        base_cfg = compose(config_name="config", overrides=searchpath)
+        base_keys = _flat_keys(base_cfg)
         _check_hydra_groups(overrides)
         _check_appended_keys(user, base_keys, extra_dirs)
         for variant in variants:
@@ -120,7 +147,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
                 cfg = compose(config_name="config", overrides=variant)
             except Exception as exc:
                 bad = _first_bad(variant)
-                raise ConfigError(_explain(exc, bad, base_keys)) from None
+                raise ConfigError(_explain(exc, bad, base_keys, base_cfg)) from None
             _reject_nan(cfg)
             cfg = to_config(cfg)  # the same typed config and one validation pass the trainer gets
             if cfg.device == "cuda" or cfg.precision == "fp16":
@@ -153,7 +180,7 @@ def _check_hydra_groups(overrides: list[str]) -> None:
             allowed = loader.get_group_options(key)
             for v in value.split(","):
                 if v not in allowed:
-                    raise ConfigError(f"{key}={v} is not an option; choose one of: {', '.join(allowed) or '(none)'}")
+                    raise ConfigError(not_an_option(key, v, allowed))
 
 
 def _reject_nan(cfg) -> None:
@@ -208,6 +235,21 @@ def _check_override_syntax(overrides: list[str]) -> None:
                 f"cannot parse the override {o}: quote the value for Hydra and the whole override for the shell, "
                 f"e.g. {shell} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic)"
             ) from None
+
+
+def check_no_sweep_without_m(overrides: list[str]) -> None:
+    """``model=tiny,small`` without ``-m`` is a sweep Hydra refuses in several lines; say it in one, with the
+    three things it can mean."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for o in overrides:
+        parsed = OverridesParser.create().parse_overrides([o])[0]
+        if parsed.is_sweep_override():
+            key, _, value = o.partition("=")
+            raise ConfigError(
+                f"{o} is a sweep (one job per value): add -m (python -m normbench train -m {o} ...); "
+                f"for one value that is a list write {key}=[{value}], for a string quote it: \"{key}='{value}'\""
+            )
 
 
 def _check_output_dir_writable(argv: list[str]) -> None:

@@ -3,8 +3,10 @@
 :func:`make_report` finds every run below the given directories (merged into one report),
 keeps those matching ``--filter``, groups them (``--group-by``, by default the Hydra overrides
 that differ between runs; seeds are averaged over) and writes ``report.md``, ``report.html``
-(the same content with the figures embedded, one file to send) and PNG figures. Diverged,
-stuck, failed and still-running runs are always shown, never dropped.
+(the same content with the figures embedded, one file to send) and the figures (PNG, plus PDF or
+SVG with ``--format``). The report opens with the answer: a verdict box (each varied factor against
+a baseline value, with the interval ``reproduce`` uses) beside a setup box (what the runs held
+fixed). Diverged, stuck, failed and still-running runs are always shown, never dropped.
 
 The pieces, for code that builds on them (e.g. a ``reproduce`` command):
 
@@ -12,8 +14,12 @@ The pieces, for code that builds on them (e.g. a ``reproduce`` command):
   ``outcome``, ``val_losses``), :func:`filter_runs`, :func:`group_runs` -> :class:`Group`,
   :func:`setting` (a run's value for a key), :func:`read_metrics`;
 - :mod:`.stats`: :func:`time_to_target`, :func:`default_targets`, :func:`group_metric`,
-  :func:`welch_interval` and :func:`compare` (difference from a baseline group, 95% CI);
-- :mod:`.tables` and :mod:`.figures` format them; :mod:`.build` writes the report.
+  :func:`welch_interval` and :func:`compare` (difference from a baseline group, 95% CI), and the
+  interval rule shared with ``reproduce`` (``interval``, ``seed_pairs``);
+- :mod:`.verdicts` and :mod:`.setup`: the two boxes at the top; :mod:`.numbers`: rounding to the
+  spread;
+- :mod:`.tables`, :mod:`.figures` (with :mod:`.curve_figures`, :mod:`.layer_figures`) format them;
+  :mod:`.page` renders Markdown and HTML; :mod:`.build` writes the report.
 
 Outcomes and per-layer statistics are defined in :mod:`normbench.train.outcomes`.
 """

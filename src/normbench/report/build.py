@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import base64
-import html
-import re
 import sys
 from pathlib import Path
 
 from normbench.errors import ConfigError
-from normbench.report import figures, layer_figures, tables
+from normbench.report import curve_figures, figures, layer_figures, tables, verdicts
 from normbench.report.loading import (
     check_key,
     filter_runs,
@@ -20,50 +17,12 @@ from normbench.report.loading import (
     parse_assignment,
     unreadable_summaries,
 )
-from normbench.report.stats import default_targets
+from normbench.report.page import to_html, to_markdown
+from normbench.report.setup import setup_rows
+from normbench.report.stats import default_targets, eval_spacing
 from normbench.train.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 
 DASH = "—"
-
-
-def _md(blocks: list[tuple]) -> str:
-    out = []
-    for kind, *rest in blocks:
-        if kind == "h":
-            out.append(f"{'#' * rest[0]} {rest[1]}")
-        elif kind == "p":
-            out.append(rest[0])
-        elif kind == "table":
-            header, rows = rest
-            cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
-            out += ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
-            out += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
-        elif kind == "img":
-            out.append(f"![{rest[1]}]({rest[0]})")
-        out.append("")
-    return "\n".join(out)
-
-
-def _html(blocks: list[tuple], out_dir: Path) -> str:
-    code = lambda t: re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(str(t)))  # noqa: E731
-    body = []
-    for kind, *rest in blocks:
-        if kind == "h":
-            body.append(f"<h{rest[0]}>{code(rest[1])}</h{rest[0]}>")
-        elif kind == "p":
-            body.append(f"<p>{code(rest[0])}</p>")
-        elif kind == "table":
-            header, rows = rest
-            body.append("<table>\n<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
-            body += ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows]
-            body.append("</table>")
-        elif kind == "img":
-            data = base64.b64encode((out_dir / rest[0]).read_bytes()).decode("ascii")
-            body.append(f'<p><img alt="{html.escape(rest[1])}" src="data:image/png;base64,{data}"></p>')
-    style = ("body{font-family:sans-serif;max-width:90em;margin:auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}")  # fmt: skip
-    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>normbench report</title>'
-            f"<style>{style}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
 
 
 def _target_text(target, defaults) -> str:
@@ -76,20 +35,26 @@ def _target_text(target, defaults) -> str:
 
 
 def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters=None, baseline=None,
-                 color_by=None, style_by=None, figures_too=True) -> tuple[Path, Path, list[Path], int]:  # fmt: skip
+                 color_by=None, style_by=None, figures_too=True, *, metric: str = "best val loss",
+                 formats: tuple[str, ...] = figures.FORMATS, dpi: int = figures.DPI,
+                 ) -> tuple[Path, Path, list[Path], int]:  # fmt: skip
     """Write the report; return (report.md, report.html, figure paths, number of runs). Every input is
-    checked before anything is written; the sections then follow in the order a reader asks: the runs
-    and their outcomes, time to target, per-layer statistics, the baseline, the LR sweep, Optuna."""
+    checked before anything is written; the sections then follow in the order a reader asks: the
+    answer (the verdict and setup boxes), the runs and their outcomes, time to target, per-layer
+    statistics, the baseline, the LR sweep, Optuna, every run, the figures."""
     dirs = [Path(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
     runs, groups = _grouped_runs(dirs, filters, group_by)
     for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
         if key:
             check_key(runs, key, flag)
     base = _baseline(baseline, groups)
+    check_formats(formats, dpi)
     out_dir = Path(out) if out is not None else dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     defaults = {} if target is not None else default_targets(runs)
-    blocks = _overview(dirs, runs, groups, filters, target, defaults) + _layer_section(groups)
+    chosen = (base[0], base[1][0]) if base else None
+    blocks = [("h", 1, "normbench report"), _answer(groups, chosen, metric, target, defaults)]
+    blocks += _overview(dirs, runs, groups, filters, target, defaults) + _layer_section(groups)
     if base:
         blocks += _baseline_section(groups, baseline, base, target, defaults)
     sweep = tables.lr_sweep(groups)
@@ -101,12 +66,38 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     styles = figures.Styles(groups, color_by, style_by)
     plots: list[Path] = []
     if figures_too:
-        blocks.append(("h", 2, "Figures"))
-        _figures(blocks, plots, groups, styles, sweep, steps, out_dir)
+        blocks += [("h", 2, "Figures"), ("p", f"Every figure: {figures.setup_caption(groups)}")]
+        save = figures.Output(tuple(formats), dpi)
+        _figures(blocks, plots, groups, styles, sweep, steps, out_dir, save)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    md_path.write_text(_md(blocks), encoding="utf-8")
-    html_path.write_text(_html(blocks, out_dir), encoding="utf-8")
+    md_path.write_text(to_markdown(blocks), encoding="utf-8")
+    html_path.write_text(to_html(blocks, out_dir), encoding="utf-8")
     return md_path, html_path, plots, len(runs)
+
+
+def check_formats(formats, dpi) -> None:
+    bad = [f for f in formats if f not in figures.ALL_FORMATS]
+    if bad or not formats:
+        raise ConfigError(f"--format {','.join(formats)}: {', '.join(bad) or 'nothing'} is not a figure format; "
+                          f"choose from: {', '.join(figures.ALL_FORMATS)}")  # fmt: skip
+    if not (isinstance(dpi, int) and 50 <= dpi <= 1200):
+        raise ConfigError(f"--dpi {dpi}: choose a whole number from 50 to 1200")
+
+
+def _answer(groups, chosen, metric: str, target, defaults) -> tuple:
+    """The verdict box (each varied factor against its baseline) beside the setup box (what was held fixed)."""
+    if len(groups) < 2:
+        verdict = [("p", "One group: nothing was varied to compare (group the runs with `--group-by`).")]
+    else:
+        header, rows, ranks = verdicts.verdict_rows(groups, chosen, metric, target, defaults)
+        bases = ", ".join(f"`{k}={v}`" for k, v in verdicts.baselines(groups, chosen).items())
+        verdict = [("p", f"Effect on the **{metric}** (lower is better) of each value against the baseline "
+                         f"({bases}; `--baseline` picks another), within each setting of the other factors; "
+                         "95% interval paired over seeds where both sides ran the same seeds, else Welch's. "
+                         "An interval that contains 0: **no detectable difference**."),
+                   ("table", header, rows)]  # fmt: skip
+        verdict += [("p", f"Ranking, only where the intervals separate: {r}") for r in ranks]
+    return ("boxes", [("Verdict", verdict), ("Setup", [("table", ["held fixed", "value"], setup_rows(groups))])])
 
 
 def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list]:
@@ -136,25 +127,44 @@ def _baseline(baseline: str | None, groups) -> tuple | None:
 
 
 def _overview(dirs, runs, groups, filters, target, defaults) -> list[tuple]:
-    """The title, what the report covers and how to read it, the main table and time to target."""
+    """What the report covers and how to read it, the main table and time to target."""
     where = ", ".join(f"`{d}`" for d in dirs)
     return [
-        ("h", 1, "normbench report"),
+        ("h", 2, "Groups and outcomes"),
         ("p", (f"{len(runs)} runs in {len(groups)} groups below {where}"
                + (f", filtered by {', '.join(f'`{f}`' for f in filters)}" if filters else "")
                + f". Grouped by {', '.join(f'`{k}`' for k in groups[0].settings) or 'nothing (one group)'}; "
-               "seeds averaged. Losses: mean ± sample std over the completed runs ('partial': none completed yet, "
-               "so the runs so far). **Outcomes**: `learned` beat the no-context baseline (unigram entropy of the "
-               f"validation split) by more than {STUCK_MARGIN:g} nats, `unstable` learned with loss spikes, `stuck` "
-               "did not beat it, `diverged` was stopped by the trainer; running/failed runs have none yet. "
+               "seeds averaged. Losses: mean ± sample std over the completed runs, the mean rounded to the "
+               "std's precision ('partial': none completed yet, so the runs so far); rows by mean best val "
+               "loss, which is not a ranking (the verdict box above says which differences are detectable). "
+               f"**Outcomes**: `learned` beat the no-context baseline (unigram entropy of the validation split) "
+               f"by more than {STUCK_MARGIN:g} nats, `unstable` learned with loss spikes, `stuck` did not beat it, "
+               "`diverged` was stopped by the trainer; running/failed runs have none yet. "
                f"Target val loss: {_target_text(target, defaults)}.")),
         ("table", *tables.main_table(groups, target, defaults)),
         ("h", 2, "Time to target"),
-        ("p", "Steps, tokens and wall-clock seconds (since the run started, evaluation included) at which the val "
-              "loss first reached the target, linearly interpolated between evaluations; mean ± std over the runs "
-              "that reached it."),
+        ("p", _target_note(groups, target, defaults)),
         ("table", *tables.target_table(groups, target, defaults)),
     ]  # fmt: skip
+
+
+def _target_note(groups, target, defaults) -> str:
+    """How time to target is measured, with the evaluation spacing, and a warning when that spacing is
+    coarse against the spread of the step counts (then the table's steps resolve less than they show)."""
+    spacing = eval_spacing([r for g in groups for r in g.runs])
+    text = ("Steps, tokens and wall-clock seconds (since the run started, evaluation included) at which the val "
+            "loss first reached the target, linearly interpolated between the two evaluations around the crossing; "
+            "mean ± std over the runs that reached it.")  # fmt: skip
+    if spacing is None:
+        return text
+    text += f" Evaluations every {spacing:g} steps: the crossing itself is only known to within {spacing:g} steps."
+    spreads = tables.target_spreads(groups, target, defaults)
+    if spreads and spacing > min(spreads):
+        text += (f" **Coarse:** that spacing is wider than the spread of the step counts between seeds (std "
+                 f"{min(spreads):.0f}-{max(spreads):.0f} steps), so step differences below {spacing:g} are not "
+                 f"resolved; evaluate more often (e.g. `trainer.eval_every={max(1, int(spacing // 5))}`) to compare "
+                 "them.")  # fmt: skip
+    return text
 
 
 def _layer_section(groups) -> list[tuple]:
@@ -203,27 +213,47 @@ def _optuna_sections(dirs: list[Path]) -> list[tuple]:
     return blocks
 
 
-def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path) -> None:
-    def add(name: str, made: bool, what: str, key: str) -> None:
+def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path, save: figures.Output) -> None:
+    """Each figure with its caption (the setup is stated once, above them); a figure without data is a line
+    saying why instead of a hole. The PNG is embedded; the other formats lie next to it."""
+    legend = (
+        f" Colour: `{styles.color_key}`"
+        + (
+            f"; line style and point marker: `{styles.style_key}`"
+            if styles.style_key and len(styles.linestyles) > 1
+            else ""
+        )
+        + "."
+    )
+
+    def add(name: str, made: bool, what: str, key: str, caption: str) -> None:
         if made:
-            plots.append(out_dir / name)
-            blocks.extend([("h", 3, what), ("img", name, what)])
+            stem = Path(name).stem
+            plots.extend(out_dir / f"{stem}.{ext}" for ext in dict.fromkeys(("png", *save.formats)))
+            others = ", ".join(f"`{stem}.{e}`" for e in save.formats if e != "png")
+            also = f" (also {others})" if others else ""
+            blocks.extend([("h", 3, f"`{name}`{also}"), ("img", name, what, caption + legend)])
         else:  # say why instead of leaving a hole
             at = " at the chosen steps" if steps and key != "loss" else ""
             blocks.append(("p", f"`{name}` skipped: no run logged `{key}`{at}."))
 
-    add("loss_curves.png", figures.plot_losses(groups, styles, out_dir / "loss_curves.png"), "loss curves", "loss")
-    for key, (name, _, title, _) in figures.DEPTH.items():
-        chosen = steps if steps else figures.default_depth_steps(groups, key)
-        made = figures.plot_depth(groups, styles, key, chosen, out_dir / name)
-        add(name, made, title.lower(), key)
-    for key, (name, label, _) in layer_figures.HEATMAPS.items():
-        add(name, layer_figures.plot_heatmap(groups, key, out_dir / name), f"{label} by layer and step", key)
-    made = layer_figures.plot_layer_stats(groups, styles, out_dir / "layer_stats.png")
-    add("layer_stats.png", made, "per-layer statistics vs step", "var_resid")
+    made = curve_figures.plot_losses(groups, styles, out_dir / "loss_curves.png", save)
+    add("loss_curves.png", made, "loss curves", "loss", curve_figures.caption_losses(groups))
+    for key, (name, *_) in curve_figures.DEPTH.items():
+        chosen = steps if steps else curve_figures.default_depth_steps(groups, key)
+        made = curve_figures.plot_depth(groups, styles, key, chosen, out_dir / name, save)
+        add(name, made, key, key, curve_figures.caption_depth(key, chosen, groups))
+    for key, (name, *_, caption) in layer_figures.HEATMAPS.items():
+        made = layer_figures.plot_heatmap(groups, key, out_dir / name, save)
+        add(name, made, f"{key} by layer and step", key, f"{caption}, one panel per group (mean over seeds), one "
+            "logarithmic colour scale for all panels.")  # fmt: skip
+    made = layer_figures.plot_layer_stats(groups, styles, out_dir / "layer_stats.png", save)
+    add("layer_stats.png", made, "per-layer statistics vs step", "var_resid", layer_figures.LAYER_CAPTION)
     if sweep:
-        figures.plot_lr(sweep, groups, styles, out_dir / "lr_sweep.png")
-        add("lr_sweep.png", True, "best val loss vs learning rate", "val_loss")
+        figures.plot_lr(sweep, groups, styles, out_dir / "lr_sweep.png", save)
+        add("lr_sweep.png", True, "best val loss vs learning rate", "val_loss", "Best validation loss against the "
+            "peak learning rate: filled point, every seed learned; hollow, some did not; squares, stuck runs; ×, an "
+            "lr where a run diverged.")  # fmt: skip
 
 
 def make_report(root, target_loss: float | None = None, steps: list[int] | None = None, out=None, **kw) -> Path:
@@ -265,13 +295,24 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--style-by", metavar="KEY", help="factor drawn as line style (default: norm if grouped by it)")
     parser.add_argument("--out", type=Path, help="where to write (default: the first DIR)")
     parser.add_argument("--no-figures", action="store_true", help="tables only (fast)")
+    parser.add_argument("--metric", default="best_val_loss", help="the verdict box's metric: "
+                        f"{', '.join(verdicts.METRIC_NAMES)} (default: best_val_loss)")  # fmt: skip
+    parser.add_argument("--format", default=",".join(figures.FORMATS), metavar="FMT[,FMT]",
+                        help=f"figure formats besides the PNG the report embeds: {', '.join(figures.ALL_FORMATS)} "
+                             f"(default: {','.join(figures.FORMATS)})")  # fmt: skip
+    parser.add_argument(
+        "--dpi", type=int, default=figures.DPI, help=f"resolution of PNG figures (default {figures.DPI})"
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help or a usage error: argparse has printed it
         return int(e.code or 0)
     try:
+        metric = verdicts.metric_name(args.metric)
+        formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
         md, page, plots, n = build_report(args.dirs, args.target, args.steps, args.out, args.group_by, args.filters,
-                                          args.baseline, args.color_by, args.style_by, not args.no_figures)  # fmt: skip
+                                          args.baseline, args.color_by, args.style_by, not args.no_figures,
+                                          metric=metric, formats=formats, dpi=args.dpi)  # fmt: skip
     except ConfigError as e:
         print(f"normbench: error: {e}", file=sys.stderr)
         return 2

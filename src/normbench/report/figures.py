@@ -1,24 +1,31 @@
-"""The report's figures (matplotlib, no pyplot: no global state, no GUI backend).
+"""The report's figures: shared conventions, saving, and the learning-rate figure (matplotlib, no
+pyplot: no global state, no GUI backend). Loss and depth figures: :mod:`.curve_figures`; heatmaps and
+per-layer statistics: :mod:`.layer_figures`.
 
 Conventions, the same in every figure: one colour per value of one factor (``arch`` when it
 varies: a fixed colour per architecture) and one line style per value of a second (``norm``
-when it varies), further factors by marker; one shared legend outside the axes; seeds drawn
-as the mean line with a min-max band; validation points marked; panels of one quantity share
-their y-range; a log axis when the values span more than 100x. Stuck and diverged runs are
-never dropped: each is drawn on its own, thin, ending in a hollow square (stuck) or an x at
-the step it stopped (diverged). Heatmaps and per-layer statistics: :mod:`.layer_figures`.
+when it varies), with a point marker per line style too (so overlapping lines stay apart), further
+factors by marker; one shared legend below the axes; seeds drawn as the mean line with a min-max
+band. Blocks are numbered 1..L everywhere; a depth position l is the residual stream after block l
+(0: the embedding output). An axis is logarithmic when its own values span more than 30x. Stuck and
+diverged runs are never dropped: each is drawn on its own, thin, ending in a hollow square (stuck)
+or an x at the step it stopped (diverged).
+
+Sizes are set for print: figures 6.6 in wide (two single columns) or less, fonts of 10-11 pt, so a
+figure scaled down to a single column (3.3 in) still has 5 pt or larger text. Panel titles are
+short; what a figure shows is its caption in the report. ``Output`` saves each figure as PNG (the
+report embeds that) and in any of PDF and SVG, at ``dpi``.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 from normbench.model import norm_class
-from normbench.report.loading import Group, Run, finite_series, is_lr_key, series, setting
-from normbench.report.stats import LEARNED, curve, healthy, learned_everywhere
+from normbench.report.loading import Group, Run, is_lr_key, setting
+from normbench.report.stats import LEARNED, learned_everywhere
 from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
 ARCH_COLORS = {
@@ -35,17 +42,55 @@ PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:
            "tab:cyan", "tab:gray")  # fmt: skip
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
-LOSS_LABEL = "cross-entropy loss (nats/token)"
-STEP_LABEL = "training step (optimizer updates)"
-DEPTH = {  # metric -> (file, y label, title, x label)
-    "var_resid": ("var_resid_depth.png", "variance of the residual stream Var(h_l)",
-                  "Residual-stream variance across depth", "depth l (0 = embedding output, l = after block l)"),
-    "grad_norm_layer": ("grad_norm_layer_depth.png", "gradient L2 norm of block l (before clipping)",
-                        "Per-block gradient norm", "block l"),
-    "maxabs_resid": ("maxabs_resid_depth.png", "largest |activation| max|h_l|",
-                     "Largest activation across depth (massive activations)",
-                     "depth l (0 = embedding output, l = after block l)"),
-}  # fmt: skip
+POINT_MARKERS = ("o", "s", "^", "D", "v", "P")
+LOSS_LABEL = "loss (nats/token)"
+STEP_LABEL = "training step"
+FORMATS = ("png", "pdf")
+ALL_FORMATS = ("png", "pdf", "svg")
+DPI = 200
+WIDTH = 6.6  # inches: two single columns; see the module docstring
+LOG_SPAN = 30  # an axis whose positive values span more than this factor is logarithmic
+RC = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": 9.5, "ytick.labelsize": 9.5,
+      "legend.fontsize": 9.5, "lines.linewidth": 1.6, "axes.spines.top": False, "axes.spines.right": False,
+      "pdf.fonttype": 42, "svg.fonttype": "none"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Output:
+    """How figures are saved: PNG always (the report embeds it), plus the other ``formats``, at ``dpi``."""
+
+    formats: tuple[str, ...] = FORMATS
+    dpi: int = DPI
+
+    def save(self, fig, path: Path) -> None:
+        for ext in dict.fromkeys(("png", *self.formats)):
+            fig.savefig(path.with_suffix(f".{ext}"), dpi=self.dpi)
+
+
+DEFAULT_OUT = Output()
+
+
+def log_if_wide(ax, values) -> None:
+    pos = [v for v in values if finite(v) and v > 0]
+    if pos and max(pos) / min(pos) > LOG_SPAN:
+        ax.set_yscale("log", nonpositive="mask")
+
+
+def setup_caption(groups: list[Group]) -> str:
+    """One sentence with what every figure shares: the runs, the model, steps and the seeds per line."""
+    runs = [r for g in groups for r in g.runs]
+    first = runs[0]
+    model = setting(first, "model")
+    size = ", ".join(f"{v} {k}" for k, v in (("blocks", setting(first, "model.n_layer")),
+                                             ("wide", setting(first, "model.d_model"))) if v)  # fmt: skip
+    steps = {s for r in runs if (s := setting(r, "trainer.max_steps"))}
+    n_seeds = max((len(g.runs) for g in groups), default=1)
+    parts = [f"{len(runs)} runs in {len(groups)} groups"]
+    parts += [f"model {model}" + (f" ({size})" if size else "")] if model else []
+    parts += [f"{next(iter(steps))} steps" if len(steps) == 1 else "steps differ between runs"] if steps else []
+    parts.append(f"a line is the mean of up to {n_seeds} seeds, the band their min–max" if n_seeds > 1 else
+                 "one run per line")  # fmt: skip
+    return "; ".join(parts) + "."
 
 
 def norm_styles(norms: list[str]) -> dict[str, object]:
@@ -96,11 +141,13 @@ class Styles:
         )
         mvals = sorted({tuple(value(g, k) for k in self.marker_keys) for g in groups}) if self.marker_keys else []
         self.markers = {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(mvals)}
+        self.points = {v: POINT_MARKERS[i % len(POINT_MARKERS)] for i, v in enumerate(svals)}
         self.of = {
             g.label: {
                 "color": self.colors[value(g, self.color_key)],
                 "linestyle": self.linestyles.get(value(g, self.style_key), "-") if self.style_key else "-",
                 "marker": self.markers.get(tuple(value(g, k) for k in self.marker_keys)) if self.marker_keys else None,
+                "point": self.points.get(value(g, self.style_key), "o") if self.style_key else "o",
             }
             for g in groups
         }
@@ -119,42 +166,65 @@ class Styles:
 
         h = [Line2D([], [], color=c, lw=2.5, label=f"{self.color_key} = {v}") for v, c in self.colors.items()]
         if self.style_key and len(self.linestyles) > 1:
-            h += [Line2D([], [], color="0.3", linestyle=ls, lw=1.5, label=f"{self.style_key} = {v}")
-                  for v, ls in self.linestyles.items()]  # fmt: skip
+            h += [Line2D([], [], color="0.3", linestyle=ls, lw=1.5, marker=self.points[v], ms=4,
+                         label=f"{self.style_key} = {v}") for v, ls in self.linestyles.items()]  # fmt: skip
         if len(self.markers) > 1:
             h += [Line2D([], [], color="0.3", marker=m, linestyle="none", label=", ".join(f"{k} = {x}" for k, x in
                          zip(self.marker_keys, v))) for v, m in self.markers.items()]  # fmt: skip
         extra = {
-            "band": Patch(color="0.6", alpha=0.3, label="mean over seeds; band: min–max"),
-            "val": Line2D([], [], color="0.3", marker="o", ms=4, linestyle="none", label="evaluation point"),
-            "stuck": Line2D([], [], color="0.3", lw=0.9, marker="s", mfc="none", label="stuck run (one line each)"),
-            "diverged": Line2D([], [], color="0.3", lw=0.9, marker="x", mew=2, label="diverged run, × where stopped"),
-            "failed": Line2D([], [], color="0.3", lw=0.9, marker="|", ms=9, label="failed/unfinished run"),
-            "baseline": Line2D([], [], color="0.4", lw=1, linestyle=":", label="no-context baseline (unigram entropy)"),
+            "band": Patch(color="0.6", alpha=0.3, label="seeds: min–max"),
+            "stuck": Line2D([], [], color="0.3", lw=0.9, marker="s", mfc="none", label="stuck run"),
+            "diverged": Line2D([], [], color="0.3", lw=0.9, marker="x", mew=2, label="diverged run (× stop)"),
+            "failed": Line2D([], [], color="0.3", lw=0.9, marker="|", ms=9, label="unfinished run"),
+            "baseline": Line2D([], [], color="0.4", lw=1, linestyle=":", label="no-context baseline"),
             "threshold": Line2D([], [], color="0.4", lw=1, linestyle=":",
-                                label=f"massive-activation threshold ({MASSIVE_THRESHOLD:g})"),
+                                label=f"massive threshold ({MASSIVE_THRESHOLD:g})"),
         }  # fmt: skip
         return h + [extra[e] for e in extras]
 
 
-def _figure(nrows: int, ncols: int, sharey: bool = False, width: float = 4.3, height: float = 3.4):
+def _figure(nrows: int, ncols: int, sharey: bool = False, width: float = WIDTH, height: float = 2.6):
+    """A figure ``width`` inches wide, ``height`` per row plus room for the legend below."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width * ncols + 2.6, height * nrows + 0.6), layout="constrained")
+    fig = Figure(figsize=(width, height * nrows + 0.7), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)
     return fig, [a for row in axes for a in row]
 
 
-def _finish(fig, axes, styles: Styles, extras, title: str, path: Path, values=None) -> None:
-    if values:
-        pos = [v for v in values if finite(v) and v > 0]
-        if pos and max(pos) / min(pos) > 100:  # spans more than 100x
-            for ax in axes:
-                ax.set_yscale("log", nonpositive="mask")
-    fig.legend(handles=styles.handles(tuple(extras)), loc="outside right center", fontsize="small", frameon=False)
-    width = int(fig.get_figwidth() * 9)  # characters that fit above the axes, roughly
-    fig.suptitle(textwrap.fill(title, width), fontsize="medium")
-    fig.savefig(path, dpi=110)
+def _finish(fig, styles: Styles, extras, path: Path, out: Output, legend_ax=None) -> None:
+    """The shared legend (below the axes, or in ``legend_ax``, an empty panel), then save."""
+    handles = styles.handles(tuple(extras))
+    if legend_ax is not None:
+        legend_ax.set_axis_off()
+        legend_ax.legend(handles=handles, loc="center", frameon=False)
+    else:
+        _fitted_legend(fig, handles)
+    out.save(fig, path)
+
+
+def _fitted_legend(fig, handles) -> None:
+    """The legend below the axes in as many columns as fit the figure's width (measured, not guessed)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()  # a canvas to measure text with (savefig picks its own)
+    for ncols in range(min(len(handles), 4), 0, -1):
+        legend = fig.legend(handles=handles, loc="outside lower center", ncols=ncols, frameon=False,
+                            columnspacing=1.0, handlelength=2.0)  # fmt: skip
+        if ncols == 1 or legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            return
+        legend.remove()
+
+
+def panel_title(ax, text: str, bold: bool = True, size: float | None = None) -> None:
+    """A short left-aligned panel title, its font shrunk (to 7 pt at least) until it fits above its panel.
+    Width estimate: a DejaVu Sans character is about 0.62 em wide (0.66 bold); a panel gets its column's
+    share of the figure less 0.55 in of tick labels."""
+    size = size or RC["axes.titlesize"]
+    cols = ax.get_gridspec().ncols if ax.get_gridspec() is not None else 1
+    room = (ax.figure.get_figwidth() / cols - 0.55) * 72  # points
+    fits = room / ((0.66 if bold else 0.62) * max(1, len(text)))
+    ax.set_title(text, loc="left", fontweight="bold" if bold else "normal", fontsize=max(7.0, min(size, fits)))
 
 
 def _kind(run: Run) -> str:
@@ -186,126 +256,25 @@ def _mean_band(ax, xs, mean, lo, hi, style: dict, n: int, marker=None) -> None:
         ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.15, lw=0)
 
 
-def _baselines(runs: list[Run]) -> list[float]:
+def baselines_of(runs: list[Run]) -> list[float]:
     return sorted({round(b, 6) for r in runs if finite(b := (r.summary or {}).get("baseline_loss"))})
 
 
-def plot_losses(groups: list[Group], styles: Styles, path: Path) -> bool:
-    runs = [r for g in groups for r in g.runs]
-    if not any(finite_series(r.records, "loss") for r in runs):
-        return False
-    has_val = any(finite_series(r.records, "val_loss") for r in runs)
-    panels = [("loss", "Training loss (every logged step)")]
-    panels += [("val_loss", "Validation loss (points: evaluations)")] if has_val else []
-    fig, axes = _figure(1, len(panels), sharey=True)
-    extras, values = {"band"}, []
-    # the y range of the mean curves (and stuck runs): a diverged run's blow-up would flatten them
-    kept = [v for g in groups for r in g.runs if r.status != "diverged" for k, _ in panels
-            for _, v in finite_series(r.records, k)]  # fmt: skip
-    kept += _baselines(runs) if kept else []
-    top = bottom = None
-    if kept and max(kept) > min(kept):  # else (e.g. every run diverged): matplotlib's own range
-        top, bottom = max(kept) + 0.05 * (max(kept) - min(kept)), min(kept) - 0.05 * (max(kept) - min(kept))
-    for ax, (key, title) in zip(axes, panels):
-        for g in groups:
-            st = styles.of[g.label]
-            pool = healthy(g.runs)
-            xs, mean, lo, hi = curve(pool, key)
-            if xs:
-                _mean_band(ax, xs, mean, lo, hi, st, len(pool), marker="o" if key == "val_loss" else None)
-                values += lo + hi
-            for r in g.runs:
-                if r not in pool and (pts := finite_series(r.records, key)):
-                    _single(ax, [p[0] for p in pts], [p[1] for p in pts], st, _kind(r), top=top)
-                    extras.add(_kind(r))
-                    values += [p[1] for p in pts if top is None or p[1] <= top]
-        if top is not None:
-            ax.set_ylim(bottom, top)
-        for b in _baselines(runs):
-            ax.axhline(b, color="0.4", lw=1, linestyle=":")
-            extras.add("baseline")
-        ax.set_title(title, pad=10)
-        ax.set_xlabel(STEP_LABEL)
-        if key == "val_loss":
-            extras.add("val")
-    axes[0].set_ylabel(LOSS_LABEL)
-    order = [e for e in ("band", "val", "stuck", "diverged", "failed", "baseline") if e in extras]
-    n_seeds = max((len(g.runs) for g in groups), default=1)
-    seeds = f"mean of up to {n_seeds} seeds per line" if n_seeds > 1 else "one run per line"
-    _finish(fig, axes, styles, order, f"Loss vs training step by {styles.describe()} ({seeds})", path, values)
-    return True
-
-
-def _profile(run: Run, key: str, step) -> tuple[int, list[float]] | None:
-    """(diag step, per-layer list) at ``step`` ("end": the run's last diag record): the run's last
-    record at or before it, if the run got that far."""
-    pts = [(s, v) for s, v in series(run.records, key) if isinstance(v, list) and v]
-    if not pts:
-        return None
-    if step == "end":
-        return pts[-1]
-    before = [(s, v) for s, v in pts if s <= step]
-    return before[-1] if before and pts[-1][0] >= step else None
-
-
-def default_depth_steps(groups: list[Group], key: str) -> list[int]:
-    """The first and a middle diagnostic step (the last is always drawn, as "end of training")."""
-    have = sorted({s for g in groups for r in g.runs for s, v in series(r.records, key) if isinstance(v, list)})
-    if not have:
-        return []
-    return list(dict.fromkeys([have[0], have[len(have) // 2]]))
-
-
-def plot_depth(groups: list[Group], styles: Styles, key: str, steps: list[int], path: Path) -> bool:
-    _, ylabel, title, xlabel = DEPTH[key]
-    panels = [*steps, "end"]
-    fig, axes = _figure(1, len(panels), sharey=True, width=3.8)
-    extras, values, drawn, ends = {"band"}, [], False, set()
-    for ax, step in zip(axes, panels):
-        for g in groups:
-            st = styles.of[g.label]
-            pool = healthy(g.runs)
-            profs = [p[1] for r in pool if (p := _profile(r, key, step)) is not None]
-            n = max((len(p) for p in profs), default=0)
-            profs = [p for p in profs if len(p) == n]
-            if profs:
-                cols = [[p[i] for p in profs if finite(p[i])] for i in range(n)]
-                mean = [statistics.fmean(c) if c else math.nan for c in cols]
-                lo = [min(c) if c else math.nan for c in cols]
-                hi = [max(c) if c else math.nan for c in cols]
-                _mean_band(ax, list(range(n)), mean, lo, hi, st, len(profs), marker=st["marker"] or "o")
-                values += lo + hi
-                drawn = True
-                if step == "end":
-                    ends |= {p[0] for r in pool if (p := _profile(r, key, "end"))}
-            for r in g.runs:  # stuck and diverged runs: their last record at or before the panel's step
-                if r in pool:
-                    continue
-                pts = [(s, v) for s, v in series(r.records, key) if isinstance(v, list) and v]
-                pts = [p for p in pts if step == "end" or p[0] <= step]
-                if pts:
-                    ys = [v if finite(v) else math.nan for v in pts[-1][1]]
-                    _single(ax, list(range(len(ys))), ys, st, _kind(r), along=True)
-                    extras.add(_kind(r))
-                    values += ys
-                    drawn = True
-        name = f"step {step}" if step != "end" else "end of training"
-        if step == "end" and len(ends) == 1:
-            name += f" (step {next(iter(ends))})"
-        ax.set(title=name, xlabel=xlabel)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    if not drawn:
-        return False
-    axes[0].set_ylabel(ylabel)
-    order = [e for e in ("band", "stuck", "diverged", "failed") if e in extras]
-    _finish(fig, axes, styles, order, f"{title} by {styles.describe()}; stuck/diverged runs at their last record",
-            path, values)  # fmt: skip
-    return True
-
-
-def plot_lr(sweep: dict[str, dict[float, list[Run]]], groups: list[Group], styles: Styles, path: Path) -> None:
+def plot_lr(sweep: dict[str, dict[float, list[Run]]], groups: list[Group], styles: Styles, path: Path,
+            out: Output = DEFAULT_OUT) -> None:  # fmt: skip
     """Best val loss against lr, one line per series (the lr is the x axis, so not a line style)."""
-    fig, axes = _figure(1, 1, width=5.5, height=4.2)
+    with rc():
+        _plot_lr(sweep, groups, styles, path, out)
+
+
+def rc():
+    import matplotlib
+
+    return matplotlib.rc_context(RC)
+
+
+def _plot_lr(sweep, groups, styles, path, out) -> None:
+    fig, axes = _figure(1, 1, width=4.4, height=3.2)
     ax = axes[0]
     lr_keys = tuple(k for k in (groups[0].settings if groups else {}) if is_lr_key(k))
     styles = Styles(groups, None if styles.color_key in lr_keys else styles.color_key, None, exclude=lr_keys)
@@ -335,10 +304,9 @@ def plot_lr(sweep: dict[str, dict[float, list[Run]]], groups: list[Group], style
             ax.fill_between(xs, lo, hi, color=st["color"], alpha=0.15, lw=0)
             for x, y, ok in zip(xs, mean, full):  # filled: every seed learned; hollow: not every seed
                 ax.plot([x], [y], "o", color=st["color"], mfc=st["color"] if ok else "white", ms=6)
-    for b in _baselines([r for by_lr in sweep.values() for runs in by_lr.values() for r in runs]):
+    for b in baselines_of([r for by_lr in sweep.values() for runs in by_lr.values() for r in runs]):
         ax.axhline(b, color="0.4", lw=1, linestyle=":")
         extras.add("baseline")
-    ax.set(xscale="log", xlabel="peak learning rate (optim.lr)", ylabel=f"best validation {LOSS_LABEL}")
-    ax.set_title("filled point: every seed learned; hollow: some did not", fontsize="small")
+    ax.set(xscale="log", xlabel="peak learning rate (optim.lr)", ylabel=f"best val {LOSS_LABEL}")
     order = [e for e in ("band", "stuck", "diverged", "baseline") if e in extras]
-    _finish(fig, axes, styles, order, f"Best validation loss vs learning rate by {styles.describe()}", path)
+    _finish(fig, styles, order, path, out)

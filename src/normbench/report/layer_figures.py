@@ -1,6 +1,10 @@
 """Figures of the per-layer diagnostics over training: layer x step heatmaps (``grad_norm_layer``,
 ``var_resid``) and the per-layer statistics of :mod:`normbench.train.outcomes` against steps. The
-conventions are :mod:`normbench.report.figures`'s."""
+conventions are :mod:`normbench.report.figures`'s: blocks 1..L, depth 0 (embedding) .. L.
+
+The massive-activation panel draws its threshold only when some run comes within a factor 3 of it;
+otherwise a line at 100 would set the axis and flatten data near 5 (the panel then says how far below
+the threshold the runs stayed). The empty sixth slot of the 3 x 2 grid holds the legend."""
 
 from __future__ import annotations
 
@@ -8,22 +12,43 @@ import math
 import statistics
 from pathlib import Path
 
-from normbench.report.figures import STEP_LABEL, Styles, _figure, _finish, _kind, _mean_band, _single
+from normbench.report.figures import (
+    DEFAULT_OUT,
+    STEP_LABEL,
+    WIDTH,
+    Output,
+    Styles,
+    _figure,
+    _finish,
+    _kind,
+    _mean_band,
+    _single,
+    log_if_wide,
+    panel_title,
+    rc,
+)
 from normbench.report.loading import Group, Run, series
 from normbench.report.stats import healthy, run_layer_series
 from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
-HEATMAPS = {
-    "grad_norm_layer": ("grad_norm_layer_heatmap.png", "gradient L2 norm of the block", "block l"),
-    "var_resid": ("var_resid_heatmap.png", "variance of the residual stream Var(h_l)", "depth l (0 = embedding)"),
-}
+HEATMAPS = {  # key -> (file, colour label, y label, first row's number, caption)
+    "grad_norm_layer": ("grad_norm_layer_heatmap.png", "‖grad‖ of block l", "block l", 1,
+                        "Gradient L2 norm of each block (rows, 1..L) against training step"),
+    "var_resid": ("var_resid_heatmap.png", "Var(h_l)", "depth l", 0, "Variance of the residual stream at depth l "
+                  "(rows; 0 is the embedding output, l the stream after block l) against training step"),
+}  # fmt: skip
 LAYER_STATS = (  # series key, panel title, y label
-    ("var_growth", "Variance growth across depth", "Var(h_L) / Var(h_1) (ratio)"),
-    ("grad_spread", "Gradient spread, first vs last block", "‖grad block 1‖ / ‖grad block L‖ (ratio)"),
-    ("grad_cv", "Unevenness of per-block gradients", "coefficient of variation (std / mean)"),
-    ("massive_ratio_max", "Massive activations", "max|h| / median|h|, worst layer (ratio)"),
-    ("logit_maxabs", "Output logit scale", "largest |output logit| (nats)"),
+    ("var_growth", "variance growth", "Var(h_L) / Var(h_1)"),
+    ("grad_spread", "gradient spread", "‖g_1‖ / ‖g_L‖"),
+    ("grad_cv", "gradient unevenness", "CV of block ‖g‖"),
+    ("massive_ratio_max", "massive activations", "max|h| / median|h|"),
+    ("logit_maxabs", "output logit scale", "max |logit|"),
 )
+LAYER_CAPTION = ("Per-layer statistics against training step: (a) variance growth Var(h_L)/Var(h_1) of the "
+                 "residual stream from after block 1 to after block L; (b) gradient spread, block 1's gradient "
+                 "norm over block L's; (c) the coefficient of variation (std/mean) of the blocks' gradient "
+                 "norms; (d) the massive-activation ratio max|h|/median|h| of the worst layer; (e) the largest "
+                 "|output logit|.")  # fmt: skip
 
 
 def _matrix(runs: list[Run], key: str) -> tuple[list[int], list[list[float]]] | None:
@@ -45,82 +70,102 @@ def _matrix(runs: list[Run], key: str) -> tuple[list[int], list[list[float]]] | 
     return steps, rows
 
 
-def plot_heatmap(groups: list[Group], key: str, path: Path) -> bool:
-    import numpy as np
-    from matplotlib.colors import LogNorm
-
-    _, clabel, ylabel = HEATMAPS[key]
+def plot_heatmap(groups: list[Group], key: str, path: Path, out: Output = DEFAULT_OUT) -> bool:
     mats = [(g, m) for g in groups if (m := _matrix(healthy(g.runs) or g.runs, key)) is not None]
-    if not mats:
-        return False
     vals = [x for _, (_, rows) in mats for row in rows for x in row if finite(x) and x > 0]
     if not vals:
         return False
-    ncols = min(len(mats), 3)
-    nrows = math.ceil(len(mats) / ncols)
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(3.9 * ncols + 1.2, 2.9 * nrows + 0.6), layout="constrained")
-    axes = [a for row in fig.subplots(nrows, ncols, squeeze=False) for a in row]
-    norm = LogNorm(vmin=min(vals), vmax=max(vals))  # one colour scale for every panel
-    mesh = None
-    for ax, (g, (steps, rows)) in zip(axes, mats):
-        arr = np.array(rows, dtype=float).T  # layers x steps
-        mesh = ax.pcolormesh(steps, range(arr.shape[0]), np.ma.masked_invalid(arr), shading="nearest", norm=norm,
-                             cmap="viridis")  # fmt: skip
-        stopped = [r for r in g.runs if r.status == "diverged"]
-        note = f"\n{len(stopped)} of {len(g.runs)} diverged (drawn until it stopped)" if stopped else ""
-        if g.runs and all(r.outcome == "stuck" for r in g.runs):
-            note = "\nstuck: never beat the no-context baseline"
-        ax.set_title(f"{g.label}{note}", fontsize="small")
-        ax.set(xlabel=STEP_LABEL, ylabel=ylabel)
-        ax.yaxis.get_major_locator().set_params(integer=True)
-    for ax in axes[len(mats) :]:
-        ax.set_axis_off()
-    fig.colorbar(mesh, ax=axes, label=f"{clabel} (log scale)")
-    fig.suptitle(f"{clabel.capitalize()} by layer and step (mean over seeds)", fontsize="medium")
-    fig.savefig(path, dpi=110)
+    with rc():
+        _plot_heatmap(groups, key, path, out, mats, vals)
     return True
 
 
-def plot_layer_stats(groups: list[Group], styles: Styles, path: Path) -> bool:
+def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
+    import numpy as np
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
+
+    _, clabel, ylabel, first, _ = HEATMAPS[key]
+    ncols = min(len(mats), 3)
+    nrows = math.ceil(len(mats) / ncols)
+    fig = Figure(figsize=(WIDTH, 1.9 * nrows + 0.5), layout="constrained")
+    axes = [a for row in fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True) for a in row]
+    norm = LogNorm(vmin=min(vals), vmax=max(vals))  # one colour scale for every panel
+    mesh = None
+    for i, (ax, (g, (steps, rows))) in enumerate(zip(axes, mats)):
+        arr = np.array(rows, dtype=float).T  # layers x steps
+        mesh = ax.pcolormesh(steps, range(first, first + arr.shape[0]), np.ma.masked_invalid(arr), shading="nearest",
+                             norm=norm, cmap="viridis")  # fmt: skip
+        stopped = [r for r in g.runs if r.status == "diverged"]
+        note = f" ({len(stopped)}/{len(g.runs)} diverged)" if stopped else ""
+        if g.runs and all(r.outcome == "stuck" for r in g.runs):
+            note = " (stuck)"
+        name = ", ".join(g.settings.values()) or g.label
+        panel_title(ax, f"{'abcdefghijklmnop'[i % 16]}  {name}{note}", bold=False, size=9.5)
+        if i % ncols == 0:
+            ax.set_ylabel(ylabel)
+        if i >= len(mats) - ncols:
+            ax.set_xlabel(STEP_LABEL)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+    for ax in axes[len(mats) :]:
+        ax.set_axis_off()
+    fig.colorbar(mesh, ax=axes, label=f"{clabel} (log)", shrink=0.9)
+    out.save(fig, path)
+
+
+def plot_layer_stats(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT) -> bool:
     per_run = {id(r): run_layer_series(r) for g in groups for r in g.runs}
     keys = [(k, t, y) for k, t, y in LAYER_STATS if any(per_run[id(r)].get(k) for g in groups for r in g.runs)]
     if not keys:
         return False
-    ncols = 3
-    fig, axes = _figure(math.ceil(len(keys) / ncols), ncols)
+    with rc():
+        _plot_layer_stats(groups, styles, path, out, per_run, keys)
+    return True
+
+
+def _stat_panel(ax, groups: list[Group], styles: Styles, per_run: dict, key: str) -> tuple[list[float], set[str]]:
+    values, kinds = [], set()
+    for g in groups:
+        st = styles.of[g.label]
+        pool = healthy(g.runs)
+        by_step: dict[int, list[float]] = {}
+        for r in pool:
+            for s, v in per_run[id(r)].get(key, []):
+                by_step.setdefault(s, []).append(v)
+        xs = sorted(by_step)
+        if xs:
+            lo, hi = [min(by_step[s]) for s in xs], [max(by_step[s]) for s in xs]
+            _mean_band(ax, xs, [statistics.fmean(by_step[s]) for s in xs], lo, hi, st, len(pool), marker=st["point"])
+            values += lo + hi
+        for r in g.runs:
+            if r not in pool and (pts := per_run[id(r)].get(key)):
+                _single(ax, [p[0] for p in pts], [p[1] for p in pts], st, _kind(r))
+                kinds.add(_kind(r))
+                values += [p[1] for p in pts]
+    return values, kinds
+
+
+def _plot_layer_stats(groups, styles, path, out, per_run, keys) -> None:
+    ncols = 2
+    nrows = math.ceil((len(keys) + 1) / ncols)  # + 1: the legend's slot
+    fig, axes = _figure(nrows, ncols, height=2.1)
     extras = {"band"}
-    for ax, (key, title, label) in zip(axes, keys):
-        values = []
-        for g in groups:
-            st = styles.of[g.label]
-            pool = healthy(g.runs)
-            by_step: dict[int, list[float]] = {}
-            for r in pool:
-                for s, v in per_run[id(r)].get(key, []):
-                    by_step.setdefault(s, []).append(v)
-            xs = sorted(by_step)
-            if xs:
-                lo, hi = [min(by_step[s]) for s in xs], [max(by_step[s]) for s in xs]
-                _mean_band(ax, xs, [statistics.fmean(by_step[s]) for s in xs], lo, hi, st, len(pool), marker="o")
-                values += lo + hi
-            for r in g.runs:
-                if r not in pool and (pts := per_run[id(r)].get(key)):
-                    _single(ax, [p[0] for p in pts], [p[1] for p in pts], st, _kind(r))
-                    extras.add(_kind(r))
-                    values += [p[1] for p in pts]
-        if key == "massive_ratio_max":
+    for i, (ax, (key, title, label)) in enumerate(zip(axes, keys)):
+        values, kinds = _stat_panel(ax, groups, styles, per_run, key)
+        extras |= kinds
+        top = max((v for v in values if finite(v)), default=0.0)
+        if key == "massive_ratio_max" and top >= MASSIVE_THRESHOLD / 3:
             ax.axhline(MASSIVE_THRESHOLD, color="0.4", lw=1, linestyle=":")
             extras.add("threshold")
-        pos = [v for v in values if finite(v) and v > 0]
-        if pos and max(pos) / min(pos) > 100:
-            ax.set_yscale("log", nonpositive="mask")
-        ax.set(xlabel=STEP_LABEL, ylabel=label)
-        ax.set_title(title, fontsize="medium")
-    for ax in axes[len(keys) :]:
+        elif key == "massive_ratio_max":  # said in the panel: the threshold line would flatten the data
+            ax.text(0.98, 0.04, f"threshold {MASSIVE_THRESHOLD:g}: not reached", transform=ax.transAxes, ha="right",
+                    va="bottom", fontsize=8.5, color="0.35")  # fmt: skip
+        log_if_wide(ax, values)
+        ax.set_ylabel(label)
+        if i >= len(keys) - ncols:
+            ax.set_xlabel(STEP_LABEL)
+        panel_title(ax, f"{'abcdefgh'[i]}  {title}")
+    for ax in axes[len(keys) + 1 :]:
         ax.set_axis_off()
     order = [e for e in ("band", "stuck", "diverged", "failed", "threshold") if e in extras]
-    _finish(fig, axes[: len(keys)], styles, order, f"Per-layer statistics vs training step by {styles.describe()}",
-            path)  # fmt: skip
-    return True
+    _finish(fig, styles, order, path, out, legend_ax=axes[len(keys)])

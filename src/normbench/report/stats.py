@@ -8,7 +8,9 @@ only format them.
 The interval is Welch's t-interval for a difference of two means (unequal variances,
 Welch-Satterthwaite degrees of freedom; Welch 1947), over seeds: it needs at least two
 runs on each side, and says nothing about effects that seeds do not vary (data order is
-seeded too, so it does).
+seeded too, so it does). :func:`interval` is the rule ``reproduce`` and the report's verdict box
+share (docs/claims.md): paired over seeds (:func:`seed_pairs`: the one-sample t-interval of the
+per-seed differences) when both sides ran the same seeds, else Welch's.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from normbench.report import numbers
 from normbench.report.loading import Group, Run, finite_series, setting
 from normbench.train.outcomes import OUTCOMES, finite, layer_series, layer_stats
 
 STATUS_ORDER = ("completed", "diverged", "failed", "interrupted", "running")
 OUTCOME_ORDER = (*OUTCOMES, "unknown", "interrupted", "running", "failed")
 LEARNED = ("learned", "unstable")  # the run beat the no-context baseline
+FINISHED = ("completed", "diverged")  # a run that ended by itself
 LAYER_KEYS = ("var_growth", "grad_spread", "grad_cv", "massive_ratio_peak", "massive_ratio_step", "logit_maxabs")
 
 
@@ -58,10 +62,11 @@ def healthy(runs: list[Run]) -> list[Run]:
 
 
 def mean_std(xs: list[float], fmt: str = ".4f", suffix: str = "") -> str:
+    """``mean ± sample std``, both at the std's precision (:mod:`.numbers`); one value: ``fmt``."""
     if not xs:
         return "—"
     m = statistics.fmean(xs)
-    return (format(m, fmt) if len(xs) == 1 else f"{format(m, fmt)} ± {format(statistics.stdev(xs), fmt)}") + suffix
+    return (format(m, fmt) if len(xs) == 1 else numbers.pm(m, statistics.stdev(xs), fmt)) + suffix
 
 
 # ----------------------------------------------------------------------------- time to target
@@ -105,6 +110,16 @@ def time_to_target(run: Run, target: float | None) -> Reached | None:
         else (1 - f) * float(pts[i - 1].get(key) or 0) + f * float(pts[i].get(key) or 0)
     )
     return Reached(at("step"), at("tokens"), at("time_s"))
+
+
+def eval_spacing(runs: list[Run]) -> float | None:
+    """The usual number of steps between two evaluations (the median gap over every run's evaluations
+    after the first; the first one, at step 1 or 0, comes early); None with fewer than 3 evaluations."""
+    gaps = []
+    for r in runs:
+        steps = sorted({rec["step"] for rec in r.records if finite(rec.get("val_loss"))})
+        gaps += [b - a for a, b in zip(steps[1:], steps[2:])]
+    return float(statistics.median(gaps)) if gaps else None
 
 
 def corpus(run: Run) -> str:
@@ -188,6 +203,48 @@ def welch_interval(xs: list[float], base: list[float], level: float = 0.95) -> D
     df = (a + b) ** 2 / (a * a / (n - 1) + b * b / (m - 1))
     half = float(t.ppf(0.5 + level / 2, df)) * se
     return Difference(d, d - half, d + half, n, m)
+
+
+def one_sample_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
+    from scipy.stats import t
+
+    m = statistics.fmean(xs)
+    se = statistics.stdev(xs) / math.sqrt(len(xs))
+    if se == 0:
+        return m, m
+    half = float(t.ppf(0.5 + level / 2, len(xs) - 1)) * se
+    return m - half, m + half
+
+
+def interval(xs: list[float], base: list[float] | float, paired: bool = False) -> tuple[float, list[float]]:
+    """(mean(xs) - mean(base), [low, high]): Welch's interval, or one-sample if ``base`` is a number.
+
+    ``paired``: xs[i] and base[i] share seed i, hence the data order and the val batches (common random
+    numbers): the one-sample interval of the per-seed differences, which drops the seed-to-seed variance
+    both sides share."""
+    if paired:
+        lo, hi = one_sample_interval([x - b for x, b in zip(xs, base, strict=True)])
+        return statistics.fmean(xs) - statistics.fmean(base), [lo, hi]
+    if isinstance(base, (int, float)):
+        lo, hi = one_sample_interval(xs)
+        return statistics.fmean(xs) - base, [lo - base, hi - base]
+    d = welch_interval(xs, base)
+    return d.diff, [d.low, d.high]
+
+
+def seed_pairs(g_runs: list[Run], b_runs: list[Run], value, transform: str | None) -> list[tuple] | None:
+    """[(group value, baseline value)] ordered by seed, when both sides ran each seed once and every run has a
+    value (a log transform: a positive one); else None (Welch's interval then). Same seed, same data order and
+    val batches (normbench.data.batches): the pairs share their sampling noise (common random numbers)."""
+    sides = []
+    for runs in (g_runs, b_runs):
+        by_seed = {setting(r, "seed"): value(r) for r in runs if r.status in FINISHED}
+        if len(by_seed) != len(runs) or any(v is None or (transform == "log" and v <= 0) for v in by_seed.values()):
+            return None
+        sides.append(by_seed)
+    if set(sides[0]) != set(sides[1]) or len(sides[0]) < 2:
+        return None
+    return [(sides[0][s], sides[1][s]) for s in sorted(sides[0], key=lambda s: float(s))]
 
 
 def baseline_of(groups: list[Group], key: str, value: str) -> dict[str, Group | None]:

@@ -9,6 +9,7 @@ import statistics
 import yaml
 
 from normbench.model import norm_class
+from normbench.report import numbers
 from normbench.report.loading import Group, Run, setting
 from normbench.report.stats import (
     Difference,
@@ -73,12 +74,20 @@ def _of_n(text: str, k: int, n: int) -> str:
     return text if k == n or text == DASH else f"{text} ({k}/{n})"
 
 
+def _final_is_best(groups: list[Group]) -> bool:
+    """Every averaged run ended at its best val loss (then one column says both)."""
+    pairs = [r.val_losses for g in groups for r in loss_pool(g)[0]]
+    return bool(pairs) and all(f is not None and f == b for f, b in pairs)
+
+
 def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
+    """One row per group; the final val loss column only when some run's final loss is not its best."""
     defaults = defaults or {}
     single = target if target is not None else (next(iter(defaults.values())) if len(defaults) == 1 else None)
     col = f"steps to val loss ≤ {single:g}" if single is not None else "steps to target"
-    header = ["group", "runs", "outcomes", "status", "final val loss", "best val loss", col, "tokens/s", "spikes",
-              "notes"]  # fmt: skip
+    same = _final_is_best(groups)
+    best = "best val loss (= final in every run)" if same else "best val loss"
+    header = ["group", "runs", "outcomes", "status", "final val loss", best, col, "tokens/s", "spikes", "notes"]
     rows = []
     for g in sort_groups(groups):
         pool, partial = loss_pool(g)
@@ -97,7 +106,19 @@ def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
                      mean_std(finals, suffix=mark), mean_std(bests, suffix=mark), steps,
                      f"{statistics.fmean(tps):,.0f}" if tps else DASH, str(sum(spikes)) if spikes else DASH,
                      "; ".join(notes)])  # fmt: skip
+    if same:
+        header, rows = header[:4] + header[5:], [r[:4] + r[5:] for r in rows]
     return header, rows
+
+
+def target_spreads(groups: list[Group], target=None, defaults=None) -> list[float]:
+    """The std over seeds of the steps to target, for each group where two or more runs reached it."""
+    out = []
+    for g in groups:
+        hits, _ = _reached(g.runs, target, defaults or {})
+        if len(hits) > 1:
+            out.append(statistics.stdev([h.steps for h in hits]))
+    return out
 
 
 def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
@@ -110,7 +131,7 @@ def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[
         targets = sorted({t for r in g.runs if (t := target_for(r, target, defaults)) is not None})
         rows.append([g.label, outcome_counts(g.runs), ", ".join(f"{t:g}" for t in targets) or DASH,
                      f"{len(hits)}/{n}", mean_std([h.steps for h in hits], ".0f"),
-                     mean_std([h.tokens for h in hits], ".3g"),
+                     mean_std([h.tokens for h in hits], ",.0f"),
                      mean_std([h.seconds for h in hits], ".1f")])  # fmt: skip
     return header, rows
 
@@ -170,10 +191,9 @@ def lr_table(sweep: dict[str, dict[float, list[Run]]]) -> tuple[list[str], list[
 def _diff(d: Difference, fmt: str) -> str:
     if d.diff is None:
         return DASH
-    text = f"{d.diff:+{fmt}}"
     if d.low is None:
-        return f"{text} (n={d.n} vs {d.n_base}: no interval)"
-    return f"{text} [{d.low:+{fmt}}, {d.high:+{fmt}}]"
+        return f"{d.diff:+{fmt}} (n={d.n} vs {d.n_base}: no interval)"
+    return numbers.interval(d.diff, d.low, d.high, fmt)
 
 
 def baseline_table(groups: list[Group], key: str, value: str, target=None, defaults=None):
@@ -205,7 +225,7 @@ def runs_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
             rows.append([r.name, g.label, setting(r, "seed") or DASH, r.status, r.outcome or DASH,
                          str(r.last_step if r.last_step is not None else DASH),
                          f"{best:.4f}" if best is not None else DASH,
-                         f"{hit.steps:.0f}" if hit else not_reached, f"{hit.tokens:.3g}" if hit else not_reached,
+                         f"{hit.steps:.0f}" if hit else not_reached, f"{hit.tokens:,.0f}" if hit else not_reached,
                          f"{hit.seconds:.1f}" if hit else not_reached,
                          str(int(spikes)) if finite(spikes) else DASH,
                          "; ".join(x for x in (LEAK_NOTE if leaked(r) else "", r.reason) if x)])  # fmt: skip

@@ -9,13 +9,20 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from normbench.report.loading import Run, canonical_value, norm_value, setting
-from normbench.report.stats import LEARNED, default_targets, learned_everywhere, lr_of, run_layer_stats, time_to_target
+from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rule, shared with report
+    FINISHED,
+    LEARNED,
+    default_targets,
+    learned_everywhere,
+    lr_of,
+    run_layer_stats,
+    seed_pairs,
+    time_to_target,
+)
 from normbench.reproduce import verdict as V
 from normbench.reproduce.claims import Claim, Test
 from normbench.reproduce.skip_eval import read_skip
 from normbench.train.outcomes import finite
-
-FINISHED = ("completed", "diverged")
 
 
 def select(runs: list[Run], where: dict) -> list[Run]:
@@ -113,21 +120,6 @@ def tuned(runs: list[Run], key: str) -> tuple[str | None, list[Run]]:
         return None, runs
     best = min(ok, key=lambda v: statistics.fmean(r.val_losses[1] for r in ok[v]))
     return best, ok[best]
-
-
-def seed_pairs(g_runs: list[Run], b_runs: list[Run], value, transform: str | None) -> list[tuple] | None:
-    """[(group value, baseline value)] ordered by seed, when both sides ran each seed once and every run has a
-    value (a log transform: a positive one); else None (Welch's interval then). Same seed, same data order and
-    val batches (normbench.data.batches): the pairs share their sampling noise (common random numbers)."""
-    sides = []
-    for runs in (g_runs, b_runs):
-        by_seed = {setting(r, "seed"): value(r) for r in runs if r.status in FINISHED}
-        if len(by_seed) != len(runs) or any(v is None or (transform == "log" and v <= 0) for v in by_seed.values()):
-            return None
-        sides.append(by_seed)
-    if set(sides[0]) != set(sides[1]) or len(sides[0]) < 2:
-        return None
-    return [(sides[0][s], sides[1][s]) for s in sorted(sides[0], key=lambda s: float(s))]
 
 
 def _transform(values: list[float], how: str | None) -> list[float]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
+from normbench.reproduce import dryrun
 from normbench.reproduce.claims import Claim, override_key
 from normbench.reproduce.length import pin
 from normbench.reproduce.measure import FINISHED, judge_claim
@@ -79,11 +80,12 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
         log(f"normbench: {claim.id}: {pinned.describe()}")
         overrides = [*overrides, pinned.override]
     root, argvs, jobs = plan(claim, scale, seeds, list(overrides), out)
-    inits = check_claim(claim, scale, [o for o in overrides if not o.startswith("hydra")])
-    for name, sides in inits.items():
-        shown = "; ".join(f"{side} {', '.join(f'{v:.4g}' for v in vals)}" for side, vals in sides.items())
-        log(f"normbench: {claim.id}: {name}: init_std {shown}")
-    start = time.perf_counter()
+    users = [o for o in overrides if not o.startswith("hydra")]
+    inits = check_claim(claim, scale, users)
+    fixed = claim.settings(scale, users)
+    for test in claim.tests:  # the two sides of each test, named, with their run counts
+        log(f"normbench: {claim.id}: {dryrun.sides_line(claim, test, inits[test.name], jobs, fixed)}")
+    start, planned = time.perf_counter(), []
     for i, (argv, expected) in enumerate(zip(argvs, jobs)):
         if finished(root / f"sweep{i}", expected):
             log(f"normbench: {claim.id}: sweep {i} ({len(expected)} runs) finished already; reused")
@@ -91,15 +93,24 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
         if not launch:  # --no-run: judge the runs there are
             log(f"normbench: {claim.id}: sweep {i} has unfinished runs; not launched (--no-run)")
             continue
-        log(f"normbench: {claim.id}: sweep {i}: normbench train {' '.join(argv)}")
         if dry_run:
+            text, seconds = dryrun.sweep_estimate(claim, scale, users, claim.grids(scale, users)[i], len(expected))
+            planned.append((len(expected), seconds))
+            log(f"normbench: {claim.id}: sweep {i}: {len(expected)} runs, {text}; to run it yourself:")
+            log(f"  {dryrun.command(argv)}")
             continue
+        log(f"normbench: {claim.id}: sweep {i}: {dryrun.command(argv)}")
         code = train(argv)
         if code == 2 and not (root / f"sweep{i}").is_dir():
             raise ConfigError(f"{claim.id}: sweep {i} was refused (its error is the line above)")
         if code != 0:
             log(f"normbench: {claim.id}: sweep {i} exited with {code}; judging the runs there are")
     if dry_run:
+        if len(planned) > 1:
+            from normbench.reproduce.estimate import spoken
+
+            total = sum(n for n, _ in planned)
+            log(f"normbench: {claim.id}: {total} runs in {len(planned)} sweeps, {spoken(sum(s for _, s in planned))}")
         return None
     runs = find_runs(root) if root.is_dir() else []
     if needs_skip_eval(claim):

@@ -26,7 +26,8 @@ naming them. A claim with several tests HOLDS when all hold, DOES NOT HOLD when 
 from __future__ import annotations
 
 import math
-import statistics
+
+from normbench.report.stats import interval, one_sample_interval  # noqa: F401 - the interval rule, shared with report
 
 HOLDS, FAILS, INCONCLUSIVE = "HOLDS", "DOES NOT HOLD", "INCONCLUSIVE"
 MIN_SEEDS = 3
@@ -35,35 +36,6 @@ Z95 = 1.959963984540054
 
 def _result(verdict: str, effect, ci, reason: str | None = None) -> dict:
     return {"verdict": verdict, "effect": effect, "ci": ci, "reason": reason}
-
-
-def one_sample_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
-    from scipy.stats import t
-
-    m = statistics.fmean(xs)
-    se = statistics.stdev(xs) / math.sqrt(len(xs))
-    if se == 0:
-        return m, m
-    half = float(t.ppf(0.5 + level / 2, len(xs) - 1)) * se
-    return m - half, m + half
-
-
-def interval(xs: list[float], base: list[float] | float, paired: bool = False) -> tuple[float, list[float]]:
-    """(mean(xs) - mean(base), [low, high]): Welch's interval, or one-sample if ``base`` is a number.
-
-    ``paired``: xs[i] and base[i] share seed i, hence the data order and the val batches (common random
-    numbers): the one-sample interval of the per-seed differences, which drops the seed-to-seed variance
-    both sides share."""
-    if paired:
-        lo, hi = one_sample_interval([x - b for x, b in zip(xs, base, strict=True)])
-        return statistics.fmean(xs) - statistics.fmean(base), [lo, hi]
-    if isinstance(base, (int, float)):
-        lo, hi = one_sample_interval(xs)
-        return statistics.fmean(xs) - base, [lo - base, hi - base]
-    from normbench.report.stats import welch_interval
-
-    d = welch_interval(xs, base)
-    return d.diff, [d.low, d.high]
 
 
 def _seeds_reason(n: int, n_base: int | None, min_seeds: int, problems=()) -> str | None:

@@ -11,6 +11,7 @@ import logging
 import math
 import socket
 
+from normbench.run.provenance import code_commit
 from normbench.train import outcomes
 from normbench.train.flops import mfu, peak_memory_gb
 from normbench.train.throughput import Eta, fmt, fmt_time
@@ -62,6 +63,7 @@ class Recorder:
             max_steps=c.max_steps,
             host=socket.gethostname(),
             world_size=self.world,
+            commit=code_commit(),  # the code that ran (run/provenance.py); the report's setup box shows it
         )
         self.summary.update({k: s.resumed_summary[k] for k in KEPT_ON_RESUME if k in s.resumed_summary})
         self.write_summary()

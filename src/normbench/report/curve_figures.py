@@ -1,0 +1,232 @@
+"""Loss curves and quantities against depth (conventions: :mod:`.figures`).
+
+``loss_curves``: (a) the whole run, train loss on a linear axis with the no-context baseline, and
+(b) the validation loss zoomed on the later part of training, where the y-range is set by the mean
+curves and their seed bands alone: the gaps between groups that (a) squeezes into its floor fill (b).
+Stuck and diverged runs sit above a zoomed range; they are clipped and marked on its top edge.
+
+Depth profiles: one panel per chosen step, each with its own y-range (values shrink by orders of
+magnitude during training, and one shared range would flatten the later panels), logarithmic where
+that panel's values span more than 30x.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from normbench.report.figures import (
+    DEFAULT_OUT,
+    LOSS_LABEL,
+    STEP_LABEL,
+    Output,
+    Styles,
+    _figure,
+    _finish,
+    _kind,
+    _mean_band,
+    _single,
+    baselines_of,
+    log_if_wide,
+    panel_title,
+    rc,
+)
+from normbench.report.loading import Group, Run, finite_series, series
+from normbench.report.stats import curve, healthy
+from normbench.train.outcomes import finite
+
+DEPTH_LABEL = "depth l"  # 0: the embedding output, l: after block l (the captions say it)
+DEPTH = {  # metric -> (file, y label, caption, x label, first position: 0 for the stream, 1 for blocks)
+    "var_resid": ("var_resid_depth.png", "Var(h_l)", "Variance of the residual stream h_l against depth", DEPTH_LABEL,
+                  0),
+    "grad_norm_layer": ("grad_norm_layer_depth.png", "‖grad‖ of block l", "Gradient L2 norm of each block (before "
+                        "clipping) against depth", "block l", 1),
+    "maxabs_resid": ("maxabs_resid_depth.png", "max |h_l|", "Largest activation |h_l| of the residual stream "
+                     "against depth (massive activations)", DEPTH_LABEL, 0),
+}  # fmt: skip
+ZOOM_FROM = 0.3  # the zoomed panel starts at the first evaluation after this fraction of the run
+
+
+def _means(ax, groups: list[Group], styles: Styles, key: str, start: float, points: bool) -> list[float]:
+    """Each group's mean curve of ``key`` from step ``start`` on, with its seed band; returns the values drawn."""
+    values = []
+    for g in groups:
+        st = styles.of[g.label]
+        pool = healthy(g.runs)
+        xs, mean, lo, hi = curve(pool, key)
+        kept = [(x, m, a, b) for x, m, a, b in zip(xs, mean, lo, hi) if x >= start]
+        if kept:
+            xs, mean, lo, hi = (list(c) for c in zip(*kept))
+            _mean_band(ax, xs, mean, lo, hi, st, len(pool), marker=st["point"] if points else None)
+            values += lo + hi
+    return values
+
+
+def _singles(ax, groups: list[Group], styles: Styles, key: str, start: float, top=None) -> set[str]:
+    """The runs not in a mean curve (stuck, diverged, failed), one by one; returns their kinds."""
+    kinds = set()
+    for g in groups:
+        pool = healthy(g.runs)
+        for r in g.runs:
+            if r not in pool and (pts := [p for p in finite_series(r.records, key) if p[0] >= start]):
+                _single(ax, [p[0] for p in pts], [p[1] for p in pts], styles.of[g.label], _kind(r), top=top)
+                kinds.add(_kind(r))
+    return kinds
+
+
+def _limits(values: list[float], pad: float = 0.08) -> tuple[float, float] | None:
+    vals = [v for v in values if finite(v)]
+    if not vals or max(vals) <= min(vals):
+        return None
+    span = max(vals) - min(vals)
+    return min(vals) - pad * span, max(vals) + pad * span
+
+
+def zoom_start(groups: list[Group], key: str) -> float:
+    """The first logged step of ``key`` at or after :data:`ZOOM_FROM` of the longest run."""
+    steps = sorted({s for g in groups for r in g.runs for s, _ in finite_series(r.records, key)})
+    if len(steps) < 3:
+        return steps[0] if steps else 0
+    later = [s for s in steps if s >= ZOOM_FROM * steps[-1]]
+    return later[0] if len(later) >= 2 else steps[-2]
+
+
+def plot_losses(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT) -> bool:
+    runs = [r for g in groups for r in g.runs]
+    if not any(finite_series(r.records, "loss") for r in runs):
+        return False
+    with rc():
+        _plot_losses(groups, styles, path, out, runs)
+    return True
+
+
+def _plot_losses(groups, styles, path, out, runs) -> None:
+    zkey = "val_loss" if any(len(finite_series(r.records, "val_loss")) >= 2 for r in runs) else "loss"
+    fig, (full, zoom) = _figure(1, 2)
+    extras = {"band"}
+    # (a): the whole run; a diverged run's blow-up would flatten everything else, so it sets no limit
+    kept = [v for r in runs if r.status != "diverged" for _, v in finite_series(r.records, "loss")]
+    kept += baselines_of(runs) if kept else []
+    lim = _limits(kept, 0.05)
+    _means(full, groups, styles, "loss", -math.inf, False)
+    kinds = _singles(full, groups, styles, "loss", -math.inf, top=lim[1] if lim else None)
+    if lim:
+        full.set_ylim(*lim)
+    for b in baselines_of(runs):
+        full.axhline(b, color="0.4", lw=1, linestyle=":")
+        extras.add("baseline")
+    panel_title(full, "a  train loss, whole run")
+    # (b): the later part, its range set by the mean curves and bands only
+    start = zoom_start(groups, zkey)
+    zlim = _limits(_means(zoom, groups, styles, zkey, start, zkey == "val_loss"))
+    kinds |= _singles(zoom, groups, styles, zkey, start, top=zlim[1] if zlim else None)
+    if zlim:
+        zoom.set_ylim(*zlim)
+    panel_title(zoom, f"b  {'val' if zkey == 'val_loss' else 'train'} loss from step {start:g} (zoom)")
+    for ax in (full, zoom):
+        ax.set_xlabel(STEP_LABEL)
+    full.set_ylabel(LOSS_LABEL)
+    order = [e for e in ("band", "stuck", "diverged", "failed", "baseline") if e in extras | kinds]
+    _finish(fig, styles, order, path, out)
+
+
+def caption_losses(groups: list[Group]) -> str:
+    runs = [r for g in groups for r in g.runs]
+    zkey = "val_loss" if any(len(finite_series(r.records, "val_loss")) >= 2 for r in runs) else "loss"
+    what = "validation loss at its evaluations" if zkey == "val_loss" else "training loss"
+    return (f"Loss against training step. (a) Training loss over the whole run, the no-context baseline "
+            f"(unigram entropy) dotted. (b) The {what} from step {zoom_start(groups, zkey):g} on, its y-range "
+            "fitted to the mean curves, so the differences between groups show.")  # fmt: skip
+
+
+def _profile(run: Run, key: str, step) -> tuple[int, list[float]] | None:
+    """(diag step, per-layer list) at ``step`` ("end": the run's last diag record): the run's last
+    record at or before it, if the run got that far."""
+    pts = [(s, v) for s, v in series(run.records, key) if isinstance(v, list) and v]
+    if not pts:
+        return None
+    if step == "end":
+        return pts[-1]
+    before = [(s, v) for s, v in pts if s <= step]
+    return before[-1] if before and pts[-1][0] >= step else None
+
+
+def default_depth_steps(groups: list[Group], key: str) -> list[int]:
+    """The first and a middle diagnostic step (the last is always drawn, as "end of training")."""
+    have = sorted({s for g in groups for r in g.runs for s, v in series(r.records, key) if isinstance(v, list)})
+    if not have:
+        return []
+    return list(dict.fromkeys([have[0], have[len(have) // 2]]))
+
+
+def _mean_profile(profs: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
+    n = len(profs[0])
+    cols = [[p[i] for p in profs if finite(p[i])] for i in range(n)]
+    return ([statistics.fmean(c) if c else math.nan for c in cols], [min(c) if c else math.nan for c in cols],
+            [max(c) if c else math.nan for c in cols])  # fmt: skip
+
+
+def _depth_panel(ax, groups: list[Group], styles: Styles, key: str, step, first: int) -> tuple[list, set, set]:
+    """One step's profiles; returns (values drawn, kinds of single runs, the end steps of the runs)."""
+    values, kinds, ends = [], set(), set()
+    for g in groups:
+        st = styles.of[g.label]
+        pool = healthy(g.runs)
+        profs = [p[1] for r in pool if (p := _profile(r, key, step)) is not None]
+        n = max((len(p) for p in profs), default=0)
+        profs = [p for p in profs if len(p) == n]
+        if profs:
+            mean, lo, hi = _mean_profile(profs)
+            _mean_band(ax, list(range(first, first + n)), mean, lo, hi, st, len(profs), marker=st["point"])
+            values += lo + hi
+            if step == "end":
+                ends |= {p[0] for r in pool if (p := _profile(r, key, "end"))}
+        for r in g.runs:  # stuck and diverged runs: their last record at or before the panel's step
+            if r in pool:
+                continue
+            pts = [(s, v) for s, v in series(r.records, key) if isinstance(v, list) and v]
+            pts = [p for p in pts if step == "end" or p[0] <= step]
+            if pts:
+                ys = [v if finite(v) else math.nan for v in pts[-1][1]]
+                _single(ax, list(range(first, first + len(ys))), ys, st, _kind(r), along=True)
+                kinds.add(_kind(r))
+                values += ys
+    return values, kinds, ends
+
+
+def plot_depth(groups: list[Group], styles: Styles, key: str, steps: list[int], path: Path,
+               out: Output = DEFAULT_OUT) -> bool:  # fmt: skip
+    with rc():
+        return _plot_depth(groups, styles, key, steps, path, out)
+
+
+def _plot_depth(groups, styles, key, steps, path, out) -> bool:
+    _, ylabel, _, xlabel, first = DEPTH[key]
+    panels = [*steps, "end"]
+    fig, axes = _figure(1, len(panels), height=2.5)
+    kinds, drawn = set(), False
+    for i, (ax, step) in enumerate(zip(axes, panels)):
+        values, k, ends = _depth_panel(ax, groups, styles, key, step, first)
+        kinds |= k
+        drawn |= bool(values)
+        log_if_wide(ax, values)
+        name = f"step {step}" if step != "end" else "end" + (f" (step {next(iter(ends))})" if len(ends) == 1 else "")
+        panel_title(ax, f"{'abcdefgh'[i]}  {name}")
+        ax.set_xlabel(xlabel)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    if not drawn:
+        return False
+    axes[0].set_ylabel(ylabel)
+    order = [e for e in ("band", "stuck", "diverged", "failed") if e in {"band"} | kinds]
+    _finish(fig, styles, order, path, out)
+    return True
+
+
+def caption_depth(key: str, steps: list, groups: list[Group]) -> str:
+    _, _, what, _, first = DEPTH[key]
+    stuck = any(r not in healthy(g.runs) for g in groups for r in g.runs)
+    return (f"{what}, at steps {', '.join(map(str, steps))} and at the end of training; each panel has its own "
+            "y-range (logarithmic where its values span more than 30×)"
+            + ("; blocks numbered 1..L" if first else "; l = 0 is the embedding output, l the stream after block l")
+            + ("; stuck/diverged runs drawn one by one at their last record." if stuck else "."))  # fmt: skip
