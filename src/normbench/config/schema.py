@@ -286,12 +286,3 @@ def as_dict(node: Any) -> dict:
 
 def register_configs() -> None:
     ConfigStore.instance().store(name="normbench_schema", node=schema_node())
-
-
-def run_steps(cfg: Any) -> int:
-    """Optimizer steps the run takes: ``trainer.max_steps``, or fewer when ``trainer.max_tokens``
-    (at ``batch_size x grad_accum x seq_len`` tokens per step) comes first."""
-    t = cfg.trainer
-    if not t.max_tokens:
-        return t.max_steps
-    return min(t.max_steps, max(1, t.max_tokens // (t.batch_size * t.grad_accum * cfg.model.seq_len)))

@@ -51,7 +51,7 @@ def _rate(cfg) -> tuple[float, str]:
 
 def job_seconds(cfg) -> tuple[float, str]:
     """(seconds, "CPU"/"GPU") one job of the composed config ``cfg`` takes here, roughly."""
-    from normbench.config.schema import run_steps
+    from normbench.train.length import run_steps
     from normbench.train.memory import count_params
 
     m, t = cfg.model, cfg.trainer
