@@ -169,11 +169,11 @@ def test_groups_with_different_inits_are_refused(tmp_path):
 
 
 def test_groups_differing_in_an_unswept_key_are_refused_unless_declared(tmp_path):
-    sweeps = [{"norm": ["layernorm"]}, {"norm": ["dyt"], "trainer.max_steps": [20]}]
+    sweeps = [{"norm": ["layernorm"]}, {"norm": ["dyt"], "trainer.grad_clip": [0.5]}]
     with pytest.raises(ConfigError) as exc:
         check_claim(_claim(tmp_path, sweeps), "cpu")
-    assert "differ in trainer.max_steps (20 for" in str(exc.value) and "\n" not in str(exc.value)
-    assert check_claim(_claim(tmp_path, sweeps, {"trainer.max_steps": "DyT's recipe trains longer"}), "cpu")
+    assert "differ in trainer.grad_clip (0.5 for" in str(exc.value) and "\n" not in str(exc.value)
+    assert check_claim(_claim(tmp_path, sweeps, {"trainer.grad_clip": "DyT's recipe clips harder"}), "cpu")
 
 
 def test_a_norm_swept_with_its_own_keys_passes(tmp_path):

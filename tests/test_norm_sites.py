@@ -607,7 +607,7 @@ def test_claims_load_and_their_sweeps_validate(cid):
 
     register_configs()
     c = load_claim(cid)
-    assert set(c.scales) == {"cpu", "gpu"} and c.paper and c.requires is None and len(c.tests) == 2
+    assert set(c.scales) == {"cpu", "quick", "gpu"} and c.paper and c.requires is None and len(c.tests) == 2
     for scale in ("cpu", "gpu"):
         sweep = c.sweep(scale)
         assert int(sweep["seeds"]) >= 3

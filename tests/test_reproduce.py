@@ -322,7 +322,10 @@ def test_dry_run_names_both_sides_the_runs_a_time_and_a_command_bash_reads_back(
     assert re.search(r"sweep 0: 6 runs, about \d+ (s|min) on this machine's CPU \(estimate\); to run it yourself:", out)
     (line,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("python -m normbench train")]
     words = subprocess.run(["bash", "-c", f'printf "%s\\0" {line}'], capture_output=True, text=True, check=True)
-    _, argvs, _ = plan(load_claim("rmsnorm_parity"), "cpu", None, [], tmp_path)
+    from normbench.reproduce.length import pin
+
+    claim = load_claim("rmsnorm_parity")
+    _, argvs, _ = plan(claim, "cpu", None, [pin(claim, "cpu").override], tmp_path)  # the length the call pins
     assert words.stdout.split("\0")[:-1] == ["python", "-m", "normbench", "train", *argvs[0]]
     assert "hydra.sweep.subdir=${hydra.job.override_dirname}" in argvs[0]
     assert not any(tmp_path.iterdir())

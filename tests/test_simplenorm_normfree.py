@@ -349,7 +349,7 @@ def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
     from normbench.train.validation import validate
 
     claim = load_claim(cid)
-    assert set(claim.scales) == {"cpu", "gpu"} and claim.tests
+    assert set(claim.scales) == {"cpu", "quick", "gpu"} and claim.tests
     for scale in ("cpu", "gpu"):
         _, _, jobs = runner.plan(claim, scale, None, [], tmp_path)
         settings = claim.sweep(scale)["fixed"]

@@ -75,10 +75,7 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
-    pinned = pin(claim, scale, [o for o in overrides if not o.startswith("hydra")])
-    if pinned is not None:  # the scale's tokens_per_param, as one number of steps for every job (.length)
-        log(f"normbench: {claim.id}: {pinned.describe()}")
-        overrides = [*overrides, pinned.override]
+    pinned, overrides = _pinned(claim, scale, list(overrides), log)
     root, argvs, jobs = plan(claim, scale, seeds, list(overrides), out)
     users = [o for o in overrides if not o.startswith("hydra")]
     inits = check_claim(claim, scale, users)
@@ -133,6 +130,15 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     plot_claim(result, runs, claim, claim_dir / "claim.png")
     write_report(result, root, claim_dir)
     return result
+
+
+def _pinned(claim: Claim, scale: str, overrides: list[str], log):
+    """The scale's tokens_per_param as one number of steps for every job (.length), added to the overrides."""
+    pinned = pin(claim, scale, [o for o in overrides if not o.startswith("hydra")])
+    if pinned is None:
+        return None, overrides
+    log(f"normbench: {claim.id}: {pinned.describe()}")
+    return pinned, [*overrides, pinned.override]
 
 
 def _length(pinned, runs) -> dict:

@@ -66,6 +66,8 @@ _ADDED_KEYS: dict[str, object] = {
     "model.fixnorm": False,
     "optim.qk_clip": False,
     "optim.qk_clip_tau": 100.0,
+    "trainer.tokens_per_param": None,
+    "trainer.save_at": [],
 }
 
 
