@@ -20,6 +20,7 @@ NODE_TORCH=${NODE_TORCH:-$(ls /opt/wheels/torch-*.whl 2>/dev/null | head -n 1)}
 NODE_TORCH=${NODE_TORCH:-torch>=2.9}
 DEMO_STEPS=${DEMO_STEPS:-30}
 WORK=${WORK:-$(mktemp -d /tmp/normbench-offline.XXXXXX)}
+mkdir -p "$WORK" || exit 1
 [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
 NONET=()
 if unshare -n true 2>/dev/null; then NONET=(unshare -n --); fi
