@@ -108,16 +108,30 @@ def pip(python: str, args: list[str], env: dict | None = None) -> subprocess.Com
 
 
 def missing(output: str) -> tuple[str, str] | None:
-    """The requirement pip found nowhere and the versions it saw of it, from pip's error text."""
+    """The requirement pip found nowhere and the versions it saw of it, from pip's error text: "No
+    matching distribution found for X", or the resolver's conflict over a dependency X of a
+    dependency ("A depends on X==4.9.*", with newer pips' "no matching distributions" note). The
+    second is also how a real conflict reads: callers check that X is indeed absent."""
     m = _NO_DIST.search(output)
     if m:
         return m.group(1), next((v for r, v in _VERSIONS.findall(output) if r == m.group(1)), "none")
-    m = _NO_DISTS.search(output)
-    if not m:
+    if "ResolutionImpossible" not in output:
         return None
-    name = m.group(1)  # its version range: from a "X depends on NAME==..." line of the conflict
-    spec = re.search(rf"depends on ({re.escape(name)}[^\s,]*(?:,[^\s,]+)*)", output, re.I)
-    return (spec.group(1) if spec else name), "none"
+    deps = re.findall(r"depends on ([A-Za-z0-9][A-Za-z0-9._-]*)(\S*)", output)
+    m = _NO_DISTS.search(output)
+    names = [canonical(m.group(1))] if m else [canonical(n) for n, _ in deps]
+    if not names or len(set(names)) != 1:
+        return None
+    spec = next((n + v.rstrip(",") for n, v in deps if canonical(n) == names[0]), names[0])
+    return spec, "none"
+
+
+def present(python: str, wheels: Path, name: str) -> bool:
+    """Whether ``name`` has a wheel in ``wheels`` or is installed for ``python``."""
+    if any(canonical(w.name.split("-")[0]) == canonical(name) for w in wheels.glob("*.whl")):
+        return True
+    code = "import importlib.metadata as m, sys; m.distribution(sys.argv[1])"
+    return subprocess.run([python, "-c", code, name], capture_output=True).returncode == 0
 
 
 def resolve(reqs: list[str], flags: list[str], out: Path, constraints: Path | None) -> list[dict]:
@@ -159,7 +173,12 @@ def build_pure_wheel(spec: str, out: Path) -> None:
 
 
 def last_error(proc: subprocess.CompletedProcess) -> str:
-    lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    """pip's failure in one line: the causes of a resolver conflict, else its last ERROR line."""
+    text = proc.stderr + proc.stdout
+    cause = re.search(r"The conflict is caused by:\n((?:[ \t]+\S.*\n?)+)", text)
+    if cause:
+        return "conflicting requirements: " + "; ".join(ln.strip() for ln in cause.group(1).splitlines()[:6])
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("ERROR")]
     return (errors or lines or ["no output"])[-1]
 
@@ -252,7 +271,7 @@ def install(args: argparse.Namespace) -> None:
     proc = pip(str(py), cmd, env=offline_env())
     if proc.returncode != 0:
         gone = missing(proc.stdout + proc.stderr)
-        if gone:
+        if gone and (gone[1] != "none" or not present(str(py), wheels, req_name(gone[0]))):
             spec, seen = gone
             has = f"; it holds {seen}" if seen != "none" else ""
             fail(f"needs {spec}, which is neither in the wheelhouse ({wheels}{has}) nor installed ({args.python})")
