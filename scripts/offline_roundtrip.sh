@@ -42,10 +42,10 @@ step() {  # step NAME COMMAND...: run it, print its seconds; on failure its outp
 echo "offline_roundtrip: in $WORK; node torch: $NODE_TORCH; network cut off: $([ ${#NONET[@]} -gt 0 ] && echo yes || echo 'no (unshare -n not allowed)')"
 step clone git clone -q --no-hardlinks "$REPO" "$WORK/checkout"
 step wheelhouse make -C "$WORK/checkout" wheelhouse PY="$PY" WHEELS="$WORK/wheels"
-tail -n 1 "$WORK/wheelhouse.log"
+grep "^wheelhouse:" "$WORK/wheelhouse.log"
 step node-python bash -c "'$PY' -m venv '$WORK/node' && '$WORK/node/bin/python' -m pip install -q '$NODE_TORCH'"
 step install-offline "${NONET[@]}" make -C "$WORK/checkout" install-offline PY="$WORK/node/bin/python" WHEELS="$WORK/wheels"
-tail -n 1 "$WORK/install-offline.log"
+grep "^wheelhouse:" "$WORK/install-offline.log"
 # make demo must find the install done (nothing to fetch), then train and report
 step demo "${NONET[@]}" make -C "$WORK/checkout" demo DEMO_OVERRIDES="trainer.max_steps=$DEMO_STEPS trainer.eval_every=10"
 grep -E '"status"|"final_loss"' "$WORK/checkout/outputs/demo/summary.json" | tr -d ' ,' | paste -sd' '

@@ -44,7 +44,8 @@ _NO_DISTS = re.compile(r"no matching distributions available for your environmen
 
 
 def fail(msg: str) -> None:
-    sys.exit(f"normbench: error: {msg}")
+    print(f"normbench: error: {msg}", file=sys.stderr)
+    sys.exit(2)
 
 
 def canonical(name: str) -> str:
