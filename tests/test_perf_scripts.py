@@ -199,5 +199,9 @@ def test_gpu_check_table_reads_summaries(tmp_path):
     assert "compile speed-up, pre_ln: 2.00x" in proc.stdout
     assert "target MFU >= 45% for pre_ln: met (50.0%)" in proc.stdout
     assert "DDP 2-process smoke run: completed (world size 2" in proc.stdout
+    # a second try of the skipped archs into the same OUT: pre_ln's row stays the reference
+    second = gpu_check({"TABLE_ONLY": "1", "OUT": str(tmp_path), "ARCHS": "ngpt"})
+    cells = {line.split()[0]: line.split() for line in second.stdout.splitlines() if line.split()}
+    assert second.returncode == 0 and cells["ngpt"][1:4] == ["completed", "800", "1.00"] and "pre_ln" in cells
     (tmp_path / "ngpt" / "summary.json").write_text(json.dumps(summary(status="failed")))
     assert gpu_check({"TABLE_ONLY": "1", "OUT": str(tmp_path), "ARCHS": "pre_ln ngpt"}).returncode == 1
