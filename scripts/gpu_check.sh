@@ -261,53 +261,12 @@ CLAIM_ARGS="$CLAIM scale=gpu seeds=1 out=$OUT/claims trainer.max_steps=$CLAIM_ST
 trainer.eval_batches=2 trainer.ckpt_every=100000 trainer.log_every=50 diag=off"
 
 # ---- the budget plan: each run's time by the estimates (EST_*), against BUDGET_S
-BUDGET_GPU=${PEAK_FLOPS:-${GPU_NAME:-H200}}
-"$PYTHON" - "$first_arch" "$rest_archs" "$do_eager" "${CLAIM:-}" <<EOF || die "cannot make the budget plan (above)"
-import math, sys
-from normbench.config.files import compose_config
-from normbench.model import build_model, padded_vocab
-from normbench.train.flops import gpu_peak_flops, model_flops_per_token
-import torch
-
-first, rest, eager, claim = sys.argv[1], sys.argv[2].split(), sys.argv[3] == "1", sys.argv[4]
-budget, steps, tokens = $BUDGET_S, $STEPS, $BATCH * $ACCUM * 1024
-start, comp, comp_next = float("${EST_START_S:-15}"), float("${EST_COMPILE_S:-60}"), float("${EST_COMPILE_NEXT_S:-35}")
-mfu, eager_mfu = float("${EST_MFU:-0.40}"), float("${EST_EAGER_MFU:-0.25}")
-gpu = "$BUDGET_GPU"
-peak = float(gpu) if gpu.replace(".", "").replace("e", "").isdigit() else (gpu_peak_flops(gpu) or 100e12)
-peak *= $NPROC
-
-def fpt(arch):
-    cfg = compose_config("$COMMON".split() + [f"arch={arch}"])
-    with torch.device("meta"):
-        return model_flops_per_token(build_model(cfg, padded_vocab(cfg, 50257)), cfg.model)
-
-rows = []  # (run, seconds, how)
-f0 = fpt(first)
-step = tokens * f0 / (peak * mfu)
-rows.append((first, start + comp + steps * step, f"start {start:.0f} + compile {comp:.0f} + {steps} x {step:.2f} s"))
-if eager:
-    e = tokens * f0 / (peak * eager_mfu)
-    rows.append(("pre_ln_eager", start + steps * e, f"start {start:.0f} + {steps} x {e:.2f} s (eager)"))
-if claim:
-    c = 16 * 1024 * f0 / (peak * eager_mfu)  # the claim's runs: trainer.batch_size=16, eager
-    one = start + $CLAIM_STEPS * c + 5
-    rows.append((f"claim {claim}", 2 * one, f"2 runs x (start {start:.0f} + $CLAIM_STEPS x {c:.3f} s + evals 5)"))
-for arch in rest:
-    step = tokens * fpt(arch) / (peak * mfu)
-    rows.append((arch, start + comp_next + steps * step, f"start {start:.0f} + compile {comp_next:.0f} + {steps} x {step:.2f} s"))
-print(f"gpu_check: budget plan, BUDGET_S={budget} s on {gpu} ({peak / 1e12:.0f} TFLOP/s bf16; estimates: compiled MFU "
-      f"{mfu:.0%}, eager {eager_mfu:.0%}, compile {comp:.0f} s cold / {comp_next:.0f} s next; measured times decide)")
-total, fits = 0.0, 0
-for name, sec, how in rows:
-    total += sec
-    ok = total <= budget or name == first
-    fits += ok
-    print(f"gpu_check:   {name:<22} {sec:6.0f} s  total {total:6.0f} s  {'fits' if ok else 'over budget: skipped'}"
-          f"  ({how})")
-verdict = "fits" if total <= budget else f"does not fit: {len(rows) - fits} run(s) over it"
-print(f"gpu_check: budget plan: {total:.0f} s for {len(rows)} runs, {verdict} (BUDGET_S={budget} s)")
-EOF
+# shellcheck disable=SC2046
+"$PYTHON" scripts/gpu_budget.py --first "$first_arch" --rest "$rest_archs" $([ "$do_eager" = 1 ] && echo --eager) \
+    --claim "${CLAIM:-}" --common "$COMMON" --gpu "${PEAK_FLOPS:-${GPU_NAME:-H200}}" --budget "$BUDGET_S" \
+    --steps "$STEPS" --batch "$BATCH" --accum "$ACCUM" --nproc "$NPROC" --claim-steps "$CLAIM_STEPS" \
+    --start "${EST_START_S:-15}" --compile "${EST_COMPILE_S:-60}" --compile-next "${EST_COMPILE_NEXT_S:-35}" \
+    --mfu "${EST_MFU:-0.40}" --eager-mfu "${EST_EAGER_MFU:-0.25}" || die "cannot make the budget plan (above)"
 
 # one run: run NAME TIMEOUT LAUNCHER... -- OVERRIDES...; DRY_RUN prints the command instead
 run() {
