@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The air-gapped install, end to end on one machine that reaches an index (docs/scale-out.md, "An air-gapped
 # node"), with the time of each step:
-#   1. a clean checkout (git clone of HEAD) builds its wheelhouse: `make wheelhouse` (this step uses the index);
-#   2. a "node" Python: a fresh venv holding torch and nothing else of normbench's (NODE_TORCH: a wheel file or
-#      a requirement, installed with this machine's pip configuration);
+#   1. a "node" Python: a fresh venv holding torch and packaging and nothing else of normbench's (NODE_TORCH: a
+#      wheel file or a requirement, installed with this machine's pip configuration), and its freeze file;
+#   2. a clean checkout (git clone of HEAD) builds its wheelhouse with that freeze file as HAVE: `make wheelhouse`
+#      (this step uses the index), leaving out what the node has;
 #   3. `make install-offline` into the checkout's .venv from the wheelhouse, with the network cut off
 #      (`unshare -n` when it is allowed, e.g. as root; otherwise only pip's --no-index keeps it off the network);
 #   4. `make demo`'s training there, short (DEMO_STEPS, default 30), and its report, also without network.
@@ -40,13 +41,16 @@ step() {  # step NAME COMMAND...: run it, print its seconds; on failure its outp
 }
 
 echo "offline_roundtrip: in $WORK; node torch: $NODE_TORCH; network cut off: $([ ${#NONET[@]} -gt 0 ] && echo yes || echo 'no (unshare -n not allowed)')"
+# packaging: a node has it, and normbench's build backend needs it in the wheelhouse all the same (pip builds
+# in isolation), which this checks
+step node-python bash -c "'$PY' -m venv '$WORK/node' && '$WORK/node/bin/python' -m pip install -q '$NODE_TORCH' packaging \
+    && '$WORK/node/bin/python' -m pip list --format=freeze > '$WORK/node-freeze.txt'"
 step clone git clone -q --no-hardlinks "$REPO" "$WORK/checkout"
-step wheelhouse make -C "$WORK/checkout" wheelhouse PY="$PY" WHEELS="$WORK/wheels"
+step wheelhouse make -C "$WORK/checkout" wheelhouse PY="$PY" WHEELS="$WORK/wheels" HAVE="$WORK/node-freeze.txt"
 grep "^wheelhouse:" "$WORK/wheelhouse.log"
-step node-python bash -c "'$PY' -m venv '$WORK/node' && '$WORK/node/bin/python' -m pip install -q '$NODE_TORCH'"
 step install-offline "${NONET[@]}" make -C "$WORK/checkout" install-offline PY="$WORK/node/bin/python" WHEELS="$WORK/wheels"
 grep "^wheelhouse:" "$WORK/install-offline.log"
-# make demo must find the install done (nothing to fetch), then train and report
+# make demo must find the install done (were it not, its pip install would fail without network), then train
 step demo "${NONET[@]}" make -C "$WORK/checkout" demo DEMO_OVERRIDES="trainer.max_steps=$DEMO_STEPS trainer.eval_every=10"
 grep -E '"status"|"final_loss"' "$WORK/checkout/outputs/demo/summary.json" | tr -d ' ,' | paste -sd' '
 echo "offline_roundtrip: wheelhouse $(du -sh "$WORK/wheels" | cut -f1), $(ls "$WORK/wheels"/*.whl | wc -l) wheels"

@@ -56,8 +56,8 @@ def req_name(spec: str) -> str:
     return canonical(re.split(r"[\s<>=!~;\[(]", spec.strip(), maxsplit=1)[0])
 
 
-def requirements(extras: list[str]) -> list[str]:
-    """normbench's dependencies (and the named extras', and its build backend's), without torch."""
+def requirements(extras: list[str]) -> tuple[list[str], list[str]]:
+    """normbench's dependencies (and the named extras') without torch, and what building it takes."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10: pip vendors the same parser
@@ -68,9 +68,10 @@ def requirements(extras: list[str]) -> list[str]:
     unknown = sorted(set(extras) - set(optional))
     if unknown:
         fail(f"--extras {','.join(unknown)}: not an extra of normbench (allowed: {', '.join(sorted(optional))})")
-    specs = [*project["dependencies"], *(d for e in extras for d in optional[e]), *meta["build-system"]["requires"]]
-    specs.append("editables~=0.3")  # what hatchling asks for to build an editable install (`pip install -e`)
-    return [s for s in specs if not NODE_OWN.match(req_name(s))]
+    specs = [*project["dependencies"], *(d for e in extras for d in optional[e])]
+    # the build backend, and what hatchling asks for to build an editable install (`pip install -e`)
+    backend = [*meta["build-system"]["requires"], "editables~=0.3"]
+    return [s for s in specs if not NODE_OWN.match(req_name(s))], backend
 
 
 def read_freeze(path: Path) -> dict[str, str]:
@@ -188,7 +189,7 @@ def build(args: argparse.Namespace) -> None:
     out = Path(args.dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     extras = [e for e in args.extras.split(",") if e]
-    reqs, flags = requirements(extras), target_flags(args.python_version, args.platform)
+    (reqs, backend), flags = requirements(extras), target_flags(args.python_version, args.platform)
     have = read_freeze(Path(args.have)) if args.have else {}
     constraints = None
     if have:
@@ -196,11 +197,16 @@ def build(args: argparse.Namespace) -> None:
         # a local version (2.11.0+cu128) is on no index: such pins are left to the node
         pins = [f"{n}=={v}\n" for n, v in have.items() if not NODE_OWN.match(n) and "+" not in v]
         constraints.write_text("".join(pins))
-    resolved = resolve(reqs, flags, out, constraints)
     keep, left_out = [], []
-    for item in resolved:
+    for item in resolve(reqs, flags, out, constraints):
         name, version = canonical(item["metadata"]["name"]), item["metadata"]["version"]
         (left_out if NODE_OWN.match(name) or name in have else keep).append(f"{name}=={version}")
+    # pip builds normbench in an isolated environment that sees no installed package: the backend's whole
+    # closure goes in, whatever the node has
+    for item in resolve(backend, flags, out, None):
+        pin = f"{canonical(item['metadata']['name'])}=={item['metadata']['version']}"
+        keep += [pin] if pin not in keep else []
+    left_out = [pin for pin in left_out if pin not in keep]
     proc = pip(sys.executable, ["download", "--no-deps", "--quiet", "-d", str(out), "--find-links", str(out),
                                 "--only-binary=:all:", *flags, *keep])  # fmt: skip
     if proc.returncode != 0:
