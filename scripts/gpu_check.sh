@@ -33,6 +33,8 @@
 # MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/train/flops.py.
 set -uo pipefail
 
+# a wheelhouse named relative to where the command was given, before moving to the checkout
+if [ -n "${WHEELS:-}" ] && [ -d "$WHEELS" ]; then WHEELS=$(cd "$WHEELS" && pwd); fi
 cd "$(dirname "$0")/.." || exit 2
 DRY_RUN=${DRY_RUN:-0}
 TABLE_ONLY=${TABLE_ONLY:-0}
