@@ -12,7 +12,14 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: install demo test test-slow test-all lint format bench clean
+# The air-gapped node (docs/scale-out.md, "An air-gapped node"): the wheelhouse folder, its target and extras.
+WHEELS ?= wheelhouse
+WHEEL_PYTHON ?=
+WHEEL_PLATFORM ?=
+HAVE ?=
+WHEEL_EXTRAS ?= sweeps
+
+.PHONY: install install-offline wheelhouse demo test test-slow test-all lint format bench clean
 
 $(BIN)/normbench: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,9 +36,23 @@ endif
 
 install: $(BIN)/normbench
 
+# Where an index is reachable: every wheel normbench needs except torch (and its CUDA wheels) into $(WHEELS).
+# For another node: WHEEL_PYTHON=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64; HAVE=FILE (the node's `pip freeze`)
+# keeps the node's versions and leaves its packages out.
+wheelhouse:
+	$(PY) scripts/wheelhouse.py build "$(WHEELS)" --extras "$(WHEEL_EXTRAS)" $(if $(WHEEL_PYTHON),--python-version $(WHEEL_PYTHON)) \
+		$(if $(WHEEL_PLATFORM),--platform $(WHEEL_PLATFORM)) $(if $(HAVE),--have "$(HAVE)")
+
+# On a node without an index: $(VENV) sees $(PY)'s packages (its own torch) and gets normbench (editable) and
+# the wheels of $(WHEELS), with no network and no pip configuration; a requirement found nowhere is named, in one line.
+install-offline:
+	$(PY) scripts/wheelhouse.py install "$(WHEELS)" --python "$(PY)" --venv "$(VENV)" --extras "$(WHEEL_EXTRAS)"
+
 # A real training run on the built-in corpus (KJV, byte tokenizer), a few minutes on 2 CPU cores.
+# DEMO_OVERRIDES: more Hydra overrides (e.g. trainer.max_steps=30 for a short one).
+DEMO_OVERRIDES ?=
 demo: install
-	WANDB_MODE=disabled $(BIN)/python -m normbench train arch=pre_ln norm=rmsnorm hydra.run.dir=outputs/demo
+	WANDB_MODE=disabled $(BIN)/python -m normbench train arch=pre_ln norm=rmsnorm hydra.run.dir=outputs/demo $(DEMO_OVERRIDES)
 	$(BIN)/python -m normbench report outputs/demo
 
 # The default suite, in parallel over the cores (pytest-xdist, at most 4 workers; each test's trainings run on one

@@ -3,45 +3,92 @@
 # flash attention, ~50 steps per architecture (every one in normbench's registry), then a table of
 # tokens/s, MFU, peak memory (and its ratio to pre_ln and to normbench.train.memory's estimate) and the
 # compile time per arch, read from each run's summary.json; one eager pre_ln run for the compile
-# speed-up (the numbers compile=auto needs, normbench/train/compiling.py); with 2+ GPUs a DDP
-# 2-process smoke run.
+# speed-up (the numbers compile=auto needs, normbench/train/compiling.py); a short `scale=gpu` run of
+# one claim (reproduce's sweep, measure and verdict end to end on CUDA); with 2+ GPUs a DDP 2-process
+# smoke run. Order: pre_ln, the eager pre_ln, the claim, (DDP,) then the other archs while BUDGET_S lasts.
 #
-#   bash scripts/gpu_check.sh                       # everything, one GPU, ~10 minutes on an H100/H200
+#   bash scripts/gpu_check.sh                       # everything, one GPU (budget plan printed first)
+#   WHEELS=DIR bash scripts/gpu_check.sh            # an air-gapped node: install offline from a wheelhouse
 #   ARCHS="pre_ln ngpt" STEPS=30 bash scripts/gpu_check.sh
 #   NPROC=8 bash scripts/gpu_check.sh               # the arch runs with DDP over 8 GPUs (torchrun)
-#   DRY_RUN=1 bash scripts/gpu_check.sh             # print the plan (commands), no GPU needed
+#   DRY_RUN=1 bash scripts/gpu_check.sh             # print the setup, the budget plan and the commands, no GPU needed
 #   TABLE_ONLY=1 OUT=outputs/gpu_check/X bash scripts/gpu_check.sh   # the table of finished runs
 #
 # Knobs (environment): ARCHS (default: every registered arch), STEPS (50), BATCH (micro-batch, 32),
-# ACCUM (grad accumulation, 2), NPROC (1), BUDGET_S (total time budget, 540: archs that would not
-# fit are skipped and reported), RUN_TIMEOUT_S (per run, 300), OUT (output dir), PYTHON, PEAK_FLOPS
+# ACCUM (grad accumulation, 2), NPROC (1), BUDGET_S (total time budget, 480 = 8 minutes: archs that
+# would not fit are skipped and reported), RUN_TIMEOUT_S (per run, 300), OUT (output dir), PYTHON, PEAK_FLOPS
 # (override the peak table: needed for GPUs other than A100/H100/H200), EXTRA (more Hydra
-# overrides), EAGER_REF (1: the eager pre_ln run; 0: skip it), DDP_SMOKE (1: the 2-GPU DDP run when
-# 2+ GPUs exist; 0: skip), NO_INSTALL (1: never run `make install`), DRY_RUN_GPUS (GPUs a dry run
-# pretends to see, default 2).
-# Without a usable Python (no .venv, normbench not importable) it runs `make install` first (which
-# picks PyPI's CUDA build of torch when nvidia-smi exists).
+# overrides), EAGER_REF (1: the eager pre_ln run; 0: skip it), CLAIM (the claim of the smoke run,
+# rmsnorm_parity; none: skip it), CLAIM_STEPS (300), DDP_SMOKE (1: the 2-GPU DDP run when
+# 2+ GPUs exist; 0: skip), NO_INSTALL (1: never install), DRY_RUN_GPUS (GPUs a dry run pretends to see,
+# default 2), INDUCTOR_CACHE (torch.compile's cache, shared by the runs and kept for a second try;
+# default outputs/gpu_check/inductor-cache), EST_START_S / EST_COMPILE_S / EST_COMPILE_NEXT_S / EST_MFU /
+# EST_EAGER_MFU (the budget plan's estimates: 15 s, 60 s, 35 s, 0.40, 0.25).
+# Setup, without PYTHON=: VENV (.venv) if it exists; else NODE_PYTHON (python3) if it imports torch and
+# normbench; else, with a wheelhouse (WHEELS=DIR, or ./wheelhouse), `make install-offline` (a venv that
+# keeps NODE_PYTHON's torch, no network; docs/scale-out.md, "An air-gapped node"); else, when the index
+# (INDEX_URL, default $PIP_INDEX_URL or PyPI) answers, `make install` (PyPI's CUDA torch); else it stops,
+# saying how to bring a wheelhouse. A dry run prints the setup a run without PYTHON= would do.
 # Exit status: 0 all runs completed, 1 a run failed, 2 no usable GPU / setup error.
 # MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/train/flops.py.
 set -uo pipefail
 
+# a wheelhouse named relative to where the command was given, before moving to the checkout
+if [ -n "${WHEELS:-}" ] && [ -d "$WHEELS" ]; then WHEELS=$(cd "$WHEELS" && pwd); fi
 cd "$(dirname "$0")/.." || exit 2
 DRY_RUN=${DRY_RUN:-0}
 TABLE_ONLY=${TABLE_ONLY:-0}
 die() { echo "gpu_check: error: $*" >&2; exit 2; }
 
-if [ -z "${PYTHON:-}" ]; then
-    if [ -x .venv/bin/python ]; then
-        PYTHON=.venv/bin/python
-    elif python3 -c "import normbench" >/dev/null 2>&1; then
-        PYTHON=python3
-    elif [ "${NO_INSTALL:-0}" = 1 ] || [ "$DRY_RUN" = 1 ]; then
-        die "no .venv and normbench is not importable by python3 (run make install, or set PYTHON=)"
+VENV=${VENV:-.venv}
+NODE_PYTHON=${NODE_PYTHON:-python3}
+WHEELS=${WHEELS:-}
+[ -z "$WHEELS" ] && [ -d wheelhouse ] && WHEELS=wheelhouse
+INDEX_URL=${INDEX_URL:-${PIP_INDEX_URL:-https://pypi.org/simple/}}
+
+# the setup a run without PYTHON= does: SETUP_PY (the Python it ends with), SETUP_CMD (the install, if
+# any), SETUP_WHY (in words); SETUP_PY empty: nothing usable and no way to install
+plan_setup() {
+    SETUP_CMD=()
+    if [ -x "$VENV/bin/python" ]; then
+        SETUP_PY=$VENV/bin/python SETUP_WHY="$VENV exists: using it"
+    elif "$NODE_PYTHON" -c "import torch, normbench" >/dev/null 2>&1; then
+        SETUP_PY=$NODE_PYTHON SETUP_WHY="$NODE_PYTHON imports torch and normbench: using it"
+    elif [ -n "$WHEELS" ]; then
+        SETUP_PY=$VENV/bin/python
+        SETUP_CMD=(make install-offline "WHEELS=$WHEELS" "PY=$NODE_PYTHON" "VENV=$VENV")
+        SETUP_WHY="no $VENV, $NODE_PYTHON has no normbench: the offline install from the wheelhouse $WHEELS (no index; $VENV keeps $NODE_PYTHON's torch)"
+    elif "$NODE_PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" \
+        "$INDEX_URL" >/dev/null 2>&1; then
+        SETUP_PY=$VENV/bin/python SETUP_CMD=(make install "PY=$NODE_PYTHON" "VENV=$VENV")
+        SETUP_WHY="no $VENV, $NODE_PYTHON has no normbench, the index $INDEX_URL answers: make install (torch with CUDA from PyPI)"
     else
-        echo "gpu_check: no .venv: running make install (torch with CUDA from PyPI, then normbench)"
-        make install >&2 || die "make install failed"
-        PYTHON=.venv/bin/python
+        SETUP_PY=
+        SETUP_WHY="no $VENV, $NODE_PYTHON cannot import torch and normbench, no wheelhouse (WHEELS=DIR or ./wheelhouse) \
+and no index reachable at $INDEX_URL: build a wheelhouse where an index is reachable (make wheelhouse \
+WHEEL_PYTHON=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64 HAVE=<the node's pip freeze>), copy it here and rerun with \
+WHEELS=DIR (docs/scale-out.md, \"An air-gapped node\")"
     fi
+}
+
+if [ "$DRY_RUN" = 1 ] && [ "$TABLE_ONLY" != 1 ]; then
+    plan_setup
+    echo "gpu_check: setup: $SETUP_WHY${PYTHON:+ (this run: PYTHON=$PYTHON given, nothing installed)}"
+    [ "${#SETUP_CMD[@]}" -gt 0 ] && echo "gpu_check: setup: would run: ${SETUP_CMD[*]}"
+    if [ -z "${PYTHON:-}" ]; then
+        "${SETUP_PY:-false}" -c "import torch, normbench" >/dev/null 2>&1 \
+            || die "the dry run checks the plan with normbench: install it first (the setup above) or set PYTHON="
+        PYTHON=$SETUP_PY
+    fi
+elif [ -z "${PYTHON:-}" ]; then
+    plan_setup
+    [ -n "$SETUP_PY" ] || die "$SETUP_WHY"
+    echo "gpu_check: setup: $SETUP_WHY"
+    if [ "${#SETUP_CMD[@]}" -gt 0 ]; then
+        [ "${NO_INSTALL:-0}" = 1 ] && die "NO_INSTALL=1, and the setup needs: ${SETUP_CMD[*]}"
+        "${SETUP_CMD[@]}" >&2 || die "${SETUP_CMD[*]} failed (above)"
+    fi
+    PYTHON=$SETUP_PY
 fi
 ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.train.validation import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
     || die "cannot read the arch registry with $PYTHON"
@@ -50,12 +97,17 @@ STEPS=${STEPS:-50}
 BATCH=${BATCH:-32}
 ACCUM=${ACCUM:-2}
 NPROC=${NPROC:-1}
-BUDGET_S=${BUDGET_S:-540}
+BUDGET_S=${BUDGET_S:-480}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-300}
 OUT=${OUT:-outputs/gpu_check/$(date +%Y%m%d-%H%M%S)}
 EXTRA=${EXTRA:-}
 EAGER_REF=${EAGER_REF:-1}
+CLAIM=${CLAIM:-rmsnorm_parity}
+CLAIM_STEPS=${CLAIM_STEPS:-300}
 DDP_SMOKE=${DDP_SMOKE:-1}
+# torch.compile's caches (inductor's FX graphs, triton kernels) shared by every run: kernels common to two
+# archs are compiled once, and a second try of the check starts warm
+export TORCHINDUCTOR_CACHE_DIR=${INDUCTOR_CACHE:-$PWD/outputs/gpu_check/inductor-cache}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1}
 export TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} WANDB_MODE=${WANDB_MODE:-disabled}
 [ "$(( ACCUM % NPROC ))" -eq 0 ] || die "ACCUM=$ACCUM must be a multiple of NPROC=$NPROC"
@@ -68,11 +120,14 @@ sched.warmup_steps=5${PEAK_FLOPS:+ peak_flops=$PEAK_FLOPS}"
 
 # ---- the table, from each run's summary.json
 table() {
-    "$PYTHON" - "$OUT" "$COMMON $EXTRA" $ARCHS <<'EOF'
-import json, sys
+    SKIPPED="${skipped[*]:-}" "$PYTHON" - "$OUT" "$COMMON $EXTRA" $ARCHS <<'EOF'
+import json, os, sys
 from pathlib import Path
 
 out, common, archs = Path(sys.argv[1]), sys.argv[2].split(), sys.argv[3:]
+skipped = set(os.environ.get("SKIPPED", "").split())
+if "pre_ln" not in archs and (out / "pre_ln" / "summary.json").exists():
+    archs.insert(0, "pre_ln")  # a second try into the same OUT: the reference of its ratios
 TARGET = 0.45  # pre_ln MFU on an H100/H200 (llm-foundry reports 43-45% for 125M)
 
 
@@ -103,7 +158,7 @@ print("(x = pre_ln; compile s = wall time - steps x steady step time: compiling 
 print("-" * 111)
 bad = False
 for arch, s in rows.items():
-    s = s or {"status": "no summary"}
+    s = s or {"status": "skipped" if arch in skipped else "no summary"}
     def f(key, spec):
         v = s.get(key)
         return "-" if v is None else format(v, spec)
@@ -120,7 +175,7 @@ for arch, s in rows.items():
     print(fmt.format(arch, str(s.get("status")), f("tokens_per_s", ",.0f"), ratio(flops), mfu,
                      f("peak_mem_gb", ".1f"), ratio(lambda d: d.get("peak_mem_gb")), mem_est, comp, f("step_time_s", ".3f"),
                      f("final_loss", ".3f")))
-    bad |= s.get("status") != "completed"
+    bad |= s.get("status") not in ("completed", "skipped")
 eager = load("pre_ln_eager")
 if eager and ref.get("tokens_per_s") and eager.get("tokens_per_s"):
     print(f"\ncompile speed-up, pre_ln: {ref['tokens_per_s'] / eager['tokens_per_s']:.2f}x "
@@ -130,6 +185,10 @@ if eager and ref.get("tokens_per_s") and eager.get("tokens_per_s"):
 if ref.get("mfu") is not None:
     verdict = "met" if ref["mfu"] >= TARGET else "NOT met"
     print(f"target MFU >= {TARGET:.0%} for pre_ln: {verdict} ({100 * ref['mfu']:.1f}%)")
+for verdict in sorted(out.glob("claims/*/verdict.json")):
+    v = json.loads(verdict.read_text())
+    print(f"claim smoke run {verdict.parent.name}: {v.get('verdict')} with {v.get('n_seeds')} seed(s) "
+          f"(the claim machinery ran end to end on this GPU; one seed decides nothing)")
 ddp = load("ddp_smoke")
 if ddp is not None:
     print(f"DDP 2-process smoke run: {ddp.get('status')} (world size {ddp.get('world_size')}, "
@@ -180,6 +239,8 @@ print(f"{torch.cuda.device_count()}|{name} | torch {torch.__version__} | CUDA {t
 EOF
 ) || die "$info"
     gpus=${info%%|*}
+    GPU_NAME=${info#*|}
+    GPU_NAME=${GPU_NAME%% | *}
     echo "gpu_check: ${info#*|}"
 fi
 
@@ -191,12 +252,30 @@ if [ "$NPROC" -gt 1 ]; then
 fi
 echo "gpu_check: gpt2_124m, ${STEPS} steps/arch, micro-batch ${BATCH} x accum ${ACCUM} x 1024 tokens, bf16, compile, ${NPROC} GPU(s) -> $OUT"
 echo "gpu_check: archs: $ARCHS"
+first_arch=${ARCHS%% *}
+[[ " $ARCHS " == *" pre_ln "* ]] && first_arch=pre_ln
+rest_archs=$(for a in $ARCHS; do [ "$a" = "$first_arch" ] || printf '%s ' "$a"; done)
+do_eager=0
+[ "$EAGER_REF" = 1 ] && [ "$first_arch" = pre_ln ] && do_eager=1
+[ "$CLAIM" = none ] && CLAIM=
+# the claim's own scale=gpu settings (gpt2_124m, bf16, eager), one seed, shortened
+CLAIM_ARGS="$CLAIM scale=gpu seeds=1 out=$OUT/claims trainer.max_steps=$CLAIM_STEPS trainer.eval_every=100 \
+trainer.eval_batches=2 trainer.ckpt_every=100000 trainer.log_every=50 diag=off"
+
+# ---- the budget plan: each run's time by the estimates (EST_*), against BUDGET_S
+# shellcheck disable=SC2046
+"$PYTHON" scripts/gpu_budget.py --first "$first_arch" --rest "$rest_archs" $([ "$do_eager" = 1 ] && echo --eager) \
+    --claim "${CLAIM:-}" --common "$COMMON" --gpu "${PEAK_FLOPS:-${GPU_NAME:-H200}}" --budget "$BUDGET_S" \
+    --steps "$STEPS" --batch "$BATCH" --accum "$ACCUM" --nproc "$NPROC" --claim-steps "$CLAIM_STEPS" \
+    --start "${EST_START_S:-15}" --compile "${EST_COMPILE_S:-60}" --compile-next "${EST_COMPILE_NEXT_S:-35}" \
+    --mfu "${EST_MFU:-0.40}" --eager-mfu "${EST_EAGER_MFU:-0.25}" || die "cannot make the budget plan (above)"
 
 # one run: run NAME TIMEOUT LAUNCHER... -- OVERRIDES...; DRY_RUN prints the command instead
 run() {
     local name=$1 limit=$2
     shift 2
-    local cmd=("$@" hydra.run.dir="$OUT/$name")
+    local cmd=("$@")
+    [ "$name" = claim_smoke ] || cmd+=(hydra.run.dir="$OUT/$name")
     if [ "$DRY_RUN" = 1 ]; then
         echo "gpu_check: [$name] would run: ${cmd[*]}"
         local i
@@ -208,23 +287,19 @@ run() {
         done
         return 0
     fi
+    echo "gpu_check: [$name] running ... (log: $OUT/$name.log)"
     timeout --signal=TERM --kill-after=30 "$limit" "${cmd[@]}" >"$OUT/$name.log" 2>&1
 }
 
-[ "$DRY_RUN" = 1 ] || mkdir -p "$OUT" || die "cannot create $OUT"
+[ "$DRY_RUN" = 1 ] || mkdir -p "$OUT" "$TORCHINDUCTOR_CACHE_DIR" || die "cannot create $OUT"
 planned=()
 start=$(date +%s)
 slowest=0
 failed=0
 skipped=()
-first=1
-for arch in $ARCHS; do
-    elapsed=$(( $(date +%s) - start ))
-    if [ "$first" -eq 0 ] && [ $(( elapsed + slowest )) -gt "$BUDGET_S" ]; then
-        skipped+=("$arch")
-        continue
-    fi
-    [ "$DRY_RUN" = 1 ] || echo "gpu_check: [$arch] training ... (log: $OUT/$arch.log)"
+
+arch_run() {  # arch_run ARCH: the compiled run of one arch, timed; returns its exit status
+    local arch=$1 t0 rc took
     t0=$(date +%s)
     # shellcheck disable=SC2086
     run "$arch" "$RUN_TIMEOUT_S" "${launcher[@]}" train $COMMON arch="$arch" compile=true parallel="$parallel" $EXTRA
@@ -235,21 +310,36 @@ for arch in $ARCHS; do
         failed=1
         echo "gpu_check: [$arch] FAILED (exit $rc after ${took}s); last lines of $OUT/$arch.log:" >&2
         tail -n 15 "$OUT/$arch.log" >&2
-        if [ "$first" -eq 1 ]; then
-            echo "gpu_check: the first run failed: stopping here (fix the setup, then rerun)" >&2
-            exit 1
-        fi
     elif [ "$DRY_RUN" != 1 ]; then
         echo "gpu_check: [$arch] done in ${took}s"
     fi
-    first=0
-done
+    return "$rc"
+}
 
-# eager pre_ln: how much compile buys on this GPU (outside BUDGET_S: one run)
-if [ "$EAGER_REF" = 1 ] && [[ " $ARCHS " == *" pre_ln "* ]]; then
+# the reference first: if it fails, the setup is wrong and nothing else is worth the GPU time
+if ! arch_run "$first_arch"; then
+    echo "gpu_check: the first run failed: stopping here (fix the setup, then rerun)" >&2
+    exit 1
+fi
+
+# eager pre_ln: how much compile buys on this GPU
+if [ "$do_eager" = 1 ]; then
     # shellcheck disable=SC2086
     run pre_ln_eager "$RUN_TIMEOUT_S" "${launcher[@]}" train $COMMON arch=pre_ln compile=false parallel="$parallel" $EXTRA \
         || { failed=1; echo "gpu_check: [pre_ln_eager] FAILED; see $OUT/pre_ln_eager.log" >&2; }
+fi
+
+# the claim smoke run: reproduce's sweep (2 runs), measurement, verdict and report on CUDA; one seed is too few
+# for a verdict to mean anything, so only its completing is checked
+if [ -n "$CLAIM" ]; then
+    if [ "$DRY_RUN" = 1 ]; then
+        # shellcheck disable=SC2086
+        "$PYTHON" -m normbench reproduce $CLAIM_ARGS $EXTRA --dry-run >/dev/null \
+            || die "the claim smoke run's plan is refused: $PYTHON -m normbench reproduce $CLAIM_ARGS --dry-run"
+    fi
+    # shellcheck disable=SC2086
+    run claim_smoke "$(( 2 * RUN_TIMEOUT_S ))" "$PYTHON" -m normbench reproduce $CLAIM_ARGS $EXTRA \
+        || { failed=1; echo "gpu_check: [claim_smoke] FAILED; see $OUT/claim_smoke.log" >&2; }
 fi
 
 # DDP smoke run: 2 processes, 10 steps, when 2+ GPUs exist
@@ -261,6 +351,15 @@ if [ "$DDP_SMOKE" = 1 ] && [ "$gpus" -ge 2 ]; then
 elif [ "$DDP_SMOKE" = 1 ]; then
     echo "gpu_check: one GPU: no DDP smoke run (it needs 2)"
 fi
+
+# the other archs, while the budget lasts (the slowest arch run so far as the measure of the next)
+for arch in $rest_archs; do
+    if [ "$DRY_RUN" != 1 ] && [ $(( $(date +%s) - start + slowest )) -gt "$BUDGET_S" ]; then
+        skipped+=("$arch")
+        continue
+    fi
+    arch_run "$arch"
+done
 
 if [ "$DRY_RUN" = 1 ]; then
     # every planned run's config composes and passes normbench's checks (the CPU side of each run)
@@ -285,7 +384,10 @@ EOF
 fi
 table
 table_rc=$?
-[ "${#skipped[@]}" -gt 0 ] && echo "gpu_check: skipped to stay within BUDGET_S=${BUDGET_S}s: ${skipped[*]} (rerun with ARCHS=...)"
+if [ "${#skipped[@]}" -gt 0 ]; then
+    echo "gpu_check: skipped to stay within BUDGET_S=${BUDGET_S}s: ${skipped[*]}"
+    echo "gpu_check: a second try of just those, into this table: OUT=$OUT ARCHS=\"${skipped[*]}\" EAGER_REF=0 CLAIM=none bash scripts/gpu_check.sh"
+fi
 echo "gpu_check: total $(( $(date +%s) - start ))s; runs in $OUT"
 if [ "$failed" -ne 0 ] || [ "$table_rc" -ne 0 ]; then
     exit 1

@@ -105,17 +105,83 @@ def test_gpu_check_dry_run_plans_every_arch_and_a_ddp_smoke_run():
     proc = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "2", "OUT": "/nonexistent/gpu_check"})
     assert proc.returncode == 0, proc.stderr
     planned = dict(re.findall(r"^gpu_check: \[(\w+)\] would run: (.*)$", proc.stdout, re.M))
-    assert set(planned) == {*ARCHS, "pre_ln_eager", "ddp_smoke"}  # the registry: later archs too
+    assert set(planned) == {*ARCHS, "pre_ln_eager", "ddp_smoke", "claim_smoke"}  # the registry: later archs too
+    # the reference, its eager twin and the claim first: they fit the budget whatever the archs that follow
+    assert list(planned)[:3] == ["pre_ln", "pre_ln_eager", "claim_smoke"]
+    claim = planned["claim_smoke"].split()
+    assert claim[claim.index("reproduce") + 1 :][:3] == ["rmsnorm_parity", "scale=gpu", "seeds=1"]
+    assert "trainer.max_steps=300" in claim and "out=/nonexistent/gpu_check/claims" in claim
     for arch in ARCHS:
         cmd = planned[arch].split()
         assert {f"arch={arch}", "model=gpt2_124m", "precision=bf16", "compile=true", "device=cuda"} <= set(cmd)
     assert "compile=false" in planned["pre_ln_eager"].split()
     assert "--nproc_per_node=2" in planned["ddp_smoke"] and "parallel=ddp" in planned["ddp_smoke"]
     assert f"{len(ARCHS) + 2} run configs compose and pass the config checks" in proc.stdout
-    one = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "1", "ARCHS": "ngpt"})
+    # the budget plan with the defaults on an H200: every run, pre_ln's steps 50 x (64 Ki tokens x its FLOPs per
+    # token / 40% of 989 TFLOP/s), i.e. 0.1-0.2 s each, after 15 s of start-up and 60 s of compiling
+    rows = budget_rows(proc.stdout)
+    assert set(rows) == {*ARCHS, "pre_ln_eager", "claim rmsnorm_parity"} and rows["pre_ln"][2] == "fits"
+    assert 15 + 60 + 50 * 0.1 < rows["pre_ln"][0] < 15 + 60 + 50 * 0.2
+    assert "BUDGET_S=480 s on H200 (989 TFLOP/s bf16" in proc.stdout
+    one = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "1", "ARCHS": "ngpt", "CLAIM": "none"})
     assert one.returncode == 0 and "no DDP smoke run" in one.stdout and "ddp_smoke" not in one.stdout
-    bad = gpu_check({"DRY_RUN": "1", "ARCHS": "ngpt", "EXTRA": "norm.eps=-1"})
+    assert "claim_smoke" not in one.stdout
+    bad = gpu_check({"DRY_RUN": "1", "ARCHS": "ngpt", "CLAIM": "none", "EXTRA": "norm.eps=-1"})
     assert bad.returncode == 2 and "norm.eps" in bad.stderr + bad.stdout
+
+
+BUDGET_ROW = (
+    r"^gpu_check:   (\S+(?: \S+)?)\s+(\d+) s  total\s+(\d+) s  (fits|over budget: skipped|over budget: runs anyway)"
+)
+
+
+def budget_rows(out: str) -> dict[str, list]:
+    return {name: [int(sec), int(total), how] for name, sec, total, how in re.findall(BUDGET_ROW, out, re.M)}
+
+
+def node_python(tmp_path: Path) -> Path:
+    """A node's python3 that has neither torch nor normbench (and reaches no index)."""
+    stub = tmp_path / "python3"
+    stub.write_text("#!/bin/sh\nexit 1\n")
+    stub.chmod(0o755)
+    return stub
+
+
+def test_budget_plan_adds_up_and_marks_what_does_not_fit():
+    # estimates chosen so that the step times vanish (a huge peak): each run is start-up + compile
+    common = "model=gpt2_124m data.tokenizer=gpt2 precision=bf16 trainer.batch_size=32 trainer.grad_accum=2"
+    cmd = [sys.executable, str(SCRIPTS / "gpu_budget.py"), "--first", "pre_ln", "--eager", "--common", common,
+           "--gpu", "1e21", "--start", "10", "--compile", "20", "--compile-next", "5"]  # fmt: skip
+    out = subprocess.run([*cmd, "--rest", "ngpt rezero", "--budget", "50"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    # pre_ln 10 + 20, eager 10, ngpt 10 + 5 (total 55 > 50), rezero 15 (70)
+    assert budget_rows(out.stdout) == {"pre_ln": [30, 30, "fits"], "pre_ln_eager": [10, 40, "fits"],
+                                       "ngpt": [15, 55, "over budget: skipped"],
+                                       "rezero": [15, 70, "over budget: skipped"]}  # fmt: skip
+    assert "budget plan: 70 s for 4 runs, does not fit: 2 run(s) skipped by this estimate" in out.stdout
+    # the reference runs go first and run whatever the budget
+    tight = subprocess.run([*cmd, "--rest", "ngpt", "--budget", "20"], capture_output=True, text=True)
+    assert budget_rows(tight.stdout) == {"pre_ln": [30, 30, "over budget: runs anyway"],
+                                         "pre_ln_eager": [10, 40, "over budget: runs anyway"],
+                                         "ngpt": [15, 55, "over budget: skipped"]}  # fmt: skip
+
+
+def test_gpu_check_setup_takes_the_offline_install_when_no_index_answers(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    node = node_python(tmp_path)
+    env = {"VENV": str(tmp_path / "no-venv"), "NODE_PYTHON": str(node), "INDEX_URL": "http://127.0.0.1:9/simple/"}
+    dry = gpu_check({**env, "WHEELS": str(wheels), "DRY_RUN": "1", "ARCHS": "pre_ln", "CLAIM": "none"})
+    assert dry.returncode == 0, dry.stderr
+    assert f"gpu_check: setup: no {tmp_path}/no-venv, {node} has no normbench: the offline install" in dry.stdout
+    want = f"would run: make install-offline WHEELS={wheels} PY={node} VENV={tmp_path}/no-venv"
+    assert want in dry.stdout and "budget plan:" in dry.stdout
+    if (SCRIPTS.parent / "wheelhouse").is_dir():
+        pytest.skip("this checkout has a ./wheelhouse, which the check takes when WHEELS= is not given")
+    none = gpu_check({**env, "PYTHON": ""})  # no venv, no normbench, no wheelhouse, no index: one line, how to go on
+    assert none.returncode == 2 and len(none.stderr.strip().splitlines()) == 1, none.stderr
+    assert "no index reachable at http://127.0.0.1:9/simple/: build a wheelhouse" in none.stderr
+    assert "make wheelhouse" in none.stderr and "WHEELS=DIR" in none.stderr
 
 
 def summary(status="completed", tps=1000.0, fpt=1e9, mfu=0.5, mem=10.0, **kw) -> dict:
@@ -142,5 +208,9 @@ def test_gpu_check_table_reads_summaries(tmp_path):
     assert "compile speed-up, pre_ln: 2.00x" in proc.stdout
     assert "target MFU >= 45% for pre_ln: met (50.0%)" in proc.stdout
     assert "DDP 2-process smoke run: completed (world size 2" in proc.stdout
+    # a second try of the skipped archs into the same OUT: pre_ln's row stays the reference
+    second = gpu_check({"TABLE_ONLY": "1", "OUT": str(tmp_path), "ARCHS": "ngpt"})
+    cells = {line.split()[0]: line.split() for line in second.stdout.splitlines() if line.split()}
+    assert second.returncode == 0 and cells["ngpt"][1:4] == ["completed", "800", "1.00"] and "pre_ln" in cells
     (tmp_path / "ngpt" / "summary.json").write_text(json.dumps(summary(status="failed")))
     assert gpu_check({"TABLE_ONLY": "1", "OUT": str(tmp_path), "ARCHS": "pre_ln ngpt"}).returncode == 1
