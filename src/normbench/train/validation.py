@@ -26,7 +26,10 @@ from normbench.config.schema import (
     DIAGS,
     INIT_RULES,
     MLPS,
+    MUP_DECAYS,
+    MUP_EPS,
     PARALLELS,
+    PARAMS,
     POS,
     PRECISIONS,
     QK_NORMS,
@@ -38,7 +41,7 @@ from normbench.config.schema import (
 )
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
-from normbench.model import stabilizers
+from normbench.model import mup, stabilizers
 from normbench.train import distributed as dist_utils
 
 
@@ -100,6 +103,7 @@ def validate(cfg: Any) -> list[str]:
     for key in ("every", "batch", "spike_factor", "spike_window"):
         _positive(f"diag.{key}", getattr(cfg.diag, key))
     notes += check_combination(cfg)
+    notes += mup.check(cfg)  # model.param: what muP / CompleteP covers (model/mup.py)
     dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
     return notes
 
@@ -117,6 +121,9 @@ def _check_names(cfg: Any) -> None:
     _choice("sched.name", cfg.sched.name, SCHEDS)
     _choice("model.pos", cfg.model.pos, POS)
     _choice("model.mlp", cfg.model.mlp, MLPS)
+    _choice("model.param", cfg.model.param, PARAMS)
+    _choice("optim.mup_decay", cfg.optim.mup_decay, MUP_DECAYS)
+    _choice("optim.mup_eps", cfg.optim.mup_eps, MUP_EPS)
     _choice("device", cfg.device, DEVICES)
     _choice("precision", cfg.precision, PRECISIONS)
     if cfg.compile is not True and cfg.compile is not False and cfg.compile != "auto":
@@ -130,7 +137,17 @@ def _check_names(cfg: Any) -> None:
 
 def _check_model(m: Any, a: Any) -> None:
     """``model.*`` and the arch's numbers."""
-    for key in ("n_layer", "d_model", "n_head", "seq_len", "d_ff", "pad_vocab_to"):
+    for key in (
+        "n_layer",
+        "d_model",
+        "n_head",
+        "seq_len",
+        "d_ff",
+        "pad_vocab_to",
+        "mup_base_width",
+        "mup_base_depth",
+        "mup_head_dim",
+    ):
         _positive(f"model.{key}", getattr(m, key))
     number = isinstance(m.init_std, (int, float)) and not isinstance(m.init_std, bool)
     if m.init_std not in INIT_RULES and not (number and m.init_std > 0):

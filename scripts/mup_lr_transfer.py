@@ -1,0 +1,149 @@
+"""The LR-transfer sweep of docs/mup.md: best val loss against the AdamW LR, one curve per width, SP and muP.
+
+Under the standard parametrization the best LR moves with width; under muP (``model.param=mup``,
+model/mup.py) it should stay within a grid step (Yang et al. 2022, arXiv:2203.03466, Fig. 1). Each point
+is an ordinary ``normbench train`` run in ``OUT/<arch>/<param>/d<width>/lr<lr>/s<seed>`` (skipped when its
+summary exists, so the sweep resumes); d_head is held at 16, so the head count grows with the width.
+
+    python scripts/mup_lr_transfer.py run --param sp --widths 128 256 --lrs 1e-3 2e-3 --out outputs/lrsweep
+    python scripts/mup_lr_transfer.py plot --out outputs/lrsweep --png docs/img/mup_lr_transfer.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+D_HEAD = 16
+FIXED = ["model=tiny", "model.n_layer=4", "norm=layernorm", "trainer.max_steps=200", "trainer.eval_every=50",
+         "diag.every=1000", "trainer.ckpt_every=1000"]  # fmt: skip
+
+
+def run_dir(out: Path, arch: str, param: str, width: int, lr: float, seed: int) -> Path:
+    return out / arch / param / f"d{width}" / f"lr{lr:.3g}" / f"s{seed}"
+
+
+def run_point(out: Path, arch: str, param: str, width: int, lr: float, seed: int, extra: list[str]) -> dict:
+    where = run_dir(out, arch, param, width, lr, seed)
+    summary = where / "summary.json"
+    if not summary.exists():
+        args = [*FIXED, f"arch={arch}", f"model.param={param}", f"model.d_model={width}",
+                f"model.n_head={width // D_HEAD}", f"optim.lr={lr}", f"seed={seed}", *extra,
+                f"hydra.run.dir={where}"]  # fmt: skip
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "normbench", "train", *args], capture_output=True, check=False)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "cost.json").write_text(json.dumps({"cpu_s": cpu, "wall_s": time.perf_counter() - start}))
+    return point(where)
+
+
+def point(where: Path) -> dict:
+    """One run's best val loss (inf when it diverged or failed) and its CPU seconds."""
+    try:
+        s = json.loads((where / "summary.json").read_text())
+        loss = s.get("best_val_loss")
+        loss = math.inf if loss is None or s.get("status") != "completed" else float(loss)
+    except (OSError, ValueError):
+        loss = math.inf
+    cost = where / "cost.json"
+    cpu = json.loads(cost.read_text())["cpu_s"] if cost.exists() else 0.0
+    return {"loss": loss, "cpu_s": cpu}
+
+
+def collect(out: Path) -> dict:
+    """arch -> param -> width -> lr -> [losses over seeds]; and the total CPU seconds."""
+    table: dict = {}
+    cpu = 0.0
+    for summary in sorted(out.glob("*/*/d*/lr*/s*/summary.json")):
+        where = summary.parent
+        arch, param, d, lr = where.parts[-5], where.parts[-4], where.parts[-3], where.parts[-2]
+        p = point(where)
+        cpu += p["cpu_s"]
+        table.setdefault(arch, {}).setdefault(param, {}).setdefault(int(d[1:]), {}).setdefault(float(lr[2:]), [])
+        table[arch][param][int(d[1:])][float(lr[2:])].append(p["loss"])
+    return {"table": table, "cpu_s": round(cpu, 1)}
+
+
+def best_lrs(curves: dict) -> dict:
+    """width -> (best lr, its mean best val loss)."""
+    out = {}
+    for width, by_lr in curves.items():
+        means = {lr: sum(v) / len(v) for lr, v in by_lr.items()}
+        lr = min(means, key=means.get)
+        out[width] = {"lr": lr, "loss": round(means[lr], 4)}
+    return out
+
+
+def plot(out: Path, png: Path, json_path: Path) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = collect(out)
+    table = data["table"]
+    panels = [(arch, param) for arch in sorted(table) for param in ("sp", "mup") if param in table[arch]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
+    result = {"cpu_s": data["cpu_s"], "best": {}}
+    for ax, (arch, param) in zip(axes[0], panels):
+        curves = table[arch][param]
+        best = best_lrs(curves)
+        result["best"][f"{arch}/{param}"] = best
+        for i, width in enumerate(sorted(curves)):
+            lrs = sorted(curves[width])
+            means = [min(sum(curves[width][lr]) / len(curves[width][lr]), 4.0) for lr in lrs]
+            ax.plot(lrs, means, "o-", color=f"C{i}", label=f"d {width}", ms=4)
+            ax.plot([best[width]["lr"]], [best[width]["loss"]], "*", color=f"C{i}", ms=12)
+        ax.set_xscale("log")
+        ax.set_title(f"{arch}, {'muP (d_base 64)' if param == 'mup' else 'SP'}", fontsize=10)
+        ax.set_xlabel("AdamW lr")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("best val loss (200 steps, 4 blocks)")
+    fig.suptitle("LR transfer across width: 200 steps x 16 x 64 tokens at every width (star: best)", fontsize=9)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    result["table"] = {a: {p: {str(w): {f"{lr:g}": v for lr, v in c.items()} for w, c in ps.items()}
+                           for p, ps in t.items()} for a, t in table.items()}  # fmt: skip
+    json_path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["run", "plot"])
+    ap.add_argument("--out", type=Path, default=Path("outputs/lrsweep"))
+    ap.add_argument("--arch", default="pre_ln")
+    ap.add_argument("--param", default="sp")
+    ap.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256])
+    ap.add_argument("--lrs", type=float, nargs="+", default=[])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--png", type=Path, default=Path("docs/img/mup_lr_transfer.png"))
+    ap.add_argument("--json", type=Path, default=Path("docs/img/mup_lr_transfer.json"))
+    ap.add_argument("extra", nargs="*", help="further overrides for every run")
+    a = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if a.mode == "plot":
+        print(json.dumps(plot(a.out, a.png, a.json)["best"], indent=1))
+        return
+    for seed in a.seeds:
+        for width in a.widths:
+            for lr in a.lrs:
+                p = run_point(a.out, a.arch, a.param, width, lr, seed, a.extra)
+                print(f"{a.arch} {a.param} d{width} lr {lr:.3g} seed {seed}: {p['loss']:.4f} ({p['cpu_s']:.0f} s)",
+                      flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
