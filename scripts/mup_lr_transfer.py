@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 D_HEAD = 16
+BASE_WIDTH = 64  # model.mup_base_width's default
 FIXED = ["model=tiny", "model.n_layer=4", "norm=layernorm", "trainer.max_steps=200", "trainer.eval_every=50",
          "diag.every=1000", "trainer.ckpt_every=1000"]  # fmt: skip
 
@@ -92,6 +93,11 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
 
     data = collect(out)
     table = data["table"]
+    for arch in table:  # muP at d_base is SP bit for bit (tests/test_mup.py): the SP runs stand for it
+        if "mup" in table[arch] and "sp" in table[arch]:
+            for width in set(table[arch]["sp"]) - set(table[arch]["mup"]):
+                if width == BASE_WIDTH:
+                    table[arch]["mup"][width] = table[arch]["sp"][width]
     panels = [(arch, param) for arch in sorted(table) for param in ("sp", "mup") if param in table[arch]]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
     result = {"cpu_s": data["cpu_s"], "best": {}}
@@ -132,7 +138,7 @@ def main() -> None:
     ap.add_argument("--png", type=Path, default=Path("docs/img/mup_lr_transfer.png"))
     ap.add_argument("--json", type=Path, default=Path("docs/img/mup_lr_transfer.json"))
     ap.add_argument("extra", nargs="*", help="further overrides for every run")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()  # overrides may follow the options
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if a.mode == "plot":
         print(json.dumps(plot(a.out, a.png, a.json)["best"], indent=1))

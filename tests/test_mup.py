@@ -151,13 +151,18 @@ def test_mup_trains_the_placements_and_norms_it_accepts(extra):
 def test_param_kinds_not_names_decide():
     """A matrix growing on one side only (here: a hand-made readout inside a block) is refused, not guessed."""
     from normbench.model.mup import param_scales
+    from normbench.train.optim import base_shapes
 
     cfg, model, _ = built(*D256)
     kinds = param_kinds(model)
+    base = base_shapes(model, cfg)
     model.blocks[0].attn.core.extra = torch.nn.Linear(256, 7, bias=False)
     kinds["blocks.0.attn.core.extra.weight"] = "matrix"
     with pytest.raises(ConfigError, match="has no counterpart at d_base"):
-        param_scales(model, cfg, kinds)
+        param_scales(model, cfg, kinds, base)
+    base["blocks.0.attn.core.extra.weight"] = (7, 64)  # fan_in grows, fan_out does not: a readout inside the net
+    with pytest.raises(ConfigError, match="grows with width on one side only"):
+        param_scales(model, cfg, kinds, base)
 
 
 @pytest.mark.parametrize("param", ["mup", "completep"])

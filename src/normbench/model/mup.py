@@ -34,7 +34,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import torch.nn as nn
 
 from normbench.errors import ConfigError
@@ -45,6 +44,7 @@ OWN_PARAMETRIZATION = {
     "ngpt": "nGPT is its own normalized parametrization (unit-norm weights, its s/alpha scales; model/ngpt.py)",
     "simplenorm": "SimpleNorm's GPT has its own init (std 0.02, depth-scaled outputs; model/simplegpt.py)",
 }
+OWN_INIT = "its model class has its own init (the paper's depth rule)"
 
 
 def active(mcfg: Any) -> bool:
@@ -91,20 +91,16 @@ def residual_side_free(specs) -> bool:
     )
 
 
-def check(cfg: Any) -> list[str]:
-    """Refusals (ConfigError, one line) and the start-up note of ``model.param``."""
+def check(cfg: Any, own_model: bool) -> list[str]:
+    """Refusals (ConfigError, one line) and the start-up note of ``model.param``; ``own_model``: the arch builds
+    a model class of its own (nGPT, SimpleGPT, the norm-free nets; model.model_class), whose init is its own."""
     m, a, o = cfg.model, cfg.arch, cfg.optim
     if not active(m):
         return []
     key = f"model.param={m.param}"
-    if a.name in OWN_PARAMETRIZATION:
-        raise ConfigError(f"{key} does not apply to arch={a.name}: {OWN_PARAMETRIZATION[a.name]}; use model.param=sp")
-    from normbench.model.normfree import NORM_FREE
-
-    if a.name in NORM_FREE:
-        raise ConfigError(
-            f"{key} does not apply to arch={a.name}: its init is the paper's depth rule; use model.param=sp"
-        )
+    if own_model:
+        why = OWN_PARAMETRIZATION.get(a.name, OWN_INIT)
+        raise ConfigError(f"{key} does not apply to arch={a.name}: {why}; use model.param=sp")
     if o.name not in ADAM_LIKE + KEEP_MATRIX_LR:
         raise ConfigError(f"{key} has rules for optim=adamw, lion, muon; optim={o.name} has none here")
     if m.mup_base_width <= 0 or m.d_model % m.mup_base_width and m.mup_base_width % m.d_model:
@@ -148,15 +144,14 @@ class Scale:
 ONE = Scale()
 
 
-def base_shapes(cfg: Any, model: nn.Module) -> dict[str, tuple[int, ...]]:
-    """Each parameter's shape in the same model built at d_base (meta device: no memory, no init cost)."""
-    from normbench.model import build_model
-
+def base_config(cfg: Any) -> Any:
+    """``cfg`` at d_base (d_head held): the config of the model whose shapes are the base shapes."""
     m = cfg.model
-    base = _Replaced(cfg, model=_Replaced(m, d_model=m.mup_base_width, n_head=m.mup_base_width // m.mup_head_dim))
-    with torch.device("meta"):
-        twin = build_model(base, model.vocab_size)
-    return {n: tuple(p.shape) for n, p in twin.named_parameters()}
+    return _Replaced(cfg, model=_Replaced(m, d_model=m.mup_base_width, n_head=m.mup_base_width // m.mup_head_dim))
+
+
+def shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(p.shape) for n, p in model.named_parameters()}
 
 
 class _Replaced:
@@ -170,13 +165,13 @@ class _Replaced:
         return values[name] if name in values else getattr(self._inner, name)
 
 
-def param_scales(model: nn.Module, cfg: Any, kinds: dict[str, str]) -> dict[str, Scale]:
-    """name -> :class:`Scale` for every parameter whose optimizer settings muP changes (empty under sp)."""
+def param_scales(model: nn.Module, cfg: Any, kinds: dict[str, str], base: dict[str, tuple[int, ...]]) -> dict:
+    """name -> :class:`Scale` for every parameter whose optimizer settings muP changes (empty under sp);
+    ``base``: each parameter's shape in the same model at d_base (:func:`base_config`, :func:`shapes`)."""
     m, o = cfg.model, cfg.optim
     if not active(m):
         return {}
     params = dict(model.named_parameters())
-    base = base_shapes(cfg, model)
     eps_depth = depth_mult(m) if o.mup_eps == "width" else 1.0
     out: dict[str, Scale] = {}
     for name, kind in kinds.items():

@@ -16,7 +16,7 @@ from pathlib import Path
 from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|gpu] [seeds=N] [out=DIR]
-                                   [min_seeds=N] [ladder=true] [--dry-run] [--no-run]
+                                   [min_seeds=N] [ladder=true] [ladder_param=mup|sp] [--dry-run] [--no-run]
                                    [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
@@ -25,7 +25,8 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|g
   --dry-run   print the sweeps that would run, run nothing
   --no-run    launch nothing: judge and report the runs already there (unfinished ones count as such)
   ladder=true the sweep at 3 model widths (d_model 64/128/256, or the claim's own rungs): DIR/ID/ladder.json
-              and DIR/ID/ladder.png, the effect against the size (reproduce/ladder.py)
+              and DIR/ID/ladder.png, the effect against the size (reproduce/ladder.py); under muP with
+              the claim's LR transferred (docs/mup.md), or ladder_param=sp: one LR, ladder_sp.{json,png}
 """
 
 
@@ -41,7 +42,8 @@ def list_claims() -> list[str]:
 
 
 # This command's own options (any other key=value is a Hydra override for the runs), with their defaults.
-OPTIONS = {"scale": "cpu", "seeds": None, "out": "outputs/reproduce", "min_seeds": "3", "ladder": "false"}
+OPTIONS = {"scale": "cpu", "seeds": None, "out": "outputs/reproduce", "min_seeds": "3", "ladder": "false",
+           "ladder_param": "mup"}  # fmt: skip
 
 
 @dataclass
@@ -124,6 +126,8 @@ def _check_options(opts: dict) -> None:
             raise ConfigError(f"{key}={opts[key]} must be a whole number (min_seeds >= 2)")
     if opts["ladder"] not in ("true", "false"):
         raise ConfigError(f"ladder={opts['ladder']} is not allowed; choose one of: true, false")
+    if opts["ladder_param"] not in ("mup", "sp"):
+        raise ConfigError(f"ladder_param={opts['ladder_param']} is not allowed; choose one of: mup, sp")
 
 
 def _run_claim(claim, req: _Request) -> dict | None:
@@ -140,11 +144,11 @@ def _run_claim(claim, req: _Request) -> dict | None:
 
 
 def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
-    from normbench.reproduce.ladder import run_ladder
+    from normbench.reproduce.ladder import ladder_name, run_ladder
     from normbench.reproduce.summary import fmt
 
     ladder = run_ladder(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
-                        launch=launch)  # fmt: skip
+                        launch=launch, param=opts["ladder_param"])  # fmt: skip
     if ladder is None:
         return
     for r in ladder["rungs"]:
@@ -152,5 +156,5 @@ def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: b
         parts = [f"{t['name']}: {t['verdict']} {fmt(t['effect'])} [{fmt(lo)}, {fmt(hi)}]"
                  for t, (lo, hi) in zip(r["tests"], cis)]  # fmt: skip
         print(f"{claim.id} d_model {r['d_model']}, {r['n_layer']} blocks: {r['verdict']} ({'; '.join(parts)})")
-    where = Path(opts["out"]) / claim.id
-    print(f"normbench: {where / 'ladder.json'}, figure {where / 'ladder.png'} ({ladder['run_time_s']:.0f} s of runs)")
+    where = Path(opts["out"]) / claim.id / ladder_name(opts["ladder_param"])
+    print(f"normbench: {where}.json, figure {where}.png ({ladder['run_time_s']:.0f} s of runs)")

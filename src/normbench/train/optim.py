@@ -59,6 +59,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from normbench.model import mup
 from normbench.model.attention import Attention
 from normbench.model.gpt import MLP
 from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
@@ -238,6 +239,17 @@ def _build_adafactor(groups, ocfg, device_type):
     return [torch.optim.Adafactor(groups("adafactor"), lr=ocfg.lr)]
 
 
+def base_shapes(model: nn.Module, cfg) -> dict[str, tuple[int, ...]]:
+    """Under muP, each parameter's shape in the same model built at d_base on the meta device (no memory, no
+    init cost; microsoft/mup's base shapes); {} under sp."""
+    if not mup.active(cfg.model):
+        return {}
+    from normbench.model import build_model
+
+    with torch.device("meta"):
+        return mup.shapes(build_model(mup.base_config(cfg), model.vocab_size))
+
+
 def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
     """The configured optimizer with its weight-decay groups; logs one line per group."""
     ocfg = cfg.optim
@@ -250,7 +262,7 @@ def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
         raise ValueError(f"unknown optimizer {name!r}")
     splits = fused_splits(model) if spec.matrices_apart else {}
     main_name = "adamw" if spec.matrices_apart else name
-    scales = param_scales(model, cfg, kinds)  # muP's per-parameter lr/wd/eps multipliers (model/mup.py); sp: {}
+    scales = param_scales(model, cfg, kinds, base_shapes(model, cfg))  # muP's lr/wd/eps multipliers; sp: {}
     # (optimizer, decayed, split, muP scale) -> parameter names
     by_group: dict[tuple, list[str]] = defaultdict(list)
     for pname, kind in kinds.items():

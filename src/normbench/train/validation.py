@@ -90,7 +90,7 @@ def validate(cfg: Any) -> list[str]:
     own checks and the arch x norm combinations (model.check_combination), the QK-Clip, parallel and
     data checks. What needs this machine (device, world size, memory, the data's size) is checked when
     the run is built (train/build.py)."""
-    from normbench.model import check_combination
+    from normbench.model import GPT, check_combination, model_class
 
     notes = apply_recipe(cfg)
     _check_names(cfg)
@@ -103,7 +103,7 @@ def validate(cfg: Any) -> list[str]:
     for key in ("every", "batch", "spike_factor", "spike_window"):
         _positive(f"diag.{key}", getattr(cfg.diag, key))
     notes += check_combination(cfg)
-    notes += mup.check(cfg)  # model.param: what muP / CompleteP covers (model/mup.py)
+    notes += mup.check(cfg, own_model=model_class(cfg) is not GPT)  # model.param: what muP covers (model/mup.py)
     dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
     return notes
 
