@@ -193,3 +193,16 @@ def test_coordinate_check_mup_stays_in_the_band_and_sp_logits_leave_it():
         assert all(abs(s) <= BAND for s in per_step[2:]), (q, per_step)
     assert all(s > 3 * BAND for s in r["sp"]["slopes"]["logits"][2:]), r["sp"]["slopes"]["logits"]
     assert all(s > 3 * BAND for s in r["sp"]["slopes"]["resid"][2:])
+
+
+@pytest.mark.slow  # 10-20 s on 2 shared cores
+def test_depth_coordinate_check_completep_holds_the_residual_stream_that_sp_grows():
+    """Depths 2/4/8 at d 64, lr 1e-2, 4 steps, seed 0: under SP the residual stream grows with depth (slope
+    0.55-0.93 at steps 3-4 over seeds 0-2), under CompleteP it stays within +-0.2 (docs/mup.md)."""
+    from normbench.train.coordcheck import coord_check
+
+    overrides = ["model=tiny", "trainer.batch_size=8", "model.mup_base_depth=2"]
+    r = coord_check(overrides, [2, 4, 8], seeds=1, steps=4, lr=1e-2, depth=True)
+    assert all(s > 0.45 for s in r["sp"]["slopes"]["resid"][2:]), r["sp"]["slopes"]["resid"]
+    assert all(abs(s) <= 0.25 for s in r["completep"]["slopes"]["resid"][2:]), r["completep"]["slopes"]["resid"]
+    assert r["completep"]["values"][8]["resid"][0] < r["completep"]["values"][2]["resid"][0]  # init: 1/L branches
