@@ -23,6 +23,7 @@ from pathlib import Path
 
 D_HEAD = 16
 BASE_WIDTH = 64  # model.mup_base_width's default
+TOP = 2.1  # the figure's loss ceiling: worse (and diverged) points are drawn on it
 FIXED = ["model=tiny", "model.n_layer=4", "norm=layernorm", "trainer.max_steps=200", "trainer.eval_every=50",
          "diag.every=1000", "trainer.ckpt_every=1000"]  # fmt: skip
 
@@ -65,8 +66,8 @@ def collect(out: Path) -> dict:
     """arch -> param -> width -> lr -> [losses over seeds]; and the total CPU seconds."""
     table: dict = {}
     cpu = 0.0
-    for summary in sorted(out.glob("*/*/d*/lr*/s*/summary.json")):
-        where = summary.parent
+    for done in sorted(out.glob("*/*/d*/lr*/s*/cost.json")):  # written when the run's process has ended
+        where = done.parent
         arch, param, d, lr = where.parts[-5], where.parts[-4], where.parts[-3], where.parts[-2]
         p = point(where)
         cpu += p["cpu_s"]
@@ -90,6 +91,7 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401 (matplotlib.ticker.NullFormatter)
 
     data = collect(out)
     table = data["table"]
@@ -107,16 +109,19 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
         result["best"][f"{arch}/{param}"] = best
         for i, width in enumerate(sorted(curves)):
             lrs = sorted(curves[width])
-            means = [min(sum(curves[width][lr]) / len(curves[width][lr]), 4.0) for lr in lrs]
-            ax.plot(lrs, means, "o-", color=f"C{i}", label=f"d {width}", ms=4)
+            means = [min(sum(curves[width][lr]) / len(curves[width][lr]), TOP) for lr in lrs]
+            ax.plot(lrs, means, "o-", color=f"C{i}", label=f"d {width} (best lr {best[width]['lr']:.3g})", ms=4)
             ax.plot([best[width]["lr"]], [best[width]["loss"]], "*", color=f"C{i}", ms=12)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_ylim(min(b["loss"] for b in best.values()) - 0.03, TOP + 0.02)
         ax.set_title(f"{arch}, {'muP (d_base 64)' if param == 'mup' else 'SP'}", fontsize=10)
         ax.set_xlabel("AdamW lr")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("best val loss (200 steps, 4 blocks)")
-    fig.suptitle("LR transfer across width: 200 steps x 16 x 64 tokens at every width (star: best)", fontsize=9)
+    axes[0][0].set_ylabel(f"best val loss (>{TOP}: at {TOP})")
+    fig.suptitle("LR transfer: LayerNorm, 4 blocks, d_head 16, 200 steps x 16 x 64 tokens at every width, "
+                 "1 seed (star: best)", fontsize=9)  # fmt: skip
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
