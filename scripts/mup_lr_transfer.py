@@ -114,6 +114,9 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
             ax.plot([best[width]["lr"]], [best[width]["loss"]], "*", color=f"C{i}", ms=12)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        all_lrs = [lr for c in curves.values() for lr in c]
+        ticks = [t for t in (3e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2) if min(all_lrs) <= t <= max(all_lrs)]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_ylim(min(b["loss"] for b in best.values()) - 0.03, TOP + 0.02)
         ax.set_title(f"{arch}, {'muP (d_base 64)' if param == 'mup' else 'SP'}", fontsize=10)
         ax.set_xlabel("AdamW lr")
