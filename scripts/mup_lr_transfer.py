@@ -100,14 +100,20 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
             for width in set(table[arch]["sp"]) - set(table[arch]["mup"]):
                 if width == BASE_WIDTH:
                     table[arch]["mup"][width] = table[arch]["sp"][width]
-    panels = [(arch, param) for arch in sorted(table) for param in ("sp", "mup") if param in table[arch]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
+    archs = sorted(table, key=lambda a: (a != "pre_ln", a))
+    panels = [(arch, param) for arch in archs for param in ("sp", "mup")]
+    fig, grid = plt.subplots(len(archs), 2, figsize=(9.0, 3.4 * len(archs)), squeeze=False, sharey=True)
+    axes = [[ax for row in grid for ax in row]]
     result = {"cpu_s": data["cpu_s"], "best": {}}
     for ax, (arch, param) in zip(axes[0], panels):
-        curves = table[arch][param]
+        curves = table[arch].get(param)
+        if not curves:
+            ax.set_visible(False)
+            continue
         best = best_lrs(curves)
         result["best"][f"{arch}/{param}"] = best
-        for i, width in enumerate(sorted(curves)):
+        for width in sorted(curves):
+            i = {64: 0, 128: 1, 256: 2}.get(width, 3)  # one colour per width in every panel
             lrs = sorted(curves[width])
             means = [min(sum(curves[width][lr]) / len(curves[width][lr]), TOP) for lr in lrs]
             ax.plot(lrs, means, "o-", color=f"C{i}", label=f"d {width} (best lr {best[width]['lr']:.3g})", ms=4)
@@ -117,12 +123,14 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
         all_lrs = [lr for c in curves.values() for lr in c]
         ticks = [t for t in (3e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2) if min(all_lrs) <= t <= max(all_lrs)]
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.set_ylim(min(b["loss"] for b in best.values()) - 0.03, TOP + 0.02)
         ax.set_title(f"{arch}, {'muP (d_base 64)' if param == 'mup' else 'SP'}", fontsize=10)
         ax.set_xlabel("AdamW lr")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0][0].set_ylabel(f"best val loss (>{TOP}: at {TOP})")
+    low = min(b["loss"] for bests in result["best"].values() for b in bests.values())
+    grid[0][0].set_ylim(low - 0.03, TOP + 0.02)  # shared by every panel
+    for row in grid:
+        row[0].set_ylabel(f"best val loss (>{TOP}: at {TOP})")
     fig.suptitle("LR transfer: LayerNorm, 4 blocks, d_head 16, 200 steps x 16 x 64 tokens at every width, "
                  "1 seed (star: best)", fontsize=9)  # fmt: skip
     fig.tight_layout()

@@ -24,7 +24,7 @@ unchanged in depth (L^(alpha-1) = 1) and eps also divided by L/L_base. Only plac
 stream is never normalized (Pre-LN's family, read from the block specs) get it.
 
 Muon: its orthogonalized update already has the spectral size the muP condition asks of a hidden matrix
-(Bernstein et al. 2023, arXiv:2310.17813; Essential AI 2025, arXiv:2505.02222 shows muP + Muon transfer),
+(Yang, Simon & Bernstein 2023, arXiv:2310.17813; Essential AI 2025, arXiv:2505.02222 shows muP + Muon transfer),
 so its matrices keep their LR; the AdamW side gets the rules above. SGD and Adafactor are refused.
 """
 
