@@ -237,9 +237,11 @@ def test_judge_pairs_by_seed_only_when_both_sides_ran_the_same_seeds():
 # ------------------------------------------------------------------ the scale ladder
 
 
-def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch):
+@pytest.mark.parametrize("param", ["sp", "mup"])
+def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch, param):
     """Each rung is one reproduce call with its width (the claim's own width: no override, its own
-    sweep); ladder.json holds effect and interval per rung and test; ladder.png is drawn."""
+    sweep; under muP, d_base); ladder.json (SP: ladder_sp.json) holds effect and interval per rung and test;
+    the figure is drawn."""
     import json
 
     from normbench.reproduce import ladder, runner
@@ -257,15 +259,28 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch)
 
     monkeypatch.setattr(runner, "reproduce", fake)
     claim = load_claim("dyt_parity")
-    res = ladder.run_ladder(claim, "cpu", None, [], tmp_path, 3, log=lambda *_: None)
-    assert [c[0] for c in calls] == [[], ["model.d_model=128"], ["model.d_model=256"]]
+    res = ladder.run_ladder(claim, "cpu", None, [], tmp_path, 3, log=lambda *_: None, param=param)
+    mup = {
+        "sp": lambda d: [],
+        "mup": lambda d: [
+            f"model.n_head={d // 16}",
+            "model.param=mup",
+            "model.mup_base_width=64",
+            "model.mup_head_dim=16",
+        ],
+    }[param]
+    assert [c[0] for c in calls] == [[], ["model.d_model=128", *mup(128)], ["model.d_model=256", *mup(256)]]
     assert calls[0][1] == tmp_path  # the claim's own sweep at its own width
-    saved = json.loads((tmp_path / "dyt_parity" / "ladder.json").read_text())
+    tag = "-mup" if param == "mup" else ""
+    assert calls[2][1] == tmp_path / "dyt_parity" / "ladder" / f"d256-L4{tag}"
+    name = "ladder" if param == "mup" else "ladder_sp"
+    saved = json.loads((tmp_path / "dyt_parity" / f"{name}.json").read_text())
+    assert saved["param"] == param
     assert saved == json.loads(json.dumps(res))
     assert [r["d_model"] for r in saved["rungs"]] == [64, 128, 256] and saved["run_time_s"] == 448
     assert saved["rungs"][2]["tests"][0]["effect"] == pytest.approx(0.4)
     assert saved["rungs"][0]["tests"][1]["ci"] == pytest.approx([0.05, 0.15])
-    assert (tmp_path / "dyt_parity" / "ladder.png").stat().st_size > 10_000
+    assert (tmp_path / "dyt_parity" / f"{name}.png").stat().st_size > 10_000
 
 
 def test_ladder_flag_refuses_a_bad_value(capsys):

@@ -486,9 +486,11 @@ def test_attn_gate_on_every_placement(arch, gate):
     ("overrides", "needle"),
     [
         *[([f"arch={a}", "norm=none"], f"norm=none with arch={a}") for a in ALL_NEW],
-        (["arch=sandwich", "norm=scalenorm"], "arch.gain_offset=true stores each norm gain as 1 + w; norm=scalenorm"),
+        (["arch=sandwich", "norm=scalenorm"], "arch=sandwich stores each norm gain as 1 + w; norm=scalenorm has no"),
+        (["arch=sandwich", "norm=scalenorm"], "arch.gain_offset=false keeps plain gains and is accepted"),
+        (["arch=pre_ln", "arch.gain_offset=true", "norm=scalenorm"], "arch.gain_offset=true stores each norm gain"),
         (["arch=sandwich", "norm.affine=false"], "norm=rmsnorm with norm.affine=false has no gain vector"),
-        (["arch=sandwich_depth", "norm=seednorm"], "arch=sandwich_depth initialises the output-norm gains"),
+        (["arch=sandwich_depth", "norm=scalenorm"], "arch=sandwich_depth initialises the output-norm gains"),
         (["arch=sandwich_depth", "norm.affine=false"], "with norm.affine=false has no gain vector"),
         (["arch=sandwich_depth", "arch.tiny_init=true", "arch.small_init=true"], "arch.tiny_init=true"),
         (["arch=ngpt", "arch.attn_gate=headwise"], "arch.attn_gate=headwise with arch=ngpt"),

@@ -43,7 +43,7 @@ FLAGS_WITH_VALUE = (
 )
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
-USAGE = """usage: python -m normbench {train,report,list,export,sample,reproduce} ...
+USAGE = """usage: python -m normbench {train,report,list,export,sample,reproduce,coordcheck} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
@@ -52,6 +52,7 @@ USAGE = """usage: python -m normbench {train,report,list,export,sample,reproduce
   export RUN_DIR OUT_DIR      the run's model as a directory Hugging Face transformers loads
   sample RUN_DIR --prompt T   text from the run's checkpoint (--hf: through transformers)
   reproduce {--list|ID|all}   run a paper's claim and give its verdict (--help: options)
+  coordcheck [--widths ...]   muP's coordinate check, SP and muP side by side (--help: options)
 """
 
 
@@ -270,7 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         from normbench.reproduce import main as reproduce_main
 
         return reproduce_main(rest)
-    return error(f"unknown command {cmd!r}; choose one of: train, report, list, export, sample, reproduce")
+    if cmd == "coordcheck":
+        from normbench.train.coordcheck import main as coordcheck_main
+
+        return coordcheck_main(rest)
+    return error(f"unknown command {cmd!r}; choose one of: train, report, list, export, sample, reproduce, coordcheck")
 
 
 def entry() -> None:

@@ -48,6 +48,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLELS = ("none", "ddp", "fsdp")
 DIAGS = ("off", "default", "full")
 QK_NORMS = ("none", "head", "width")
+PARAMS = ("sp", "mup", "completep")
+MUP_DECAYS = ("width", "coupled", "none")
+MUP_EPS = ("fixed", "width")
 
 
 def qk_norm_mode(value: Any) -> str:
@@ -78,6 +81,11 @@ class ModelConfig:
     init_std: Any = "auto"  # auto: GPT-2's gain at this width; fan_in: d^-0.5; a number: that std (init_std_of)
     dropout: float = 0.0
     fixnorm: bool = False  # unit-L2 word embeddings x sqrt(d); a tied head uses them too (Nguyen & Salazar 2019)
+    # the parametrization (model/mup.py, docs/mup.md): sp (standard, today's) | mup (width) | completep (width+depth)
+    param: str = "sp"
+    mup_base_width: int = 64  # mup/completep: d_base, the width the LR was tuned at (model=tiny's)
+    mup_base_depth: int = 2  # completep: L_base, the depth the LR was tuned at (model=tiny's)
+    mup_head_dim: int = 16  # mup/completep: d_head held on every width (model=tiny's 64 / 4 heads)
 
 
 @dataclass
@@ -148,6 +156,8 @@ class OptimConfig:
     decay_bias: bool = False
     decay_embed: bool = False
     decay_scalars: bool = False
+    mup_decay: str = "width"  # mup: weight decay of the width-scaled matrices: width (lambda*m) | coupled | none
+    mup_eps: str = "fixed"  # mup: Adam eps of the width-scaled groups: fixed | width (eps/m)
     qk_clip: bool = False  # QK-Clip after each step (Kimi K2 MuonClip; normbench/model/stabilizers.py)
     qk_clip_tau: float = 100.0  # the max pre-softmax logit a head may reach
 

@@ -106,7 +106,8 @@ def _common_norm(model: GPT, norm_name: str) -> tuple[dict, dict | None]:
 
 
 def _sublayer(sub) -> dict:
-    return {
+    branch = float(getattr(sub, "branch_scale", 1.0))  # CompleteP's L_base / L (model/mup.py): only where set
+    return ({"branch_scale": branch} if branch != 1.0 else {}) | {
         "in_norm": sub.norm_in is not None,
         "out_norm": sub.norm_out is not None,
         "post_norm": sub.norm_post is not None,
@@ -211,7 +212,13 @@ def _gpt_fields(model: GPT, cfg) -> dict:
         "fixnorm": bool(getattr(model, "fixnorm", False)),
         "norm_free": {"kind": model.kind, "embed_mult": float(model.embed_mult)} if free else None,
         "tie_word_embeddings": model.lm_head.weight is model.wte.weight,
-    }
+    } | _readout(model)
+
+
+def _readout(model: GPT) -> dict:
+    """muP's 1/m on the logits (model/mup.py), only where it is not 1: other exports' configs stay as they were."""
+    mult = float(getattr(model, "readout_mult", 1.0))
+    return {"logit_scale": mult} if mult != 1.0 else {}
 
 
 def shipped_state(model: nn.Module) -> dict:

@@ -35,7 +35,8 @@ def _is_plain_pre_ln(model: GPT) -> bool:
         if any(spec[k] != v for k, v in _PLAIN_ATTN.items()):
             return False
     plain_embed = model.emb_norm is None and model.emb_scale is None and not getattr(model, "fixnorm", False)
-    return model.ln_f is not None and plain_embed
+    plain_head = getattr(model, "readout_mult", 1.0) == 1.0  # muP's logit multiplier: the custom class has it
+    return model.ln_f is not None and plain_embed and plain_head
 
 
 def _norm_specs(model: GPT, with_qk: bool) -> list[dict]:

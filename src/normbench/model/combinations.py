@@ -180,6 +180,16 @@ def _check_norm_free(cfg) -> list[str]:
     return notes
 
 
+def _arch_default(arch: str, key: str):
+    """``key`` as conf/arch/<arch>.yaml sets it (None where it does not): what a user did not set themselves."""
+    from omegaconf import OmegaConf
+
+    from normbench.config.files import config_dir
+
+    path = config_dir() / "arch" / f"{arch}.yaml"
+    return OmegaConf.load(path).get(key) if path.is_file() else None
+
+
 def _check_norm_sites(cfg) -> list[str]:
     """The keys of model/norm_sites.py: refused where they cannot act, noted where ignored."""
     arch, norm, a, notes = cfg.arch.name, cfg.norm.name, cfg.arch, []
@@ -191,7 +201,9 @@ def _check_norm_sites(cfg) -> list[str]:
     no_gain = f"norm={norm}{' with norm.affine=false' if has_gain else ''} has no gain vector"
     gains = f"({'/'.join(gain_norms())} with norm.affine=true)"
     if a.gain_offset and not (has_gain and cfg.norm.affine):
-        raise ConfigError(f"arch.gain_offset=true stores each norm gain as 1 + w; {no_gain} {gains}")
+        why = f"arch={arch} stores each norm gain as 1 + w" if _arch_default(arch, "gain_offset") else (
+            "arch.gain_offset=true stores each norm gain as 1 + w")  # fmt: skip
+        raise ConfigError(f"{why}; {no_gain} {gains}; arch.gain_offset=false keeps plain gains and is accepted")
     gain_init = placement_traits(arch).gain_init
     if gain_init and not (has_gain and cfg.norm.affine):
         raise ConfigError(f"arch={arch} {gain_init}; {no_gain} {gains}")

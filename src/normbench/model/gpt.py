@@ -32,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from normbench.config.schema import init_std_of
+from normbench.model import mup
 from normbench.model.attention import Attention, rope_cache
 from normbench.model.kinds import norm_internal
 from normbench.model.norms import EmbedScale, build_norm, offset_gain, upcast
@@ -79,6 +80,7 @@ class Sublayer(nn.Module):
         self.norm_post = build_norm(norm_cfg, d, site) if spec.post_norm else None
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.alpha = float(spec.alpha)  # a Python float: survives meta-device init / to_empty
+        self.branch_scale = 1.0  # CompleteP's L_base / L on the branch (model/mup.py); set by the GPT
 
     def residual_side(self) -> list[nn.Module]:
         """Norms whose output is this sublayer's output or the residual stream (their gains: ``norm_out``)."""
@@ -96,6 +98,8 @@ class Sublayer(nn.Module):
             y = self.norm_out(y)
         if self.resid_dropout is not None:
             y = self.resid_dropout(y)
+        if self.branch_scale != 1.0:
+            y = y * self.branch_scale
         if self.resid_scale is not None:
             x = x * self.resid_scale + y
         else:
@@ -182,6 +186,11 @@ class GPT(CausalLM, nn.Module):
         self.seq_len = mcfg.seq_len
         self.fixnorm = mcfg.fixnorm
         self._rope = None
+        self.readout_mult = 1.0 / mup.width_mult(mcfg)  # muP's 1/m on the logits (1 under sp)
+        if mup.depth_mult(mcfg) != 1.0:
+            for sub in self.modules():
+                if isinstance(sub, Sublayer):
+                    sub.branch_scale = 1.0 / mup.depth_mult(mcfg)
         self._init_weights(mcfg, arch)
         if getattr(arch, "gain_offset", False):  # Gemma: every norm gain stored as 1 + w, w = 0 at init
             gains = [m for m in self.modules() if getattr(type(m), "has_gain", False) and m.weight is not None]
@@ -197,8 +206,15 @@ class GPT(CausalLM, nn.Module):
     @staticmethod
     def init_std(mcfg, arch) -> float:
         """The std of the plain weight matrices and the embedding: the arch's own rule where its paper has one
-        (Pangu Ultra's TinyInit, HybridNorm's small init), else ``model.init_std`` resolved at this width.
+        (Pangu Ultra's TinyInit, HybridNorm's small init), else ``model.init_std`` resolved at this width;
+        under muP the rule at d_base times sqrt(d_base / d) (model/mup.py; the same for ``auto``).
         Each model class owns this rule; ``model.weight_init_std`` reports it."""
+        if mup.active(mcfg):
+            return mup.hidden_std(GPT._init_rule, mcfg, arch)
+        return GPT._init_rule(mcfg, arch)
+
+    @staticmethod
+    def _init_rule(mcfg, arch) -> float:
         d, L = mcfg.d_model, mcfg.n_layer
         if getattr(arch, "tiny_init", False):  # variance 1/(2dL), embedding std 0.5 (model/norm_sites.py)
             return math.sqrt(1.0 / (2.0 * d * L))
@@ -211,6 +227,8 @@ class GPT(CausalLM, nn.Module):
         tiny = getattr(arch, "tiny_init", False)
         std = self.init_std(mcfg, arch)
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else (0.5 if tiny else std)
+        if mup.active(mcfg) and arch.embed_init_std is None and not tiny:  # muP: constant in width
+            emb_std = mup.base_std(GPT._init_rule, mcfg, arch)
 
         def normal(w: torch.Tensor, s: float) -> None:
             if arch.small_init:
@@ -224,6 +242,8 @@ class GPT(CausalLM, nn.Module):
                 normal(mod.weight, std)
                 if mod.bias is not None:
                     nn.init.zeros_(mod.bias)
+        if mup.active(mcfg) and self.lm_head.weight is not self.wte.weight:  # muP readout: std held at d_base's
+            normal(self.lm_head.weight, mup.base_std(GPT._init_rule, mcfg, arch))
         for mod in self.modules():  # after the Linears: a tied lm_head must not overwrite the embedding's init
             if isinstance(mod, nn.Embedding) and id(mod) not in inside:
                 normal(mod.weight, emb_std)
@@ -242,7 +262,7 @@ class GPT(CausalLM, nn.Module):
                 for w in halves:
                     nn.init.xavier_normal_(w, gain=beta)
                 nn.init.xavier_normal_(block.mlp.core.c_proj.weight, gain=beta)
-        elif arch.scaled_init:
+        elif arch.scaled_init and getattr(mcfg, "param", "sp") != "completep":  # CompleteP: no 1/sqrt(2L)
             for block in self.blocks:
                 for proj in (block.attn.core.c_proj, block.mlp.core.c_proj):
                     normal(proj.weight, std / math.sqrt(2 * L))
@@ -283,6 +303,8 @@ class GPT(CausalLM, nn.Module):
             logits = F.linear(x, F.normalize(self.lm_head.weight, dim=-1))
         else:
             logits = self.lm_head(x)
+        if self.readout_mult != 1.0:
+            logits = logits * self.readout_mult
         loss = None
         if targets is not None:
             loss = F.cross_entropy(upcast(logits).view(-1, logits.size(-1)), targets.reshape(-1))

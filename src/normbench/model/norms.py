@@ -65,7 +65,8 @@ def gain(norm: nn.Module) -> torch.Tensor | None:
 def offset_gain(norm: nn.Module) -> None:
     """Store the gain as ``1 + w`` (Gemma's RMSNorm, google/gemma_pytorch): the same gain at once, ``w``
     shifted by -1 (w = 0 for a gain of 1). Weight decay on ``w`` then pulls the gain toward 1, not 0.
-    Only for the norms that declare a per-channel gain vector (``has_gain``: LayerNorm, RMSNorm, DyT, Derf)."""
+    Only for the norms that declare a per-channel gain vector (``has_gain``: LayerNorm, RMSNorm, DyT, Derf,
+    SeeDNorm)."""
     if not getattr(type(norm), "has_gain", False) or getattr(norm, "weight", None) is None:
         raise ValueError(f"{type(norm).__name__} has no gain vector to store as 1 + w")
     with torch.no_grad():

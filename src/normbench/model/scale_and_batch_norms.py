@@ -45,7 +45,7 @@ from normbench.config.norm_keys import BatchNormKeys, NormKeys, PowerNormKeys, S
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model.norm_api import LEAK, Norm
-from normbench.model.norms import register_norm, upcast
+from normbench.model.norms import gain, register_norm, upcast
 
 
 def _refuse_qk_norm(cfg) -> None:
@@ -112,6 +112,8 @@ class SeeDNorm(Norm):
     """
 
     PARAM_KINDS = {"weight": "norm", "seed_alpha": "scalar", "seed_beta": "scalar"}
+    has_gain = True  # gamma is a per-channel gain: arch.gain_offset stores it as 1 + w (model/norms.offset_gain)
+    unit_offset = 0.0
     keys = SeeDNormKeys
 
     @classmethod
@@ -142,7 +144,7 @@ class SeeDNorm(Norm):
         xf = upcast(x)
         h = self.heads
         seed = (xf.unflatten(-1, (h, -1)) * self.seed_beta.view(h, -1)).sum(-1, keepdim=True)  # (..., h, 1)
-        scale = torch.tanh(seed) * self.seed_alpha.view(h, -1) + self.weight.view(h, -1)
+        scale = torch.tanh(seed) * self.seed_alpha.view(h, -1) + gain(self).view(h, -1)
         return scale.flatten(-2) * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps))
 
 

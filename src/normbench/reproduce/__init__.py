@@ -16,7 +16,8 @@ from pathlib import Path
 from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|quick|gpu] [seeds=N] [out=DIR]
-                                   [min_seeds=N] [ladder=true] [duration=ladder|branch] [--dry-run] [--no-run]
+                                   [min_seeds=N] [ladder=true] [ladder_param=mup|sp] [duration=ladder|branch]
+                                   [--dry-run] [--no-run]
                                    [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
@@ -25,7 +26,8 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
   --dry-run   print the sweeps that would run, run nothing
   --no-run    launch nothing: judge and report the runs already there (unfinished ones count as such)
   ladder=true the sweep at 3 model widths (d_model 64/128/256, or the claim's own rungs): DIR/ID/ladder.json
-              and DIR/ID/ladder.png, the effect against the size (reproduce/ladder.py)
+              and DIR/ID/ladder.png, the effect against the size (reproduce/ladder.py); under muP with
+              the claim's LR transferred (docs/mup.md), or ladder_param=sp: one LR, ladder_sp.{json,png}
   duration=ladder
               the sweep at 1, 5 and 20 tokens per parameter (the top rung is the verdict's own sweep):
               DIR/ID/duration.json and DIR/ID/duration.png, the effect against the length (reproduce/duration.py)
@@ -57,6 +59,7 @@ OPTIONS = {
     "ladder": "false",
     "duration": "false",
     "rungs": None,
+    "ladder_param": "mup",
 }
 
 
@@ -140,6 +143,8 @@ def _check_options(opts: dict) -> None:
             raise ConfigError(f"{key}={opts[key]} must be a whole number (min_seeds >= 2)")
     if opts["ladder"] not in ("true", "false"):
         raise ConfigError(f"ladder={opts['ladder']} is not allowed; choose one of: true, false")
+    if opts["ladder_param"] not in ("mup", "sp"):
+        raise ConfigError(f"ladder_param={opts['ladder_param']} is not allowed; choose one of: mup, sp")
     if opts["duration"] not in ("false", "ladder", "branch"):
         raise ConfigError(f"duration={opts['duration']} is not allowed; choose one of: ladder, branch, false")
     if opts["rungs"] is not None:
@@ -195,13 +200,13 @@ def _tests_line(rung: dict) -> str:
 
 
 def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
-    from normbench.reproduce.ladder import run_ladder
+    from normbench.reproduce.ladder import ladder_name, run_ladder
 
     ladder = run_ladder(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
-                        launch=launch)  # fmt: skip
+                        launch=launch, param=opts["ladder_param"])  # fmt: skip
     if ladder is None:
         return
     for r in ladder["rungs"]:
         print(f"{claim.id} d_model {r['d_model']}, {r['n_layer']} blocks: {r['verdict']} ({_tests_line(r)})")
-    where = Path(opts["out"]) / claim.id
-    print(f"normbench: {where / 'ladder.json'}, figure {where / 'ladder.png'} ({ladder['run_time_s']:.0f} s of runs)")
+    where = Path(opts["out"]) / claim.id / ladder_name(opts["ladder_param"])
+    print(f"normbench: {where}.json, figure {where}.png ({ladder['run_time_s']:.0f} s of runs)")

@@ -3,14 +3,18 @@
 A claim judged at one tiny size says little about the papers' scale; how its effect moves with the
 size says more. ``normbench reproduce ID ladder=true`` runs the claim's sweep (the same fixed
 overrides, seeds and tests) at each rung, by default ``model.d_model`` 64, 128 and 256 with the
-claim's own depth, heads and LR; the init follows the width (``model.init_std: auto``, docs/init.md),
-so every rung starts at the reference's gain. A claim file can set its own rungs under
+claim's own depth and LR. By default (``ladder_param=mup``) the rungs run under muP (``model.param=mup``,
+model/mup.py, docs/mup.md) with the claim's own width as d_base and its d_head held (the head count grows),
+so the LR the claim set at its own width transfers; ``ladder_param=sp`` is the standard parametrization with
+the claim's heads, where the init follows the width (``model.init_std: auto``, docs/init.md) but the same
+AdamW LR takes a larger effective step at every wider rung. A claim file can set its own rungs under
 ``scales.<scale>.ladder`` (a list of override lists, e.g. depth with width for a depth claim).
 
 Each rung is an ordinary ``reproduce`` call with the rung's overrides (its own settings hash, so it
 resumes and is reused like any claim sweep); the rung equal to the claim's own size is the claim's
 own sweep. ``<out>/<id>/ladder.json`` holds each rung's verdict, effect and interval per test, and
-``ladder.png`` draws the effect against the size with its interval, the threshold (or band) and zero.
+``ladder.png`` draws the effect against the size with its interval, the threshold (or band) and zero
+(under ``ladder_param=sp``: ``ladder_sp.json`` and ``ladder_sp.png``, and rung directories without ``-mup``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ from normbench.errors import ConfigError
 from normbench.reproduce.claims import Claim
 
 WIDTHS = (64, 128, 256)
+PARAMS = ("mup", "sp")  # ladder_param=: the first is the default
+
+
+def mup_overrides(width: int, base_width: int, head_dim: int) -> list[str]:
+    """A rung's muP keys: d_base is the claim's own width, d_head its own (model/mup.py's rule)."""
+    return [f"model.n_head={width // head_dim}", "model.param=mup", f"model.mup_base_width={base_width}",
+            f"model.mup_head_dim={head_dim}"]  # fmt: skip
 
 
 def rungs(claim: Claim, scale: str, base_width: int) -> list[list[str]]:
@@ -47,17 +58,21 @@ def _size(overrides: list[str], base: dict) -> dict:
 
 
 def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, dry_run: bool = False,
-               launch: bool = True, log=print) -> dict | None:  # fmt: skip
+               launch: bool = True, log=print, param: str = "mup") -> dict | None:  # fmt: skip
     from normbench.reproduce.runner import reproduce
     from normbench.reproduce.shared import compose
 
     out = Path(out)
     cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")  # the size every rung starts from
     base = {"d_model": int(cfg.model.d_model), "n_layer": int(cfg.model.n_layer)}
+    head_dim = base["d_model"] // int(cfg.model.n_head)
     start, steps = time.perf_counter(), []
     for rung in rungs(claim, scale, base["d_model"]):
         size = _size(rung, base)
-        where = out if not rung else out / claim.id / "ladder" / f"d{size['d_model']}-L{size['n_layer']}"
+        if param == "mup" and size["d_model"] != base["d_model"]:  # the claim's own width is muP's d_base: as sp
+            rung = [*rung, *mup_overrides(size["d_model"], base["d_model"], head_dim)]
+        tag = "-mup" if param == "mup" else ""
+        where = out if not rung else out / claim.id / "ladder" / f"d{size['d_model']}-L{size['n_layer']}{tag}"
         log(f"normbench: {claim.id}: ladder rung d_model {size['d_model']}, {size['n_layer']} blocks")
         result = reproduce(claim, scale, seeds, [*overrides, *rung], where, min_seeds, dry_run, log=log, launch=launch)
         if result is not None:
@@ -65,14 +80,20 @@ def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds:
                           **_rung(result)})  # fmt: skip
     if dry_run:
         return None
-    ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "rungs": steps,
+    ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "param": param, "rungs": steps,
               "seconds": round(time.perf_counter() - start, 1),
               "run_time_s": round(sum(s["run_time_s"] for s in steps), 1)}  # fmt: skip
     claim_dir = out / claim.id
     claim_dir.mkdir(parents=True, exist_ok=True)
-    (claim_dir / "ladder.json").write_text(json.dumps(ladder, indent=1, default=str))
-    plot_ladder(ladder, claim_dir / "ladder.png")
+    name = ladder_name(param)
+    (claim_dir / f"{name}.json").write_text(json.dumps(ladder, indent=1, default=str))
+    plot_ladder(ladder, claim_dir / f"{name}.png")
     return ladder
+
+
+def ladder_name(param: str) -> str:
+    """The ladder's file stem: ``ladder`` under muP (the default), ``ladder_sp`` under SP."""
+    return "ladder" if param == "mup" else f"ladder_{param}"
 
 
 def _rung(result: dict) -> dict:
@@ -122,7 +143,10 @@ def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_m
         ylabel = "effect" + (" (log ratio)" if first.get("transform") == "log" else "")
         ax.set_ylabel(ylabel + (f", {first['interval']} 95% CI" if first.get("interval") else ""), fontsize=8)
         ax.set_title(name + (" (reported)" if first.get("informative") else ""), fontsize=9)
-    return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}): {title}")
+    if x != "d_model":  # the duration ladder, through the same drawing
+        return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}): {title}")
+    how = "muP, LR transferred from d_base" if ladder.get("param", "sp") == "mup" else "SP, one LR"
+    return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}, {how}): {title}")
 
 
 def _threshold_lines(ax, t: dict) -> None:

@@ -68,6 +68,12 @@ _ADDED_KEYS: dict[str, object] = {
     "optim.qk_clip_tau": 100.0,
     "trainer.tokens_per_param": None,
     "trainer.save_at": [],
+    "model.param": "sp",  # model/mup.py: runs before it were the standard parametrization
+    "model.mup_base_width": 64,
+    "model.mup_base_depth": 2,
+    "model.mup_head_dim": 16,
+    "optim.mup_decay": "width",
+    "optim.mup_eps": "fixed",
 }
 
 

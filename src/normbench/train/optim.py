@@ -59,9 +59,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from normbench.model import mup
 from normbench.model.attention import Attention
 from normbench.model.gpt import MLP
 from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
+from normbench.model.mup import ONE, param_scales
 from normbench.model.ngpt import NGPTBlock
 from normbench.train.distributed import is_dtensor
 from normbench.train.muon import Muon
@@ -237,6 +239,17 @@ def _build_adafactor(groups, ocfg, device_type):
     return [torch.optim.Adafactor(groups("adafactor"), lr=ocfg.lr)]
 
 
+def base_shapes(model: nn.Module, cfg) -> dict[str, tuple[int, ...]]:
+    """Under muP, each parameter's shape in the same model built at d_base on the meta device (no memory, no
+    init cost; microsoft/mup's base shapes); {} under sp."""
+    if not mup.active(cfg.model):
+        return {}
+    from normbench.model import build_model
+
+    with torch.device("meta"):
+        return mup.shapes(build_model(mup.base_config(cfg), model.vocab_size))
+
+
 def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
     """The configured optimizer with its weight-decay groups; logs one line per group."""
     ocfg = cfg.optim
@@ -249,31 +262,38 @@ def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
         raise ValueError(f"unknown optimizer {name!r}")
     splits = fused_splits(model) if spec.matrices_apart else {}
     main_name = "adamw" if spec.matrices_apart else name
-    # (optimizer, decayed, split) -> parameter names
-    by_group: dict[tuple[str, bool, int], list[str]] = defaultdict(list)
+    scales = param_scales(model, cfg, kinds, base_shapes(model, cfg))  # muP's lr/wd/eps multipliers; sp: {}
+    # (optimizer, decayed, split, muP scale) -> parameter names
+    by_group: dict[tuple, list[str]] = defaultdict(list)
     for pname, kind in kinds.items():
+        scale = scales.get(pname, ONE)
         if spec.matrices_apart and kind == "matrix" and params[pname].ndim == 2:
-            by_group[(name, kind in decay, splits.get(pname, 1))].append(pname)
+            by_group[(name, kind in decay, splits.get(pname, 1), scale)].append(pname)
         else:
-            by_group[(main_name, kind in decay, 1)].append(pname)
+            by_group[(main_name, kind in decay, 1, scale)].append(pname)
+    ordered = sorted(by_group.items(), key=lambda kv: (*kv[0][:3], -kv[0][3].lr, kv[0][3].eps))
 
-    for (opt_name, decayed, split), names in sorted(by_group.items()):
+    for (opt_name, decayed, split, scale), names in ordered:
         kinds_here = "/".join(sorted({kinds[n] for n in names}))
         examples = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         n_el = sum(params[n].numel() for n in names)
         blocks = f", orthogonalized as {split} row blocks" if split > 1 else ""
+        mup_note = "" if scale == ONE else f", muP lr x{scale.lr:.4g} eps x{scale.eps:.4g}"
         log(
-            f"param group [{opt_name}] wd={ocfg.weight_decay if decayed else 0:g}: {len(names)} tensors, "
-            f"{n_el:,} params ({kinds_here}{blocks}) e.g. {examples}"
+            f"param group [{opt_name}] wd={ocfg.weight_decay * scale.wd if decayed else 0:g}: {len(names)} tensors, "
+            f"{n_el:,} params ({kinds_here}{blocks}{mup_note}) e.g. {examples}"
         )
 
     def groups(which: str) -> list[dict]:
         out = []
-        for (opt_name, decayed, split), names in sorted(by_group.items()):
+        for (opt_name, decayed, split, scale), names in ordered:
             if opt_name == which:
-                g = {"params": [params[n] for n in names], "weight_decay": ocfg.weight_decay if decayed else 0.0}
+                wd = ocfg.weight_decay * scale.wd if decayed else 0.0
+                g = {"params": [params[n] for n in names], "weight_decay": wd}
                 if spec.matrices_apart and which == name:
                     g["split"] = split
+                if scale != ONE:  # read after the optimizer is built: its lr is the optimizer's own default
+                    g["mup_scale"] = scale
                 out.append(g)
         return out
 
@@ -281,6 +301,10 @@ def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
     optimizers = spec.build(groups, ocfg, device_type)
     for opt in optimizers:
         for g in opt.param_groups:
+            scale = g.pop("mup_scale", ONE)
+            g["lr"] = g["lr"] * scale.lr if scale.lr != 1.0 else g["lr"]
+            if scale.eps != 1.0 and "eps" in g:
+                g["eps"] = g["eps"] * scale.eps
             g["base_lr"] = g["lr"]
         _keep_config_hparams(opt)
     return OptimizerList(optimizers)

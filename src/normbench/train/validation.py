@@ -26,7 +26,10 @@ from normbench.config.schema import (
     DIAGS,
     INIT_RULES,
     MLPS,
+    MUP_DECAYS,
+    MUP_EPS,
     PARALLELS,
+    PARAMS,
     POS,
     PRECISIONS,
     QK_NORMS,
@@ -37,7 +40,7 @@ from normbench.config.schema import (
 )
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
-from normbench.model import stabilizers
+from normbench.model import mup, stabilizers
 from normbench.train import distributed as dist_utils
 from normbench.train import length
 
@@ -87,7 +90,7 @@ def validate(cfg: Any) -> list[str]:
     own checks and the arch x norm combinations (model.check_combination), the QK-Clip, parallel and
     data checks. What needs this machine (device, world size, memory, the data's size) is checked when
     the run is built (train/build.py)."""
-    from normbench.model import check_combination
+    from normbench.model import GPT, check_combination, model_class
 
     notes = apply_recipe(cfg)
     _check_names(cfg)
@@ -100,6 +103,7 @@ def validate(cfg: Any) -> list[str]:
     for key in ("every", "batch", "spike_factor", "spike_window"):
         _positive(f"diag.{key}", getattr(cfg.diag, key))
     notes += check_combination(cfg)
+    notes += mup.check(cfg, own_model=model_class(cfg) is not GPT)  # model.param: what muP covers (model/mup.py)
     _check_length(cfg)  # after the model's checks: tokens_per_param builds the model (on the meta device)
     dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
     return notes
@@ -118,6 +122,9 @@ def _check_names(cfg: Any) -> None:
     _choice("sched.name", cfg.sched.name, SCHEDS)
     _choice("model.pos", cfg.model.pos, POS)
     _choice("model.mlp", cfg.model.mlp, MLPS)
+    _choice("model.param", cfg.model.param, PARAMS)
+    _choice("optim.mup_decay", cfg.optim.mup_decay, MUP_DECAYS)
+    _choice("optim.mup_eps", cfg.optim.mup_eps, MUP_EPS)
     _choice("device", cfg.device, DEVICES)
     _choice("precision", cfg.precision, PRECISIONS)
     if cfg.compile is not True and cfg.compile is not False and cfg.compile != "auto":
@@ -131,7 +138,17 @@ def _check_names(cfg: Any) -> None:
 
 def _check_model(m: Any, a: Any) -> None:
     """``model.*`` and the arch's numbers."""
-    for key in ("n_layer", "d_model", "n_head", "seq_len", "d_ff", "pad_vocab_to"):
+    for key in (
+        "n_layer",
+        "d_model",
+        "n_head",
+        "seq_len",
+        "d_ff",
+        "pad_vocab_to",
+        "mup_base_width",
+        "mup_base_depth",
+        "mup_head_dim",
+    ):
         _positive(f"model.{key}", getattr(m, key))
     number = isinstance(m.init_std, (int, float)) and not isinstance(m.init_std, bool)
     if m.init_std not in INIT_RULES and not (number and m.init_std > 0):

@@ -21,6 +21,8 @@ with the same parameter names, so the exported weights are normbench's state dic
   1901.09321; Huang et al. 2020): blocks without norms, ``x + a_l f(x)`` or ``x + s f(x - b)``.
 - nGPT (Loshchilov et al. 2024, arXiv:2410.01131; NVIDIA/ngpt): unit-norm hidden states, eigen
   learning rates; scale vectors are used as ``param * multiplier`` (the multipliers are in the config).
+- muP (Yang et al. 2022, arXiv:2203.03466): the logits times ``logit_scale`` (1/m) where the config has one;
+  CompleteP (arXiv:2505.01618): each sublayer's output times its ``branch_scale`` (L_base / L).
 - RoPE is rotate-half (GPT-NeoX/LLaMA), applied after any q/k norm (nGPT: before its q/k L2 norm);
   its table is computed in the weights' dtype promoted to fp32.
 The KV cache is transformers' own ``Cache`` (``generate`` works); attention is
@@ -80,6 +82,7 @@ class Sublayer(nn.Module):
         self.residual_after_norm = bool(spec.get("residual_after_norm", False))
         self.in_scale = float(spec.get("in_scale", 1.0))
         self.alpha = float(spec.get("alpha", 1.0))
+        self.branch_scale = float(spec.get("branch_scale", 1.0))  # CompleteP: L_base / L on the branch
         self.resid_scale = nn.Parameter(torch.ones(d)) if spec.get("resid_scale") else None
         self.resid_dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
 
@@ -94,6 +97,8 @@ class Sublayer(nn.Module):
             y = self.norm_out(y)
         if self.resid_dropout is not None:
             y = self.resid_dropout(y)
+        if self.branch_scale != 1.0:
+            y = y * self.branch_scale
         if self.resid_scale is not None:
             x = x * self.resid_scale + y
         else:
@@ -287,8 +292,11 @@ class NormbenchForCausalLM(PreTrainedModel, GenerationMixin):
         if self.ln_f is not None:
             x = self.ln_f(x)
         if self.fixnorm and self.config.tie_word_embeddings:  # tied: the head uses the unit-norm rows
-            return F.linear(x, F.normalize(self.lm_head.weight, dim=-1))
-        return self.lm_head(x)
+            logits = F.linear(x, F.normalize(self.lm_head.weight, dim=-1))
+        else:
+            logits = self.lm_head(x)
+        scale = float(getattr(self.config, "logit_scale", 1.0))  # muP's 1/m readout multiplier
+        return logits * scale if scale != 1.0 else logits
 
     def forward(
         self,

@@ -118,9 +118,9 @@ class CRMSNorm(nn.Module):
 class SeeDNorm(nn.Module):
     """``weight`` is the paper's gamma, ``seed_alpha`` its alpha, ``seed_beta`` its beta."""
 
-    def __init__(self, dim: int, eps: float, heads: int):
+    def __init__(self, dim: int, eps: float, heads: int, unit_offset: float = 0.0):
         super().__init__()
-        self.eps, self.heads = eps, heads
+        self.eps, self.heads, self.unit_offset = eps, heads, unit_offset
         self.weight = nn.Parameter(torch.ones(dim))
         self.seed_alpha = nn.Parameter(torch.ones(dim))
         self.seed_beta = nn.Parameter(torch.zeros(dim))
@@ -128,7 +128,7 @@ class SeeDNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf, h = upcast(x), self.heads
         seed = (xf.unflatten(-1, (h, -1)) * self.seed_beta.view(h, -1)).sum(-1, keepdim=True)
-        scale = torch.tanh(seed) * self.seed_alpha.view(h, -1) + self.weight.view(h, -1)
+        scale = torch.tanh(seed) * self.seed_alpha.view(h, -1) + _gain(self).view(h, -1)
         return scale.flatten(-2) * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
@@ -186,7 +186,7 @@ def build_norm(spec: dict, dim: int) -> nn.Module:
     if kind == "crmsnorm":
         return CRMSNorm(dim, eps, affine)
     if kind == "seednorm":
-        return SeeDNorm(dim, eps, spec.get("heads", 1))
+        return SeeDNorm(dim, eps, spec.get("heads", 1), offset)
     if kind == "batchnorm":
         return BatchNorm(dim, eps, affine, bias)
     if kind == "powernorm":
