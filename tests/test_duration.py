@@ -40,14 +40,14 @@ def test_a_branch_from_the_trunk_is_the_standalone_wsd_run(tmp_path):
     assert s["best_val_loss"] == json.loads((alone / "summary.json").read_text())["best_val_loss"]
 
 
-def test_duration_dry_runs_plan_each_rung(capsys):
+def test_duration_dry_runs_plan_each_rung(tmp_path, capsys):
     from normbench.cli import main
 
-    assert main(["reproduce", "peri_variance", "duration=ladder", "--dry-run"]) == 0
+    assert main(["reproduce", "peri_variance", "duration=ladder", f"out={tmp_path}", "--dry-run"]) == 0
     out = capsys.readouterr().out
     for ratio, steps in ((1, 224), (5, 1120), (20, 4480)):  # round(R * 229,376 / 1,024)
         assert f"duration rung {ratio} tokens per parameter" in out and f"trainer.max_steps={steps} " in out
-    assert main(["reproduce", "peri_variance", "duration=branch", "rungs=1,5", "--dry-run"]) == 0
+    assert main(["reproduce", "peri_variance", "duration=branch", "rungs=1,5", f"out={tmp_path}", "--dry-run"]) == 0
     out = capsys.readouterr().out
     # the trunk: WSD at 5 tokens per parameter, kept at the 1-token rung's cooldown start (224 - 45)
     assert "sched=wsd" in out and "trainer.max_steps=1120" in out and "trainer.save_at=[179]" in out
