@@ -94,7 +94,7 @@ def train_cli(argv: list[str]) -> int:
     _ARGV[:] = argv
     try:
         _check_override_syntax(overrides)
-        if not any(a in ("-m", "--multirun") for a in argv) and not info_only:
+        if not any(a in ("-m", "--multirun") for a in argv) and not info_only and not _multirun_config(overrides):
             check_no_sweep_without_m(overrides)
         argv = argv + _torchrun_overrides(argv)
         for prev, a in zip(["-"] + argv, argv):
@@ -156,6 +156,24 @@ def _hydra_value(value: str) -> str:
     if _SAFE_VALUE.fullmatch(value):
         return value
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _multirun_config(overrides: list[str]) -> bool:
+    """An experiment file (or ``hydra.mode=MULTIRUN``) that makes the call a multirun without ``-m``."""
+    import yaml
+
+    from normbench.config.files import config_dir
+
+    if any(o.replace(" ", "") in ("hydra.mode=MULTIRUN", "hydra.mode=multirun") for o in overrides):
+        return True
+    for o in overrides:
+        key, _, name = o.partition("=")
+        path = config_dir() / "experiment" / f"{name}.yaml"
+        if key.lstrip("+") == "experiment" and path.is_file():
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            if str((raw.get("hydra") or {}).get("mode", "")).upper() == "MULTIRUN":
+                return True
+    return False
 
 
 def resume_command(run_dir: Path, sweep_dir: Path | None = None) -> str:
