@@ -82,7 +82,6 @@ def train_cli(argv: list[str]) -> int:
         _check_output_dir_writable,
         _check_override_syntax,
         _check_run_dir_free,
-        check_no_sweep_without_m,
         prevalidate,
     )
     from normbench.config.schema import register_configs
@@ -94,8 +93,6 @@ def train_cli(argv: list[str]) -> int:
     _ARGV[:] = argv
     try:
         _check_override_syntax(overrides)
-        if not any(a in ("-m", "--multirun") for a in argv) and not info_only and not _multirun_config(overrides):
-            check_no_sweep_without_m(overrides)
         argv = argv + _torchrun_overrides(argv)
         for prev, a in zip(["-"] + argv, argv):
             if not info_only and "=" not in a and not a.startswith("-") and prev not in FLAGS_WITH_VALUE:
@@ -120,6 +117,7 @@ def _run_hydra(app, argv: list[str]) -> int:
     sweep's jobs it ends the sweep), and Hydra's own errors (a config it cannot load, a sweeper or
     launcher setting) come back as exceptions instead of Hydra's printout and exit 1, so that they are
     one line and exit 2 like every other bad input; a job's own crash (a bug) keeps its traceback."""
+    from normbench.cli.overrides import sweep_without_m
     from normbench.train.signals import STOP
 
     saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
@@ -133,6 +131,8 @@ def _run_hydra(app, argv: list[str]) -> int:
     except Exception as exc:
         if _JOB_STARTED:
             raise
+        if sweep := sweep_without_m(first_line(exc, "")):
+            return error(sweep)
         cause = f": {first_line(exc.__cause__)}" if exc.__cause__ is not None and first_line(exc.__cause__) else ""
         return error(f"{first_line(exc, type(exc).__name__)}{cause} (from Hydra, before any job started)")
     finally:
@@ -156,24 +156,6 @@ def _hydra_value(value: str) -> str:
     if _SAFE_VALUE.fullmatch(value):
         return value
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _multirun_config(overrides: list[str]) -> bool:
-    """An experiment file (or ``hydra.mode=MULTIRUN``) that makes the call a multirun without ``-m``."""
-    import yaml
-
-    from normbench.config.files import config_dir
-
-    if any(o.replace(" ", "") in ("hydra.mode=MULTIRUN", "hydra.mode=multirun") for o in overrides):
-        return True
-    for o in overrides:
-        key, _, name = o.partition("=")
-        path = config_dir() / "experiment" / f"{name}.yaml"
-        if key.lstrip("+") == "experiment" and path.is_file():
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            if str((raw.get("hydra") or {}).get("mode", "")).upper() == "MULTIRUN":
-                return True
-    return False
 
 
 def resume_command(run_dir: Path, sweep_dir: Path | None = None) -> str:

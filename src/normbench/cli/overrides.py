@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -237,19 +238,19 @@ def _check_override_syntax(overrides: list[str]) -> None:
             ) from None
 
 
-def check_no_sweep_without_m(overrides: list[str]) -> None:
-    """``model=tiny,small`` without ``-m`` is a sweep Hydra refuses in several lines; say it in one, with the
-    three things it can mean."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    for o in overrides:
-        parsed = OverridesParser.create().parse_overrides([o])[0]
-        if parsed.is_sweep_override():
-            key, _, value = o.partition("=")
-            raise ConfigError(
-                f"{o} is a sweep (one job per value): add -m (python -m normbench train -m {o} ...); "
-                f"for one value that is a list write {key}=[{value}], for a string quote it: \"{key}='{value}'\""
-            )
+def sweep_without_m(message: str) -> str | None:
+    """Hydra's refusal of a sweep override in a single run (``model=tiny,small`` without ``-m``; an experiment
+    that is a multirun by its own config is not one) as one line with the three things it can mean; None
+    for any other message. Hydra decides, from the composed ``hydra.mode``; this only says it better."""
+    found = re.match(r"Ambiguous value for argument '(.+?)'", message)
+    if not found:
+        return None
+    o = found.group(1)
+    key, _, value = o.partition("=")
+    return (
+        f"{o} is a sweep (one job per value): add -m (python -m normbench train -m {o} ...); "
+        f"for one value that is a list write {key}=[{value}], for a string quote it: \"{key}='{value}'\""
+    )
 
 
 def _check_output_dir_writable(argv: list[str]) -> None:

@@ -89,14 +89,12 @@ def run_duration(claim: Claim, scale: str, seeds, overrides, out: Path, min_seed
     duration = {"claim": claim.id, "statement": claim.claim, "scale": scale, "mode": mode, "rungs": rungs,
                 "seconds": round(time.perf_counter() - start, 1),
                 "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1)}  # fmt: skip
-    claim_dir = out / claim.id
-    claim_dir.mkdir(parents=True, exist_ok=True)
-    name = "duration" if mode == "ladder" else "duration_branch"
-    (claim_dir / f"{name}.json").write_text(json.dumps(duration, indent=1, default=str))
-    from normbench.reproduce.ladder import plot_ladder
+    from normbench.reproduce.ladder import write_ladder
 
     title = "effect against training length" + (" (WSD branches)" if mode == "branch" else "")
-    plot_ladder(duration, claim_dir / f"{name}.png", "tokens_per_param", "tokens per parameter", 10, title)
+    name = "duration" if mode == "ladder" else "duration_branch"
+    write_ladder(duration, out / claim.id, name, x="tokens_per_param", xlabel="tokens per parameter", log_base=10,
+                 title=title)  # fmt: skip
     return duration
 
 

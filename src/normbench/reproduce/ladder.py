@@ -83,11 +83,7 @@ def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds:
     ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "param": param, "rungs": steps,
               "seconds": round(time.perf_counter() - start, 1),
               "run_time_s": round(sum(s["run_time_s"] for s in steps), 1)}  # fmt: skip
-    claim_dir = out / claim.id
-    claim_dir.mkdir(parents=True, exist_ok=True)
-    name = ladder_name(param)
-    (claim_dir / f"{name}.json").write_text(json.dumps(ladder, indent=1, default=str))
-    plot_ladder(ladder, claim_dir / f"{name}.png")
+    write_ladder(ladder, out / claim.id, ladder_name(param))
     return ladder
 
 
@@ -103,6 +99,13 @@ def _rung(result: dict) -> dict:
         for t in result["tests"]
     ]  # fmt: skip
     return {"verdict": result["verdict"], "tests": tests, "run_time_s": result.get("run_time_s") or 0.0}
+
+
+def write_ladder(ladder: dict, claim_dir: Path, name: str, **plot) -> None:
+    """``<claim_dir>/<name>.json`` and ``<name>.png`` (:func:`plot_ladder` with ``plot``): any ladder's files."""
+    claim_dir.mkdir(parents=True, exist_ok=True)
+    (claim_dir / f"{name}.json").write_text(json.dumps(ladder, indent=1, default=str))
+    plot_ladder(ladder, claim_dir / f"{name}.png", **plot)
 
 
 def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_model", log_base: int = 2,
