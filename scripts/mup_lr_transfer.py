@@ -77,12 +77,15 @@ def collect(out: Path) -> dict:
 
 
 def best_lrs(curves: dict) -> dict:
-    """width -> (best lr, its mean best val loss)."""
+    """width -> best lr of the seed mean, its mean loss, the seeds, and each seed's own best lr (the
+    seeds each ran the whole grid of their width; a seed missing a point has no best of its own)."""
     out = {}
     for width, by_lr in curves.items():
         means = {lr: sum(v) / len(v) for lr, v in by_lr.items()}
         lr = min(means, key=means.get)
-        out[width] = {"lr": lr, "loss": round(means[lr], 4)}
+        seeds = min(len(v) for v in by_lr.values())
+        per_seed = [min(by_lr, key=lambda x, i=i: by_lr[x][i]) for i in range(seeds)]
+        out[width] = {"lr": lr, "loss": round(means[lr], 4), "seeds": seeds, "per_seed": per_seed}
     return out
 
 
@@ -116,6 +119,9 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
             i = {64: 0, 128: 1, 256: 2}.get(width, 3)  # one colour per width in every panel
             lrs = sorted(curves[width])
             means = [min(sum(curves[width][lr]) / len(curves[width][lr]), TOP) for lr in lrs]
+            lo = [min(min(curves[width][lr]), TOP) for lr in lrs]
+            hi = [min(max(curves[width][lr]), TOP) for lr in lrs]
+            ax.fill_between(lrs, lo, hi, color=f"C{i}", alpha=0.2, lw=0)  # the seeds' range
             ax.plot(lrs, means, "o-", color=f"C{i}", label=f"d {width} (best lr {best[width]['lr']:.3g})", ms=4)
             ax.plot([best[width]["lr"]], [best[width]["loss"]], "*", color=f"C{i}", ms=12)
         ax.set_xscale("log")
@@ -131,8 +137,9 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
     grid[0][0].set_ylim(low - 0.03, TOP + 0.02)  # shared by every panel
     for row in grid:
         row[0].set_ylabel(f"best val loss (>{TOP}: at {TOP})")
-    fig.suptitle("LR transfer: LayerNorm, 4 blocks, d_head 16, 200 steps x 16 x 64 tokens at every width, "
-                 "1 seed (star: best)", fontsize=9)  # fmt: skip
+    seeds = "-".join(map(str, sorted({b["seeds"] for bests in result["best"].values() for b in bests.values()})))
+    fig.suptitle("LR transfer: LayerNorm, 4 blocks, d_head 16, 200 steps x 16 x 64 tokens at every width; "
+                 f"mean of {seeds} seed(s), band: their range (star: best)", fontsize=9)  # fmt: skip
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)

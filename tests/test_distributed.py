@@ -48,7 +48,7 @@ def test_single_process_helpers_are_plain(tiny_cfg, monkeypatch):
     cfg = tiny_cfg("parallel=fsdp")
     model = torch.nn.Linear(4, 3)
     notes = []
-    assert du.wrap_model(model, cfg, torch.device("cpu"), log=notes.append) is model
+    assert du.wrap_model(model, cfg, torch.device("cpu"), log=notes.append) == (model, False)
     assert "ignored in a single process" in notes[0]
     assert du.effective_parallel(cfg) == "none" and not du.is_distributed()
     assert not du.export_submitit_env()  # not a submitit job

@@ -113,3 +113,37 @@ def test_quick_scale_is_the_cpu_sweep_with_its_own_length(tmp_path):
     assert c.sweep("cpu")["fixed"] == ["model=tiny", "diag.every=50"] and c.sweep("cpu")["tokens_per_param"] == 20
     assert c.sweep("quick")["fixed"][1] == "trainer.max_steps=200" and "tokens_per_param" not in c.sweep("quick")
     assert c.sweep("cpu")["sweeps"] == c.sweep("quick")["sweeps"]
+
+
+def _saved_seconds(cfg) -> float:
+    """compile=auto's estimated saving for a composed job (train/compiling.py), its model on meta."""
+    import torch
+
+    from normbench.model import build_model
+    from normbench.train import compiling
+
+    with torch.device("meta"):
+        model = build_model(cfg, length.config_vocab(cfg))
+    line = compiling.decide(cfg, model, torch.device("cpu")).reason
+    return float(line.split(" saving = ")[1].split(" s ")[0])
+
+
+def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path, monkeypatch):
+    from normbench.reproduce.length import pin_compile
+    from normbench.reproduce.shared import compose_jobs
+    from normbench.train import compiling
+
+    claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny", "trainer.max_steps=3000"])
+    assert pin_compile(claim, "cpu") is None  # nothing asks for compile=auto: nothing pinned
+    jobs = {v["arch"]: cfg for v, cfg in compose_jobs(claim, "cpu", ["compile=auto"])}
+    pre, simple = _saved_seconds(jobs["pre_ln"]), _saved_seconds(jobs["simplenorm"])
+    assert simple > pre  # SimpleNorm's untied head: more FLOPs per step, a larger estimated saving
+    # a compile time between the two: decided per job, the sides would run in different modes
+    prof = compiling.PROFILES["cpu"]
+    monkeypatch.setitem(compiling.PROFILES, "cpu", compiling.Profile(prof.eager_flops, prof.saving, (pre + simple) / 2))
+    assert _saved_seconds(jobs["simplenorm"]) > (pre + simple) / 2 > _saved_seconds(jobs["pre_ln"])
+    mode = pin_compile(claim, "cpu", ["compile=auto"])
+    assert mode.compile is False and mode.override == "compile=false"  # the baseline's (Pre-LN's) decision
+    assert "compile=auto:" in mode.reason
+    pinned = compose_jobs(claim, "cpu", ["compile=auto", mode.override])
+    assert {cfg.compile for _, cfg in pinned} == {False}

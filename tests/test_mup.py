@@ -206,3 +206,16 @@ def test_depth_coordinate_check_completep_holds_the_residual_stream_that_sp_grow
     assert all(s > 0.45 for s in r["sp"]["slopes"]["resid"][2:]), r["sp"]["slopes"]["resid"]
     assert all(abs(s) <= 0.25 for s in r["completep"]["slopes"]["resid"][2:]), r["completep"]["slopes"]["resid"]
     assert r["completep"]["values"][8]["resid"][0] < r["completep"]["values"][2]["resid"][0]  # init: 1/L branches
+
+
+def test_lr_transfer_script_picks_the_best_lr_of_the_seed_mean_and_of_each_seed():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "mup_lr_transfer.py"
+    spec = importlib.util.spec_from_file_location("mup_lr_transfer", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    # seed means 1.95 (1e-3) and 1.90 (2e-3); seed 0 is best at 2e-3 (1.8), seed 1 at 1e-3 (1.9)
+    best = script.best_lrs({64: {1e-3: [2.0, 1.9], 2e-3: [1.8, 2.0]}})
+    assert best[64] == {"lr": 2e-3, "loss": 1.9, "seeds": 2, "per_seed": [2e-3, 1e-3]}

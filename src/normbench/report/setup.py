@@ -89,6 +89,11 @@ def _summary(key: str) -> Callable[[Run], str | None]:
     return lambda r: None if (r.summary or {}).get(key) in (None, "") else str(r.summary[key])
 
 
+def _mode(r: Run) -> str | None:
+    compiled = (r.summary or {}).get("compiled")
+    return None if compiled is None else ("compiled (torch.compile)" if compiled else "eager")
+
+
 LINES: tuple[tuple[str, Callable[[Run], str | None]], ...] = (
     ("model", _model),
     ("parameters", lambda r: f"{int(p):,}" if (p := _num(r, "n_params")) else None),
@@ -100,6 +105,7 @@ LINES: tuple[tuple[str, Callable[[Run], str | None]], ...] = (
     ("init", _init),
     ("data", _data),
     ("precision", lambda r: setting(r, "precision") or _summary("precision")(r)),
+    ("mode", _mode),
     ("device", _summary("device")),
     ("commit", _summary("commit")),
 )

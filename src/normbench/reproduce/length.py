@@ -11,6 +11,12 @@ it reached (``tokens_per_param``: 20 for the baseline, a little less for a side 
 A length the user gives (``trainer.max_steps=...``, ``max_tokens``, ``tokens_per_param``) wins and
 nothing is pinned; ``trainer.tokens_per_param=R`` as an override resolves per job, and is refused where
 the sides' lengths would differ.
+
+The execution mode is pinned the same way (:func:`pin_compile`): ``compile=auto`` decides from each
+model's FLOPs and the run's length (train/compiling.py), so two sides could land in different modes
+(nGPT's step is costlier than Pre-LN's). Where a job would get ``compile=auto``, it is decided once,
+against the baseline job, and every job gets that ``compile=true|false``: a comparison never sets
+compiled losses against eager ones.
 """
 
 from __future__ import annotations
@@ -43,19 +49,55 @@ class Pinned:
 def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None) -> Pinned | None:
     """The scale's ``tokens_per_param`` (or ``ratio``: a duration rung's) as steps for every job, or None (no
     ratio, or the user set a length)."""
-    from normbench.reproduce.shared import compose_jobs, test_sides
-    from normbench.run.resume import flat_config
     from normbench.train import length
 
     ratio = ratio if ratio is not None else claim.sweep(scale).get("tokens_per_param")
     if ratio is None or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return None
-    jobs = compose_jobs(claim, scale, overrides)
-    flat = [(values, flat_config(cfg), cfg) for values, cfg in jobs]
-    test = next(t for t in claim.tests if not t.informative)
-    _, base = test_sides(test, [(v, f) for v, f, _ in flat])
-    values = base[0][0] if base else flat[0][0]
-    cfg = next(c for v, _, c in flat if v == values)
+    values, cfg = _baseline_job(claim, scale, overrides)
     n = length.length_params(cfg)
     steps = max(1, round(float(ratio) * n / length.tokens_per_step(cfg)))
     return Pinned(float(ratio), steps, steps * length.tokens_per_step(cfg), n, dict(values))
+
+
+def _baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict, object]:
+    """(swept values, composed config) of the baseline side of the first test that gives the verdict."""
+    from normbench.reproduce.shared import compose_jobs, test_sides
+    from normbench.run.resume import flat_config
+
+    jobs = jobs if jobs is not None else compose_jobs(claim, scale, overrides)
+    test = next(t for t in claim.tests if not t.informative)
+    _, base = test_sides(test, [(values, flat_config(cfg)) for values, cfg in jobs])
+    values = base[0][0] if base else jobs[0][0]
+    return values, next(c for v, c in jobs if v == values)
+
+
+@dataclass(frozen=True)
+class Mode:
+    compile: bool
+    reason: str  # compiling.decide's line, for the baseline job
+
+    @property
+    def override(self) -> str:
+        return f"compile={str(self.compile).lower()}"
+
+
+def pin_compile(claim: Claim, scale: str, overrides=()) -> Mode | None:
+    """``compile=auto`` decided once against the baseline job (its model built on the meta device), as one
+    ``compile=true|false`` for every job; None where no job would get ``compile=auto``."""
+    import torch
+
+    from normbench.model import build_model
+    from normbench.reproduce.shared import compose_jobs
+    from normbench.train import length
+    from normbench.train.build import resolve_device
+    from normbench.train.compiling import decide
+
+    jobs = compose_jobs(claim, scale, overrides)
+    if not any(cfg.compile == "auto" for _, cfg in jobs):
+        return None
+    _, cfg = _baseline_job(claim, scale, overrides, jobs)
+    with torch.device("meta"):
+        model = build_model(cfg, length.config_vocab(cfg))
+    decision = decide(cfg, model, resolve_device(cfg))
+    return Mode(decision.compile, decision.reason)

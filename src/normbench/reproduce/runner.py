@@ -23,7 +23,7 @@ from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
 from normbench.reproduce import dryrun
 from normbench.reproduce.claims import Claim, override_key
-from normbench.reproduce.length import pin
+from normbench.reproduce.length import pin, pin_compile
 from normbench.reproduce.measure import FINISHED, judge_claim
 from normbench.reproduce.shared import check_claim
 from normbench.reproduce.skip_eval import read_skip, skip_losses
@@ -75,7 +75,7 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
-    pinned, overrides = _pinned(claim, scale, list(overrides), log)
+    pinned, mode, overrides = _pinned(claim, scale, list(overrides), log)
     root, argvs, jobs = plan(claim, scale, seeds, list(overrides), out)
     users = [o for o in overrides if not o.startswith("hydra")]
     inits = check_claim(claim, scale, users)
@@ -117,7 +117,7 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
         runs = find_runs(root)
     result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {})
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
-    result.update(length=_length(pinned, runs), runs_dir=str(root), n_runs=len(runs),
+    result.update(length=_length(pinned, runs), runs_dir=str(root), n_runs=len(runs), compile=_compiled(mode, runs),
                   seconds=round(time.perf_counter() - start, 1),
                   run_time_s=round(run_time, 1),
                   commit=_commit(), settings=claim.sweep(scale).get("fixed", []) + list(overrides))  # fmt: skip
@@ -133,12 +133,23 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
 
 
 def _pinned(claim: Claim, scale: str, overrides: list[str], log):
-    """The scale's tokens_per_param as one number of steps for every job (.length), added to the overrides."""
+    """The scale's tokens_per_param as one number of steps for every job (.length), and compile=auto as one
+    mode for every job (reproduce/length.py), added to the overrides."""
     pinned = pin(claim, scale, [o for o in overrides if not o.startswith("hydra")])
-    if pinned is None:
-        return None, overrides
-    log(f"normbench: {claim.id}: {pinned.describe()}")
-    return pinned, [*overrides, pinned.override]
+    if pinned is not None:
+        log(f"normbench: {claim.id}: {pinned.describe()}")
+        overrides = [*overrides, pinned.override]
+    mode = pin_compile(claim, scale, [o for o in overrides if not o.startswith("hydra")])
+    if mode is not None:
+        log(f"normbench: {claim.id}: {mode.reason}; {mode.override} for every job")
+        overrides = [*overrides, mode.override]
+    return pinned, mode, overrides
+
+
+def _compiled(mode, runs) -> dict:
+    """verdict.json's ``compile``: the pinned decision (if compile=auto was asked) and the runs' modes."""
+    seen = sorted({bool(r.summary["compiled"]) for r in runs if (r.summary or {}).get("compiled") is not None})
+    return {"pinned": mode.compile if mode else None, "reason": mode.reason if mode else None, "runs": seen}
 
 
 def _length(pinned, runs) -> dict:

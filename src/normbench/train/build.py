@@ -100,6 +100,7 @@ class Components:
     init_std: float  # the std the plain matrices and embedding started from (model.weight_init_std)
     flops_per_token: float
     peak_flops: float | None
+    compiled: bool  # whether the step runs under torch.compile (compile=true, or compile=auto's decision)
 
 
 def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Components:
@@ -126,7 +127,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         )
     vocab = padded_vocab(cfg, data.vocab_size)
     memory.check(cfg, vocab, device, log=log.info, world=world)  # refuse what cannot fit
-    raw_model, model, n_params, init_std, flops_per_token = _build_model(cfg, vocab, device)
+    raw_model, model, n_params, init_std, flops_per_token, compiled = _build_model(cfg, vocab, device)
     n_length = length.count_matrices(raw_model)
     steps = length.run_steps(cfg, vocab, n_length)
     log.info("%s", length.describe(cfg, steps, n_length))
@@ -157,6 +158,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         init_std=init_std,
         flops_per_token=flops_per_token,
         peak_flops=peak_flops(device, cfg.peak_flops),
+        compiled=compiled,
     )
 
 
@@ -171,8 +173,8 @@ def _build_model(cfg, vocab: int, device: torch.device):
         *(cfg.model.seq_len, vocab, f"{n_params:,}", init_std, f"model.init_std={cfg.model.init_std}"),
     )
     flops_per_token = model_flops_per_token(raw_model, cfg.model)
-    model = dist_utils.wrap_model(raw_model, cfg, device, log=log.info)
-    return raw_model, model, n_params, init_std, flops_per_token
+    model, compiled = dist_utils.wrap_model(raw_model, cfg, device, log=log.info)
+    return raw_model, model, n_params, init_std, flops_per_token, compiled
 
 
 def _batches_and_diagnostics(cfg, data, raw_model, device: torch.device):

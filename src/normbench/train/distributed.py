@@ -109,8 +109,8 @@ def check_config(cfg) -> None:
         )
 
 
-def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str], None] = print) -> nn.Module:
-    """The module the training loop calls (DDP/FSDP2/compiled); ``model`` stays the raw one.
+def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str], None] = print):
+    """(the module the training loop calls (DDP/FSDP2/compiled), whether it compiles); ``model`` stays the raw one.
 
     Under FSDP2 ``model`` itself is sharded in place (its parameters become DTensors).
     """
@@ -128,14 +128,14 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
     if use_compile:
         _prime_caches(model, device)
     if mode == "none":
-        return torch.compile(model) if use_compile else model
+        return (torch.compile(model) if use_compile else model), use_compile
     init(device)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         inner = torch.compile(model) if use_compile else model
         log(f"parallel: DDP over {world_size()} processes ({dist.get_backend()})")
-        return DDP(inner, device_ids=[device.index] if device.type == "cuda" else None)
+        return DDP(inner, device_ids=[device.index] if device.type == "cuda" else None), use_compile
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -146,7 +146,7 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     log(f"parallel: FSDP2 over {world_size()} processes ({dist.get_backend()}), {len(model.blocks)} blocks + root")
-    return model
+    return model, use_compile
 
 
 def _prime_caches(model: nn.Module, device: torch.device) -> None:

@@ -60,6 +60,7 @@ class Recorder:
             seed=cfg.seed,
             device=c.device.type,
             precision=cfg.precision,
+            compiled=c.compiled,
             max_steps=c.max_steps,
             host=socket.gethostname(),
             world_size=self.world,
