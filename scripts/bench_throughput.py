@@ -516,6 +516,8 @@ def suite_paired(args) -> None:
     print(f"| arch | FLOPs/token | ms/step | tokens/s vs {ref} | quartiles | FLOP/s vs {ref} |")
     print("|---|---:|---:|---:|---:|---:|")
     for arch in [a for a in args.archs if a != ref] or [ref]:
+        if args.compile:  # dynamo keeps one cache entry per model instance of GPT.forward and falls back to
+            torch._dynamo.reset()  # eager past its recompile limit (8): each pair starts from an empty cache
         cfgs = {ref: ref_cfg, arch: compose([*common, f"arch={arch}"])}
         models, steps = {}, {}
         for name, cfg in cfgs.items():

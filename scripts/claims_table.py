@@ -3,11 +3,14 @@
     python scripts/claims_table.py verdict outputs/reproduce/peri_variance/verdict.json [...]
     python scripts/claims_table.py duration outputs/reproduce/peri_variance/duration.json
     python scripts/claims_table.py compare A/verdict.json B/verdict.json   # two measurements of one claim
+    python scripts/claims_table.py ladder outputs/reproduce/dyt_parity/ladder.json   # a width ladder
 
 ``verdict``: one row per claim (each test's verdict, effect, interval and kind; each group's mean and
 outcomes; the CPU seconds of its runs). ``duration``: one row per rung. ``compare``: per test, the two
 effects and intervals side by side and the per-seed differences of each group's values (e.g. a branched
-duration rung against a standalone run of the same length and seeds).
+duration rung against a standalone run of the same length and seeds). ``ladder``: one row per test, one
+column per width rung (effect, interval, verdict), then each group's mean and outcomes per rung (read from
+the rungs' verdict.json).
 """
 
 from __future__ import annotations
@@ -73,13 +76,38 @@ def compare_rows(a_path: Path, b_path: Path) -> list[str]:
     return rows
 
 
+def ladder_rows(path: Path) -> list[str]:
+    d = json.loads(path.read_text())
+    rungs = d["rungs"]
+    verdicts = [json.loads(Path(r["verdict_json"]).read_text()) if Path(r["verdict_json"]).exists() else None
+                for r in rungs]  # fmt: skip
+    cols = [f"d {r['d_model']}, {r['n_layer']} blocks ({max(t.get('n_seeds') or 0 for t in r['tests'])} seeds)"
+            for r in rungs]  # fmt: skip
+    rows = [f"| test ({d.get('param')}) | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for i, t in enumerate(rungs[0]["tests"]):
+        cells = [_effect(r["tests"][i]) for r in rungs]
+        rows.append(f"| {t['name']} | " + " | ".join(cells) + " |")
+    rows += ["", "| test: group (mean, outcomes) | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for i, t in enumerate(rungs[0]["tests"]):
+        names = dict.fromkeys(n for v in verdicts if v for n in v["tests"][i]["groups"])
+        for name in names:
+            cells = []
+            for v in verdicts:
+                grp = v["tests"][i]["groups"].get(name) if v else None
+                outcomes = ", ".join(f"{n} {k}" for k, n in sorted(grp["outcomes"].items())) if grp else ""
+                cells.append(f"{g(grp['mean'])} ({outcomes})" if grp else "—")
+            rows.append(f"| {t['name']}: {name} | " + " | ".join(cells) + " |")
+    rows.append(f"\n{g(d.get('run_time_s'), '.0f')} s of runs over the rungs")
+    return rows
+
+
 def _effect(t: dict) -> str:
     ci = t.get("ci") or [None, None]
     return f"{g(t['effect'])} [{g(ci[0])}, {g(ci[1])}], {t['verdict']}"
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("verdict", "duration", "compare"):
+    if len(argv) < 2 or argv[0] not in ("verdict", "duration", "compare", "ladder"):
         print(__doc__)
         return 2
     paths = [Path(p) for p in argv[1:]]
@@ -87,6 +115,8 @@ def main(argv: list[str]) -> int:
         lines = [verdict_row(p) for p in paths]
     elif argv[0] == "duration":
         lines = [line for p in paths for line in duration_rows(p)]
+    elif argv[0] == "ladder":
+        lines = [line for p in paths for line in ladder_rows(p)]
     else:
         lines = compare_rows(*paths[:2])
     print("\n".join(lines))

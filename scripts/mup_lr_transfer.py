@@ -62,18 +62,39 @@ def point(where: Path) -> dict:
     return {"loss": loss, "cpu_s": cpu}
 
 
-def collect(out: Path) -> dict:
-    """arch -> param -> width -> lr -> [losses over seeds]; and the total CPU seconds."""
-    table: dict = {}
+def collect(out: Path, prior: Path | None = None) -> dict:
+    """arch -> param -> width -> lr -> [losses over seeds]; the total CPU seconds of the runs here; and, with
+    ``prior`` (an earlier plot's json, whose runs are gone), that json's seed-0 losses where no seed-0 run
+    is here, and the difference at the points rerun (a check that seed 0 reproduces)."""
+    seeds: dict = {}
     cpu = 0.0
     for done in sorted(out.glob("*/*/d*/lr*/s*/cost.json")):  # written when the run's process has ended
         where = done.parent
-        arch, param, d, lr = where.parts[-5], where.parts[-4], where.parts[-3], where.parts[-2]
+        arch, param, d, lr, seed = (where.parts[i] for i in (-5, -4, -3, -2, -1))
         p = point(where)
         cpu += p["cpu_s"]
-        table.setdefault(arch, {}).setdefault(param, {}).setdefault(int(d[1:]), {}).setdefault(float(lr[2:]), [])
-        table[arch][param][int(d[1:])][float(lr[2:])].append(p["loss"])
-    return {"table": table, "cpu_s": round(cpu, 1)}
+        by_lr = seeds.setdefault(arch, {}).setdefault(param, {}).setdefault(int(d[1:]), {})
+        by_lr.setdefault(float(lr[2:]), {})[int(seed[1:])] = p["loss"]
+    reused, rerun = 0, []
+    if prior is not None:
+        old = json.loads(prior.read_text())["table"]
+        for arch, params in old.items():
+            for param, widths in params.items():
+                for width, lrs in widths.items():
+                    if param == "mup" and int(width) == BASE_WIDTH:
+                        continue  # the SP runs stood in for it there (plot), and do again
+                    for lr, losses in lrs.items():
+                        here = seeds.setdefault(arch, {}).setdefault(param, {}).setdefault(int(width), {})
+                        point_ = here.setdefault(float(lr), {})
+                        if 0 in point_:
+                            rerun.append({"point": f"{arch}/{param}/d{width}/lr{lr}", "prior": losses[0],
+                                          "rerun": point_[0]})  # fmt: skip
+                        else:
+                            point_[0] = losses[0]
+                            reused += 1
+    table = {a: {p: {w: {lr: [v for _, v in sorted(by_seed.items())] for lr, by_seed in ws.items()}
+                     for w, ws in ps.items()} for p, ps in t.items()} for a, t in seeds.items()}  # fmt: skip
+    return {"table": table, "cpu_s": round(cpu, 1), "prior_points": reused, "rerun": rerun}
 
 
 def best_lrs(curves: dict) -> dict:
@@ -89,14 +110,14 @@ def best_lrs(curves: dict) -> dict:
     return out
 
 
-def plot(out: Path, png: Path, json_path: Path) -> dict:
+def plot(out: Path, png: Path, json_path: Path, prior: Path | None = None) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker  # noqa: F401 (matplotlib.ticker.NullFormatter)
 
-    data = collect(out)
+    data = collect(out, prior)
     table = data["table"]
     for arch in table:  # muP at d_base is SP bit for bit (tests/test_mup.py): the SP runs stand for it
         if "mup" in table[arch] and "sp" in table[arch]:
@@ -107,7 +128,7 @@ def plot(out: Path, png: Path, json_path: Path) -> dict:
     panels = [(arch, param) for arch in archs for param in ("sp", "mup")]
     fig, grid = plt.subplots(len(archs), 2, figsize=(9.0, 3.4 * len(archs)), squeeze=False, sharey=True)
     axes = [[ax for row in grid for ax in row]]
-    result = {"cpu_s": data["cpu_s"], "best": {}}
+    result = {"cpu_s": data["cpu_s"], "prior_points": data["prior_points"], "rerun": data["rerun"], "best": {}}
     for ax, (arch, param) in zip(axes[0], panels):
         curves = table[arch].get(param)
         if not curves:
@@ -160,11 +181,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--png", type=Path, default=Path("docs/img/mup_lr_transfer.png"))
     ap.add_argument("--json", type=Path, default=Path("docs/img/mup_lr_transfer.json"))
+    ap.add_argument("--prior", type=Path, default=None, help="plot: an earlier json whose seed-0 runs are gone")
     ap.add_argument("extra", nargs="*", help="further overrides for every run")
     a = ap.parse_intermixed_args()  # overrides may follow the options
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if a.mode == "plot":
-        print(json.dumps(plot(a.out, a.png, a.json)["best"], indent=1))
+        result = plot(a.out, a.png, a.json, a.prior)
+        print(json.dumps({k: result[k] for k in ("best", "prior_points", "rerun", "cpu_s")}, indent=1))
         return
     for seed in a.seeds:
         for width in a.widths:

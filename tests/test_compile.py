@@ -170,9 +170,9 @@ def test_compile_auto_compiles_only_runs_that_repay_it():
     """The rule of normbench/train/compiling.py, computed by hand from its constants."""
     model = build_model(compose([*TINY]), 256)
     prof = compiling.PROFILES["cpu"]
-    threads = torch.get_num_threads()
-    step_s = compiling.model_flops_per_token(model, compose(TINY).model) * 8 * 64 / (prof.eager_flops * threads)
-    even = prof.compile_s / (step_s * prof.saving)  # steps at which the saving equals the compile time
+    threads, d = torch.get_num_threads(), compose(TINY).model.d_model
+    step_s = compiling.model_flops_per_token(model, compose(TINY).model) * 8 * 64 / (prof.eager_at(d) * threads)
+    even = prof.compile_s / (step_s * prof.saving_at(d))  # steps at which the saving equals the compile time
     short = compose([*TINY, "compile=auto", f"trainer.max_steps={int(even * 0.9)}"])
     long = compose([*TINY, "compile=auto", f"trainer.max_steps={int(even * 1.1) + 1}"])
     cpu = torch.device("cpu")
@@ -201,3 +201,24 @@ def test_compile_value_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^compile='maybe' is not allowed; choose one of: true, false, auto$"):
         validate(compose([*TINY, "compile=maybe"]))
     validate(compose([*TINY, "compile=auto"]))  # accepted
+
+
+def test_compile_auto_stays_eager_without_a_cpp_compiler(monkeypatch):
+    model = build_model(compose(TINY), 256)
+    cfg = compose([*TINY, "compile=auto", "trainer.max_steps=10000000"])  # long enough to repay any compile
+    assert compiling.decide(cfg, model, torch.device("cpu")).compile is True
+    monkeypatch.setattr(compiling, "has_cpp_compiler", lambda: False)
+    decision = compiling.decide(cfg, model, torch.device("cpu"))
+    assert decision.compile is False and "no C++ compiler" in decision.reason
+    assert compiling.decide(compose([*TINY, "compile=true"]), model, torch.device("cpu")).compile is True  # asked for
+
+
+def test_the_cpu_rule_scales_the_eager_rate_and_the_saving_with_the_width():
+    prof = compiling.PROFILES["cpu"]
+    assert prof.ref_width == 64
+    assert prof.eager_at(64) == prof.eager_flops and prof.saving_at(64) == prof.saving
+    assert prof.eager_at(96) == pytest.approx(prof.eager_flops * 1.5)  # like d ...
+    assert prof.eager_at(1024) == prof.eager_flops_max  # ... up to the products' own rate
+    assert prof.saving_at(128) == pytest.approx(prof.saving / 2) and prof.saving_at(32) == prof.saving
+    gpu = compiling.PROFILES["cuda"]
+    assert gpu.eager_at(768) == gpu.eager_flops and gpu.saving_at(768) == gpu.saving  # constants there

@@ -255,7 +255,8 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
         tests = [{"name": t.name, "kind": t.kind, "verdict": "HOLDS", "effect": effect, "ci": [effect - 0.05,
                   effect + 0.05], "threshold": t.band, "direction": None, "transform": None, "interval": "paired",
                   "n_seeds": 3, "informative": False, "reason": None} for t in claim.tests]  # fmt: skip
-        return {"verdict": "HOLDS", "tests": tests, "run_time_s": d}
+        length = {"steps": 200, "reached": [0.9 * (64 / d) ** 2, 1.0]}  # one length, fewer tokens per param
+        return {"verdict": "HOLDS", "tests": tests, "run_time_s": d, "length": length}
 
     monkeypatch.setattr(runner, "reproduce", fake)
     claim = load_claim("dyt_parity")
@@ -281,6 +282,10 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
     assert saved["rungs"][2]["tests"][0]["effect"] == pytest.approx(0.4)
     assert saved["rungs"][0]["tests"][1]["ci"] == pytest.approx([0.05, 0.15])
     assert (tmp_path / "dyt_parity" / f"{name}.png").stat().st_size > 10_000
+    # what each rung trained goes into the figure's title: the width trend is not a length trend
+    assert [r["steps"] for r in saved["rungs"]] == [200, 200, 200]
+    assert [r["tokens_per_param"] for r in saved["rungs"]] == pytest.approx([0.9, 0.225, 0.05625])
+    assert ladder._lengths(saved["rungs"]) == "200 steps at every width (0.9 / 0.23 / 0.056 tokens per parameter)"
 
 
 def test_ladder_flag_refuses_a_bad_value(capsys):

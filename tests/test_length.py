@@ -133,17 +133,25 @@ def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path
     from normbench.reproduce.shared import compose_jobs
     from normbench.train import compiling
 
-    claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny", "trainer.max_steps=3000"])
+    claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny", "trainer.max_steps=300000"])
     assert pin_compile(claim, "cpu") is None  # nothing asks for compile=auto: nothing pinned
     jobs = {v["arch"]: cfg for v, cfg in compose_jobs(claim, "cpu", ["compile=auto"])}
     pre, simple = _saved_seconds(jobs["pre_ln"]), _saved_seconds(jobs["simplenorm"])
     assert simple > pre  # SimpleNorm's untied head: more FLOPs per step, a larger estimated saving
-    # a compile time between the two: decided per job, the sides would run in different modes
-    prof = compiling.PROFILES["cpu"]
-    monkeypatch.setitem(compiling.PROFILES, "cpu", compiling.Profile(prof.eager_flops, prof.saving, (pre + simple) / 2))
+    # a compile time between the two (cold and warm alike): decided per job, the sides would run in different modes
+    prof, mid = compiling.PROFILES["cpu"], (pre + simple) / 2
+    monkeypatch.setitem(compiling.PROFILES, "cpu", compiling.Profile(prof.eager_flops, prof.saving, mid, mid))
     assert _saved_seconds(jobs["simplenorm"]) > (pre + simple) / 2 > _saved_seconds(jobs["pre_ln"])
     mode = pin_compile(claim, "cpu", ["compile=auto"])
     assert mode.compile is False and mode.override == "compile=false"  # the baseline's (Pre-LN's) decision
-    assert "compile=auto:" in mode.reason
+    assert "compile=auto:" in mode.reason and "shared by 3 runs" in mode.reason  # the claim's 3 seeds
     pinned = compose_jobs(claim, "cpu", ["compile=auto", mode.override])
     assert {cfg.compile for _, cfg in pinned} == {False}
+
+
+def test_a_claims_seeds_share_one_cold_compile():
+    from normbench.train.compiling import Profile
+
+    prof = Profile(eager_flops=1e10, saving=0.1, compile_s=40.0, warm_s=4.0)
+    assert prof.compile_cost() == 40.0  # one run pays the cold compile
+    assert prof.compile_cost(3) == 4.0 + 36.0 / 3  # the first of 3 pays it, the other two find the cache warm

@@ -208,7 +208,7 @@ def test_depth_coordinate_check_completep_holds_the_residual_stream_that_sp_grow
     assert r["completep"]["values"][8]["resid"][0] < r["completep"]["values"][2]["resid"][0]  # init: 1/L branches
 
 
-def test_lr_transfer_script_picks_the_best_lr_of_the_seed_mean_and_of_each_seed():
+def _lr_script():
     import importlib.util
     from pathlib import Path
 
@@ -216,6 +216,31 @@ def test_lr_transfer_script_picks_the_best_lr_of_the_seed_mean_and_of_each_seed(
     spec = importlib.util.spec_from_file_location("mup_lr_transfer", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_lr_transfer_script_picks_the_best_lr_of_the_seed_mean_and_of_each_seed():
+    script = _lr_script()
     # seed means 1.95 (1e-3) and 1.90 (2e-3); seed 0 is best at 2e-3 (1.8), seed 1 at 1e-3 (1.9)
     best = script.best_lrs({64: {1e-3: [2.0, 1.9], 2e-3: [1.8, 2.0]}})
     assert best[64] == {"lr": 2e-3, "loss": 1.9, "seeds": 2, "per_seed": [2e-3, 1e-3]}
+
+
+def test_lr_transfer_script_adds_an_earlier_jsons_seed_0_where_its_runs_are_gone(tmp_path):
+    import json
+
+    script = _lr_script()
+    for lr, seed, loss in ((1e-3, 1, 2.5), (2e-3, 1, 2.25), (2e-3, 0, 2.0)):
+        where = script.run_dir(tmp_path / "out", "pre_ln", "sp", 64, lr, seed)
+        where.mkdir(parents=True)
+        (where / "summary.json").write_text(json.dumps({"status": "completed", "best_val_loss": loss}))
+        (where / "cost.json").write_text(json.dumps({"cpu_s": 10.0}))
+    prior = tmp_path / "prior.json"
+    table = {"pre_ln": {"sp": {"64": {"0.001": [3.0], "0.002": [1.75]}}, "mup": {"64": {"0.001": [3.0]}}}}
+    prior.write_text(json.dumps({"table": table}))
+    data = script.collect(tmp_path / "out", prior)
+    # 1e-3: seed 0 from the json, seed 1 run here; 2e-3: both run here, the json's seed 0 set against the rerun
+    assert data["table"]["pre_ln"]["sp"][64] == {1e-3: [3.0, 2.5], 2e-3: [2.0, 2.25]}
+    assert data["prior_points"] == 1 and data["cpu_s"] == 30.0
+    assert data["rerun"] == [{"point": "pre_ln/sp/d64/lr0.002", "prior": 1.75, "rerun": 2.0}]
+    assert "mup" not in data["table"]["pre_ln"] or 64 not in data["table"]["pre_ln"]["mup"]  # SP stands in there

@@ -216,3 +216,18 @@ def test_gpu_check_table_reads_summaries(tmp_path):
     assert second.returncode == 0 and cells["ngpt"][1:4] == ["completed", "800", "1.00"] and "pre_ln" in cells
     (tmp_path / "ngpt" / "summary.json").write_text(json.dumps(summary(status="failed")))
     assert gpu_check({"TABLE_ONLY": "1", "OUT": str(tmp_path), "ARCHS": "pre_ln ngpt"}).returncode == 1
+
+
+# --------------------------------------------------------------------------- profile_step.py
+def test_profile_step_sorts_a_steps_time_into_kinds(tmp_path):
+    cmd = [sys.executable, str(SCRIPTS / "profile_step.py"), "--set", "model=tiny", "--steps", "2", "--warmup", "1"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line.strip("|").split("|") for line in proc.stdout.splitlines() if line.startswith("| ")]
+    rows = {cells[0].strip(): [c.strip() for c in cells] for cells in lines if len(cells) == 3}
+    kinds = ["matmul", "attention", "elementwise and reductions", "optimizer", "rest"]
+    assert all(k in rows for k in kinds), proc.stdout
+    ms = [num(rows[k][1]) for k in kinds]
+    assert num(rows["all (self CPU time)"][1]) == pytest.approx(sum(ms), abs=0.1 * len(kinds))
+    assert ms[0] > 0 and ms[1] > 0  # tiny's 2 blocks run their products and the SDPA kernel every step
+    assert re.search(r"the products themselves: \d+\.\d+ GFLOP per step", proc.stdout)

@@ -59,7 +59,7 @@ def make_run(path, arch: str, norm: str, seed: int, n_params: int = 1000, eval_e
     summary = {"status": "completed", "reason": None, "step": 150, "tokens": 153_600, "final_val_loss": best,
                "best_val_loss": best, "tokens_per_s": 50_000.0, "n_params": n_params, "init_std": 0.06928,
                "arch": arch, "norm": norm, "optim": "adamw", "seed": seed, "device": "cpu", "precision": "fp32",
-               "spikes": 0, "baseline_loss": 3.0, "outcome": "learned"}  # fmt: skip
+               "spikes": 0, "baseline_loss": 3.0, "outcome": "learned", "compiled": False}  # fmt: skip
     (path / "summary.json").write_text(json.dumps(summary))
 
 
@@ -164,7 +164,7 @@ def test_setup_box_says_what_was_held_fixed(tmp_path):
     assert setup["optimizer"] == "adamw, lr 0.002, weight decay 0.1"
     assert setup["LR schedule"] == "cosine, warmup auto, min lr ratio 0.1"
     assert setup["init"] == "std 0.06928" and setup["data"] == "kjv, tokenizer byte"
-    assert setup["precision"] == "fp32" and setup["device"] == "cpu"
+    assert setup["precision"] == "fp32" and setup["device"] == "cpu" and setup["mode"] == "eager"
     assert setup["commit"] == "not recorded by these runs"
 
 

@@ -43,9 +43,11 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
 
 def save_figure(fig, path: Path, title: str) -> Path:
     """Title, tight layout, PNG at the claims' resolution; the figure is closed."""
+    import textwrap
+
     import matplotlib.pyplot as plt
 
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(textwrap.fill(title, width=max(40, int(fig.get_figwidth() * 12))), fontsize=10)  # fits the width
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

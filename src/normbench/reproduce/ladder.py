@@ -98,7 +98,10 @@ def _rung(result: dict) -> dict:
                                "interval", "n_seeds", "informative", "reason")}
         for t in result["tests"]
     ]  # fmt: skip
-    return {"verdict": result["verdict"], "tests": tests, "run_time_s": result.get("run_time_s") or 0.0}
+    length = result.get("length") or {}
+    reached = length.get("reached") or [None]
+    return {"verdict": result["verdict"], "tests": tests, "run_time_s": result.get("run_time_s") or 0.0,
+            "steps": length.get("steps"), "tokens_per_param": reached[0]}  # fmt: skip
 
 
 def write_ladder(ladder: dict, claim_dir: Path, name: str, **plot) -> None:
@@ -149,7 +152,17 @@ def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_m
     if x != "d_model":  # the duration ladder, through the same drawing
         return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}): {title}")
     how = "muP, LR transferred from d_base" if ladder.get("param", "sp") == "mup" else "SP, one LR"
-    return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}, {how}): {title}")
+    return save_figure(fig, path, f"{ladder['claim']} ({ladder['scale']}, {how}): {title}; {_lengths(rungs_)}")
+
+
+def _lengths(rungs_: list[dict]) -> str:
+    """What each rung trained, so that a width trend is not read as a length trend."""
+    steps = {r.get("steps") for r in rungs_}
+    ratios = [r.get("tokens_per_param") for r in rungs_]
+    per = " / ".join(f"{t:.2g}" for t in ratios) if all(t is not None for t in ratios) else None
+    if len(steps) == 1 and None not in steps:
+        return f"{steps.pop()} steps at every width" + (f" ({per} tokens per parameter)" if per else "")
+    return f"{per} tokens per parameter" if per else "the claim's length per rung"
 
 
 def _threshold_lines(ax, t: dict) -> None:

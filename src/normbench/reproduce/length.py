@@ -99,5 +99,6 @@ def pin_compile(claim: Claim, scale: str, overrides=()) -> Mode | None:
     _, cfg = _baseline_job(claim, scale, overrides, jobs)
     with torch.device("meta"):
         model = build_model(cfg, length.config_vocab(cfg))
-    decision = decide(cfg, model, resolve_device(cfg))
+    seeds = max(1, int(claim.sweep(scale).get("seeds") or 1))  # a model's seeds share its compiled graph
+    decision = decide(cfg, model, resolve_device(cfg), runs_per_graph=seeds)
     return Mode(decision.compile, decision.reason)
