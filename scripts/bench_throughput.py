@@ -414,7 +414,6 @@ def suite_compile(args) -> None:
         if all(s.get("cpu_tokens_per_s") for s in e + c + w):
             cpu = f"{med(s['cpu_tokens_per_s'] for s in c + w) / med(s['cpu_tokens_per_s'] for s in e):.2f}x"
         se, sc = med(s["step_time_s"] for s in e), med(s["step_time_s"] for s in c + w)
-
         me = med(r["peak_mem"] or 0 for r in runs[(a, "eager")])
         mc = med(r["peak_mem"] or 0 for r in runs[(a, "cold")])
         fps[a] = tc * c[0]["flops_per_token"]

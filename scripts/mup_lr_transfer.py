@@ -76,25 +76,27 @@ def collect(out: Path, prior: Path | None = None) -> dict:
         by_lr = seeds.setdefault(arch, {}).setdefault(param, {}).setdefault(int(d[1:]), {})
         by_lr.setdefault(float(lr[2:]), {})[int(seed[1:])] = p["loss"]
     reused, rerun = 0, []
-    if prior is not None:
-        old = json.loads(prior.read_text())["table"]
-        for arch, params in old.items():
-            for param, widths in params.items():
-                for width, lrs in widths.items():
-                    if param == "mup" and int(width) == BASE_WIDTH:
-                        continue  # the SP runs stood in for it there (plot), and do again
-                    for lr, losses in lrs.items():
-                        here = seeds.setdefault(arch, {}).setdefault(param, {}).setdefault(int(width), {})
-                        point_ = here.setdefault(float(lr), {})
-                        if 0 in point_:
-                            rerun.append({"point": f"{arch}/{param}/d{width}/lr{lr}", "prior": losses[0],
-                                          "rerun": point_[0]})  # fmt: skip
-                        else:
-                            point_[0] = losses[0]
-                            reused += 1
+    for arch, param, width, lr, losses in _points(json.loads(prior.read_text())["table"]) if prior else ():
+        if param == "mup" and width == BASE_WIDTH:
+            continue  # the SP runs stood in for it there (plot), and do again
+        point_ = seeds.setdefault(arch, {}).setdefault(param, {}).setdefault(width, {}).setdefault(lr, {})
+        if 0 in point_:
+            rerun.append({"point": f"{arch}/{param}/d{width}/lr{lr:g}", "prior": losses[0], "rerun": point_[0]})
+        else:
+            point_[0] = losses[0]
+            reused += 1
     table = {a: {p: {w: {lr: [v for _, v in sorted(by_seed.items())] for lr, by_seed in ws.items()}
                      for w, ws in ps.items()} for p, ps in t.items()} for a, t in seeds.items()}  # fmt: skip
     return {"table": table, "cpu_s": round(cpu, 1), "prior_points": reused, "rerun": rerun}
+
+
+def _points(table: dict):
+    """(arch, param, width, lr, losses) of each point of a plot's json table."""
+    for arch, params in table.items():
+        for param, widths in params.items():
+            for width, lrs in widths.items():
+                for lr, losses in lrs.items():
+                    yield arch, param, int(width), float(lr), losses
 
 
 def best_lrs(curves: dict) -> dict:

@@ -72,6 +72,15 @@ def _baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict,
     return values, next(c for v, c in jobs if v == values)
 
 
+def _asks_auto(claim: Claim, scale: str, overrides) -> bool:
+    """Whether some job would get ``compile=auto``, read from the overrides (the config's default is false):
+    the last ``compile=`` of the claim's fixed ones and the user's, or a swept value. Composing every job to
+    find out would cost seconds on the LR-grid claims, on every ``reproduce``."""
+    given = [o.split("=", 1)[1] for o in claim.settings(scale, overrides) if override_key(o) == "compile"]
+    swept = [v for grid in claim.grids(scale, overrides) for v in grid.get("compile", [])]
+    return "auto" in [*given[-1:], *swept]
+
+
 @dataclass(frozen=True)
 class Mode:
     compile: bool
@@ -93,9 +102,9 @@ def pin_compile(claim: Claim, scale: str, overrides=()) -> Mode | None:
     from normbench.train.build import resolve_device
     from normbench.train.compiling import decide
 
-    jobs = compose_jobs(claim, scale, overrides)
-    if not any(cfg.compile == "auto" for _, cfg in jobs):
+    if not _asks_auto(claim, scale, overrides):
         return None
+    jobs = compose_jobs(claim, scale, overrides)
     _, cfg = _baseline_job(claim, scale, overrides, jobs)
     with torch.device("meta"):
         model = build_model(cfg, length.config_vocab(cfg))

@@ -52,7 +52,6 @@ class Profile:
     saving: float  # fraction of the eager step time that compile removes
     compile_s: float  # seconds of compiling before the steady state, cold inductor cache
     warm_s: float = 0.0  # the same with a warm cache (the graph compiled before, on this machine)
-
     ref_width: int | None = None  # CPU: the d_model eager_flops and saving were measured at (None: constants)
     eager_flops_max: float = 0.0  # CPU: the cap of eager_flops as the width grows (about the matmul rate)
 
