@@ -161,3 +161,33 @@ def test_a_claims_seeds_share_one_cold_compile():
     prof = Profile(eager_flops=1e10, saving=0.1, compile_s=40.0, warm_s=4.0)
     assert prof.compile_cost() == 40.0  # one run pays the cold compile
     assert prof.compile_cost(3) == 4.0 + 36.0 / 3  # the first of 3 pays it, the other two find the cache warm
+
+
+def test_the_pins_set_their_keys_as_composing_with_them_would(tmp_path, monkeypatch):
+    """reproduce composes a claim's jobs once: the length and mode pins are set in the composed configs, and
+    those configs equal the ones composed with the pins' overrides appended (key for key)."""
+    from normbench.reproduce import runner, shared
+    from normbench.reproduce.length import pin
+    from normbench.run.resume import flat_config
+
+    claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny"], {"tokens_per_param": 20})
+    jobs = shared.compose_jobs(claim, "cpu", ["compile=auto"])
+    steps = pin(claim, "cpu", ["compile=auto"], jobs=jobs).steps
+    assert steps == pin(claim, "cpu", ["compile=auto"]).steps  # the same baseline and length either way
+    jobs = shared.with_pin(claim, "cpu", ["compile=auto"], jobs, "trainer.max_steps", steps)
+    jobs = shared.with_pin(claim, "cpu", ["compile=auto"], jobs, "compile", True)
+    again = shared.compose_jobs(claim, "cpu", ["compile=auto", f"trainer.max_steps={steps}", "compile=true"])
+    assert [(v, flat_config(c)) for v, c in jobs] == [(v, flat_config(c)) for v, c in again]
+    assert {c.compile for _, c in jobs} == {True} and {c.trainer.max_steps for _, c in jobs} == {steps}
+    (tmp_path / "swept").mkdir()  # a swept key is composed again: the override changes the grid
+    grid = [{"arch": ["pre_ln", "simplenorm"], "compile": ["auto", "false"]}]
+    swept = _claim(tmp_path / "swept", grid, ["model=tiny"])
+    pinned = shared.with_pin(swept, "cpu", [], shared.compose_jobs(swept, "cpu"), "compile", False)
+    assert {c.compile for _, c in pinned} == {False}
+    calls = []
+    real = shared.compose
+    monkeypatch.setattr(shared, "compose", lambda *a: calls.append(a) or real(*a))
+    pinned, mode, overrides, composed = runner._pinned(claim, "cpu", ["compile=auto"], log=lambda _: None)
+    assert overrides == ["compile=auto", pinned.override, mode.override]
+    shared.check_claim(claim, "cpu", overrides, composed)
+    assert len(calls) == 2  # each of the two jobs composed once, through both pins and the shared check

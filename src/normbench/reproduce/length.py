@@ -46,15 +46,15 @@ class Pinned:
         )
 
 
-def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None) -> Pinned | None:
+def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None, jobs=None) -> Pinned | None:
     """The scale's ``tokens_per_param`` (or ``ratio``: a duration rung's) as steps for every job, or None (no
-    ratio, or the user set a length)."""
+    ratio, or the user set a length). ``jobs``: the claim's jobs composed for ``overrides`` already."""
     from normbench.train import length
 
     ratio = ratio if ratio is not None else claim.sweep(scale).get("tokens_per_param")
     if ratio is None or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return None
-    values, cfg = _baseline_job(claim, scale, overrides)
+    values, cfg = _baseline_job(claim, scale, overrides, jobs)
     n = length.length_params(cfg)
     steps = max(1, round(float(ratio) * n / length.tokens_per_step(cfg)))
     return Pinned(float(ratio), steps, steps * length.tokens_per_step(cfg), n, dict(values))
@@ -91,9 +91,10 @@ class Mode:
         return f"compile={str(self.compile).lower()}"
 
 
-def pin_compile(claim: Claim, scale: str, overrides=()) -> Mode | None:
+def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | None:
     """``compile=auto`` decided once against the baseline job (its model built on the meta device), as one
-    ``compile=true|false`` for every job; None where no job would get ``compile=auto``."""
+    ``compile=true|false`` for every job; None where no job would get ``compile=auto``. ``jobs``: the
+    claim's jobs composed for ``overrides`` already."""
     import torch
 
     from normbench.model import build_model
@@ -104,7 +105,7 @@ def pin_compile(claim: Claim, scale: str, overrides=()) -> Mode | None:
 
     if not _asks_auto(claim, scale, overrides):
         return None
-    jobs = compose_jobs(claim, scale, overrides)
+    jobs = jobs if jobs is not None else compose_jobs(claim, scale, overrides)
     _, cfg = _baseline_job(claim, scale, overrides, jobs)
     with torch.device("meta"):
         model = build_model(cfg, length.config_vocab(cfg))

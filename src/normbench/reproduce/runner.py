@@ -25,7 +25,7 @@ from normbench.reproduce import dryrun
 from normbench.reproduce.claims import Claim, override_key
 from normbench.reproduce.length import pin, pin_compile
 from normbench.reproduce.measure import FINISHED, judge_claim
-from normbench.reproduce.shared import check_claim
+from normbench.reproduce.shared import check_claim, compose_jobs, with_pin
 from normbench.reproduce.skip_eval import read_skip, skip_losses
 from normbench.run.resume import BOOKKEEPING_KEYS
 
@@ -75,10 +75,10 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
-    pinned, mode, overrides = _pinned(claim, scale, list(overrides), log)
+    pinned, mode, overrides, composed = _pinned(claim, scale, list(overrides), log)
     root, argvs, jobs = plan(claim, scale, seeds, list(overrides), out)
     users = [o for o in overrides if not o.startswith("hydra")]
-    inits = check_claim(claim, scale, users)
+    inits = check_claim(claim, scale, users, composed)
     fixed = claim.settings(scale, users)
     for test in claim.tests:  # the two sides of each test, named, with their run counts
         log(f"normbench: {claim.id}: {dryrun.sides_line(claim, test, inits[test.name], jobs, fixed)}")
@@ -134,16 +134,21 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
 
 def _pinned(claim: Claim, scale: str, overrides: list[str], log):
     """The scale's tokens_per_param as one number of steps for every job (.length), and compile=auto as one
-    mode for every job (reproduce/length.py), added to the overrides."""
-    pinned = pin(claim, scale, [o for o in overrides if not o.startswith("hydra")])
+    mode for every job (reproduce/length.py), added to the overrides; and every job composed with them
+    (composed once: the pins set their key in the composed configs, shared.with_pin)."""
+    users = [o for o in overrides if not o.startswith("hydra")]
+    jobs = compose_jobs(claim, scale, users)
+    pinned = pin(claim, scale, users, jobs=jobs)
     if pinned is not None:
         log(f"normbench: {claim.id}: {pinned.describe()}")
-        overrides = [*overrides, pinned.override]
-    mode = pin_compile(claim, scale, [o for o in overrides if not o.startswith("hydra")])
+        jobs = with_pin(claim, scale, users, jobs, "trainer.max_steps", pinned.steps)
+        overrides, users = [*overrides, pinned.override], [*users, pinned.override]
+    mode = pin_compile(claim, scale, users, jobs=jobs)
     if mode is not None:
         log(f"normbench: {claim.id}: {mode.reason}; {mode.override} for every job")
+        jobs = with_pin(claim, scale, users, jobs, "compile", mode.compile)
         overrides = [*overrides, mode.override]
-    return pinned, mode, overrides
+    return pinned, mode, overrides, jobs
 
 
 def _compiled(mode, runs) -> dict:

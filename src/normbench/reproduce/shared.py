@@ -56,6 +56,21 @@ def compose_jobs(claim: Claim, scale: str, overrides=()) -> list[tuple[dict, obj
     return jobs
 
 
+def with_pin(claim: Claim, scale: str, overrides, jobs: list, key: str, value) -> list[tuple[dict, object]]:
+    """``jobs`` (composed for ``overrides``) as composing them with ``key=value`` appended would give them:
+    the key set in each composed config, since a plain value appended last is what Hydra's override does.
+    Recomposed instead where a grid sweeps the key (the override then changes the grid itself). So the
+    length and mode pins (reproduce/length.py) cost no second and third composition of every job."""
+    from omegaconf import OmegaConf
+
+    if any(key in grid for grid in claim.grids(scale, overrides)):
+        spelled = str(value).lower() if isinstance(value, bool) else str(value)
+        return compose_jobs(claim, scale, [*overrides, f"{key}={spelled}"])
+    for _, cfg in jobs:
+        OmegaConf.update(cfg, key, value, merge=False)
+    return jobs
+
+
 def _value(flat: dict, key: str):
     """A job's value for a test's selector key (``arch`` means ``arch.name``)."""
     return flat.get(f"{key}.name") if key in GROUPS else flat.get(key)
@@ -124,16 +139,17 @@ def run_tokens(cfg) -> int:
     return length.run_steps(cfg) * length.tokens_per_step(cfg)
 
 
-def check_claim(claim: Claim, scale: str, overrides=()) -> dict[str, dict[str, list[float]]]:
+def check_claim(claim: Claim, scale: str, overrides=(), jobs=None) -> dict[str, dict[str, list[float]]]:
     """ConfigError (one line, naming the key) if a test's two sides differ in a key the test is not
     about (its group, baseline, ``at`` and ``tune`` keys) and the claim does not declare; else
-    {test name: {side: the init_std values}} for the start-up printout."""
+    {test name: {side: the init_std values}} for the start-up printout. ``jobs``: the claim's jobs
+    composed for ``overrides`` already (else composed here)."""
     from normbench.model import weight_init_std
     from normbench.run.resume import flat_config
 
     declared = set((claim.part_of_claim or {}).keys())
     jobs = [(values, flat_config(cfg), weight_init_std(cfg), run_tokens(cfg))
-            for values, cfg in compose_jobs(claim, scale, overrides)]  # fmt: skip
+            for values, cfg in (jobs if jobs is not None else compose_jobs(claim, scale, overrides))]  # fmt: skip
     inits: dict[str, dict[str, list[float]]] = {}
     for test in claim.tests:
         about = {*test.group, *(test.baseline if isinstance(test.baseline, dict) else {}), *test.at}
