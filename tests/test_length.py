@@ -174,15 +174,15 @@ def test_the_pins_set_their_keys_as_composing_with_them_would(tmp_path, monkeypa
     jobs = shared.compose_jobs(claim, "cpu", ["compile=auto"])
     steps = pin(claim, "cpu", ["compile=auto"], jobs=jobs).steps
     assert steps == pin(claim, "cpu", ["compile=auto"]).steps  # the same baseline and length either way
-    jobs = shared.with_pin(claim, "cpu", ["compile=auto"], jobs, "trainer.max_steps", steps)
-    jobs = shared.with_pin(claim, "cpu", ["compile=auto"], jobs, "compile", True)
+    jobs = shared.with_pin(claim, "cpu", ["compile=auto"], jobs, f"trainer.max_steps={steps}", steps)
+    jobs = shared.with_pin(claim, "cpu", ["compile=auto"], jobs, "compile=true", True)
     again = shared.compose_jobs(claim, "cpu", ["compile=auto", f"trainer.max_steps={steps}", "compile=true"])
     assert [(v, flat_config(c)) for v, c in jobs] == [(v, flat_config(c)) for v, c in again]
     assert {c.compile for _, c in jobs} == {True} and {c.trainer.max_steps for _, c in jobs} == {steps}
     (tmp_path / "swept").mkdir()  # a swept key is composed again: the override changes the grid
     grid = [{"arch": ["pre_ln", "simplenorm"], "compile": ["auto", "false"]}]
     swept = _claim(tmp_path / "swept", grid, ["model=tiny"])
-    pinned = shared.with_pin(swept, "cpu", [], shared.compose_jobs(swept, "cpu"), "compile", False)
+    pinned = shared.with_pin(swept, "cpu", [], shared.compose_jobs(swept, "cpu"), "compile=false", False)
     assert {c.compile for _, c in pinned} == {False}
     calls = []
     real = shared.compose

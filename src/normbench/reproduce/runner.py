@@ -141,12 +141,12 @@ def _pinned(claim: Claim, scale: str, overrides: list[str], log):
     pinned = pin(claim, scale, users, jobs=jobs)
     if pinned is not None:
         log(f"normbench: {claim.id}: {pinned.describe()}")
-        jobs = with_pin(claim, scale, users, jobs, "trainer.max_steps", pinned.steps)
+        jobs = with_pin(claim, scale, users, jobs, pinned.override, pinned.steps)
         overrides, users = [*overrides, pinned.override], [*users, pinned.override]
     mode = pin_compile(claim, scale, users, jobs=jobs)
     if mode is not None:
         log(f"normbench: {claim.id}: {mode.reason}; {mode.override} for every job")
-        jobs = with_pin(claim, scale, users, jobs, "compile", mode.compile)
+        jobs = with_pin(claim, scale, users, jobs, mode.override, mode.compile)
         overrides = [*overrides, mode.override]
     return pinned, mode, overrides, jobs
 
