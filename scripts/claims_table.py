@@ -53,7 +53,7 @@ def duration_rows(path: Path) -> list[str]:
             + "<br>".join(_test_short(t) for t in r["tests"]) + f" | {g(r['run_time_s'], '.0f')} |"
             for r in d["rungs"]]  # fmt: skip
     head = ["| tokens per parameter | steps | verdict | each test | CPU s |", "|---:|---:|---|---|---:|"]
-    return [f"{d['claim']} ({d['mode']}, {g(d['run_time_s'], '.0f')} s of runs)", *head, *rows]
+    return [f"#### {d['claim']} ({d['mode']}, {g(d['run_time_s'], '.0f')} s of runs)", "", *head, *rows]
 
 
 def _test_short(t: dict) -> str:

@@ -128,5 +128,7 @@ def test_claims_table_rows_from_written_files(tmp_path, capsys):
     assert table.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     assert "arch=pre_ln: 0.5, 0, -0.5 (mean 0)" in capsys.readouterr().out
     assert table.main(["duration", str(tmp_path / "d.json")]) == 0
-    assert "| 20 | 4480 | **HOLDS** |" in capsys.readouterr().out
+    rows = capsys.readouterr().out
+    assert rows.startswith("#### peri_variance (ladder, 10 s of runs)\n\n| tokens per parameter |")
+    assert "| 20 | 4480 | **HOLDS** |" in rows
     assert table.main([]) == 2
