@@ -21,7 +21,13 @@ WHEEL_EXTRAS ?= sweeps
 
 .PHONY: install install-offline wheelhouse demo test test-slow test-all lint format bench clean
 
+# A .venv the offline install made (its record, scripts/wheelhouse.py) is never brought up to date from an index:
+# the targets below say how to re-run the offline install instead (a node without an index would only get pip's
+# "No matching distribution found").
+OFFLINE_STAMP := $(VENV)/normbench-offline.json
+
 $(BIN)/normbench: pyproject.toml
+	@if [ -f "$(OFFLINE_STAMP)" ]; then $(PY) scripts/wheelhouse.py stale --venv "$(VENV)"; exit 2; fi
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 ifeq ($(HAS_GPU),1)
@@ -35,6 +41,14 @@ endif
 	@touch $@
 
 install: $(BIN)/normbench
+
+# the test and lint targets on an offline .venv without the dev extra: what to re-run, not pip's "No module named"
+define need_dev
+@if [ -f "$(OFFLINE_STAMP)" ] && ! $(BIN)/python -c "import pytest, xdist, ruff" 2>/dev/null; then \
+		echo "normbench: error: $(VENV) was installed offline without the dev extra (pytest, ruff): re-run" \
+			"make install-offline WHEEL_EXTRAS=sweeps,dev, from a wheelhouse built with WHEEL_EXTRAS=sweeps,dev" >&2; \
+		exit 2; fi
+endef
 
 # Where an index is reachable: every wheel normbench needs except torch (and its CUDA wheels) into $(WHEELS).
 # For another node: WHEEL_PYTHON=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64; HAVE=FILE (the node's `pip freeze`)
@@ -59,19 +73,24 @@ demo: install
 # thread, tests/conftest.py). Tests marked `slow` (200-step trainings of every
 # placement and norm, claim sweeps) run in `make test-slow`; CI runs both.
 test: install
+	$(need_dev)
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses=4 || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
 test-slow: install
+	$(need_dev)
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -m slow -n auto --maxprocesses=4 || { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
 test-all: install
+	$(need_dev)
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -n auto --maxprocesses=4
 
 lint: install
+	$(need_dev)
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/ruff format --check src tests scripts
 
 format: install
+	$(need_dev)
 	$(BIN)/ruff format src tests scripts
 	$(BIN)/ruff check --fix src tests scripts
 

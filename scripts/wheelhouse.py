@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+STAMP = "normbench-offline.json"  # in the venv: which Python and which wheelhouse made it
 # never in the wheelhouse: the node brings its own torch build, and these come with it
 NODE_OWN = re.compile(r"^(torch|triton|pytorch-triton.*|nvidia-.*|cuda-.*)$")
 _NO_DIST = re.compile(r"No matching distribution found for (\S+)")
@@ -215,8 +216,8 @@ def build(args: argparse.Namespace) -> None:
     wheels = sorted(p for p in out.glob("*.whl") if canonical(p.name.split("-")[0]) in wanted)
     size = sum(p.stat().st_size for p in wheels)
     meta = {"python_version": args.python_version or f"{sys.version_info[0]}.{sys.version_info[1]}",
-            "platform": args.platform or "this machine's", "extras": extras, "packages": sorted(keep),
-            "left_out": sorted(left_out), "have": args.have, "bytes": size}  # fmt: skip
+            "platform": args.platform or node_facts(sys.executable)["platform"], "extras": extras,
+            "packages": sorted(keep), "left_out": sorted(left_out), "have": args.have, "bytes": size}  # fmt: skip
     (out / "wheelhouse.json").write_text(json.dumps(meta, indent=1) + "\n")
     (out / "requirements.txt").write_text("".join(f"{k}\n" for k in sorted(keep)))
     for tmp in (out / ".requirements.in", constraints):
@@ -235,32 +236,100 @@ def offline_env() -> dict:
     return env
 
 
-def site_dirs(python: str) -> list[str] | None:
-    """The site-packages ``python`` sees when it is itself a venv (None when it is not): a venv made
-    from it with ``--system-site-packages`` would reach its base interpreter's instead (a node's
-    ``python3`` may be a venv or a module's environment)."""
-    code = ("import site, sys, json; print(json.dumps(site.getsitepackages() if sys.prefix != sys.base_prefix "
-            "else None))")  # fmt: skip
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True)
+# Run by the node's Python (stdlib and pip's vendored packaging only). "site": when it is itself a venv, every
+# directory on its sys.path outside the standard library: its site-packages and what .pth files there add (a venv
+# made from it with --system-site-packages would reach its base interpreter's instead, and a .pth in a directory a
+# .pth adds is not read, so the chain has to be flattened here). -E: PYTHONPATH is the environment's, not the node's.
+_FACTS = """
+import json, os, platform, sys, sysconfig
+std = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")]
+def own(p):
+    return "-packages" in p or not any(p == s or p.startswith(s + os.sep) for s in std)
+site = [p for p in sys.path[1:] if os.path.isdir(p) and own(p)] if sys.prefix != sys.base_prefix else None
+try:
+    from pip._vendor.packaging.tags import sys_tags
+    plats = list(dict.fromkeys(t.platform for t in sys_tags() if t.platform != "any"))
+except Exception:
+    plats = []
+print(json.dumps({"executable": os.path.realpath(sys.executable) if site is None else sys.executable,
+                  "version": platform.python_version(), "site": site, "platforms": plats,
+                  "platform": plats[0] if plats else sysconfig.get_platform()}))
+"""
+
+
+def node_facts(python: str) -> dict:
+    """What the node's Python is: its executable, version, platform tags and (a venv's) site directories."""
+    proc = subprocess.run([python, "-E", "-c", _FACTS], capture_output=True, text=True)
     if proc.returncode != 0:
         fail(f"--python {python}: cannot run it ({last_error(proc)})")
     return json.loads(proc.stdout)
 
 
-def make_venv(python: str, venv: Path) -> None:
+def minor(version: str) -> str:
+    """'3.12.1' or pip's '312' as '3.12'."""
+    parts = version.split(".") if "." in version else [version[0], version[1:]]
+    return ".".join(parts[:2])
+
+
+def check_target(wheels: Path, python: str, node: dict) -> dict | None:
+    """The wheelhouse's target (wheelhouse.json) against the node's Python and platform; None without the file."""
+    path = wheels / "wheelhouse.json"
+    if not path.exists():
+        return None
+    meta = json.loads(path.read_text())
+    want_py, want_plat = meta.get("python_version"), meta.get("platform")
+    py_ok = not want_py or minor(want_py) == minor(node["version"])
+    # a wheelhouse.json of before the platform was recorded says "this machine's": nothing to compare
+    plat_ok = not want_plat or "_" not in want_plat or not node["platforms"] or want_plat in node["platforms"]
+    if not (py_ok and plat_ok):
+        fail(f"wheelhouse {wheels} was built for Python {want_py} on {want_plat}, but {python} is Python "
+             f"{node['version']} on {node['platform']}: build one for this node where an index is reachable "
+             f"(make wheelhouse WHEEL_PYTHON={minor(node['version'])} WHEEL_PLATFORM={node['platform']})")  # fmt: skip
+    return {"python_version": want_py, "platform": want_plat}
+
+
+def make_venv(python: str, venv: Path, node: dict) -> None:
     """A venv that sees the node's packages after its own (so what the wheelhouse installs wins)."""
-    extra = site_dirs(python)
+    extra = node["site"]
     flags = [] if extra else ["--system-site-packages"]
     proc = subprocess.run([python, "-m", "venv", *flags, str(venv)], capture_output=True, text=True)
     if proc.returncode != 0:
+        shutil.rmtree(venv, ignore_errors=True)  # half a venv would be taken for one by the next try
         fail(f"cannot create {venv} with {python} -m venv: {last_error(proc)}")
     vpy = str(venv / "bin" / "python")
     if extra:
         code = "import site, json; print(json.dumps(site.getsitepackages()))"
         own = json.loads(subprocess.run([vpy, "-c", code], capture_output=True, text=True, check=True).stdout)[0]
-        (Path(own) / "_node_site_packages.pth").write_text("".join(f"{d}\n" for d in extra))
+        # named to be read last (site reads .pth files sorted): the venv's own packages, normbench's editable path
+        # among them, come before the node's
+        (Path(own) / "~node_site_packages.pth").write_text("".join(f"{d}\n" for d in extra))
     # Python <= 3.11's venv brings its own setuptools, which would hide the node's (torch asks for a recent one)
     subprocess.run([vpy, "-m", "pip", "uninstall", "-y", "-q", "setuptools"], capture_output=True, env=offline_env())
+
+
+def venv_for(python: str, venv: Path, node: dict) -> None:
+    """``venv`` made by ``python``: made when absent, rebuilt (said so) when ``STAMP`` says another Python made it,
+    refused in one line when it was not made by this install at all (nothing records its Python)."""
+    stamp = venv / STAMP
+    if venv.exists() and not stamp.exists():
+        fail(f"{venv} exists but was not made by the offline install (it has no {STAMP} saying which Python made "
+             f"it): remove it (rm -rf {venv}) and re-run, or give another VENV=")  # fmt: skip
+    if stamp.exists():
+        made = json.loads(stamp.read_text())
+        if (made.get("executable"), made.get("version")) == (node["executable"], node["version"]):
+            if (venv / "bin" / "python").exists():
+                return
+        print(f"wheelhouse: {venv} was made by {made.get('python')} ({made.get('executable')}, Python "
+              f"{made.get('version')}), not by {python} ({node['executable']}, Python {node['version']}): "
+              "rebuilding it")  # fmt: skip
+        shutil.rmtree(venv)
+    make_venv(python, venv, node)
+
+
+def write_stamp(venv: Path, python: str, node: dict, wheels: Path, target: dict | None, extras, done: bool) -> None:
+    made = {"python": python, "executable": node["executable"], "version": node["version"],
+            "wheelhouse": str(wheels), "wheelhouse_target": target, "extras": extras, "complete": done}  # fmt: skip
+    (venv / STAMP).write_text(json.dumps(made, indent=1) + "\n")
 
 
 def install(args: argparse.Namespace) -> None:
@@ -269,12 +338,14 @@ def install(args: argparse.Namespace) -> None:
         fail(f"wheelhouse {wheels}: no such directory (build it with `make wheelhouse` where an index is reachable)")
     extras = [e for e in args.extras.split(",") if e]
     requirements(extras)  # an unknown extra is refused before anything is made
+    node = node_facts(args.python)
+    target = check_target(wheels, args.python, node)
+    venv_for(args.python, venv, node)
+    write_stamp(venv, args.python, node, wheels, target, extras, False)
     py = venv / "bin" / "python"
-    if not py.exists():
-        make_venv(args.python, venv)
-    target = f"{REPO}[{','.join(extras)}]" if extras else str(REPO)
+    target_dir = f"{REPO}[{','.join(extras)}]" if extras else str(REPO)
     cmd = ["install", "--isolated", "--no-index", "--find-links", str(wheels), "--disable-pip-version-check",
-           "--progress-bar", "off", "--no-input", "-e", target]  # fmt: skip
+           "--progress-bar", "off", "--no-input", "-e", target_dir]  # fmt: skip
     proc = pip(str(py), cmd, env=offline_env())
     if proc.returncode != 0:
         gone = missing(proc.stdout + proc.stderr)
@@ -288,7 +359,19 @@ def install(args: argparse.Namespace) -> None:
     if proc.returncode != 0:
         fail(f"installed, but {py} cannot import normbench and torch: {last_error(proc)}")
     version, where = proc.stdout.split()
+    write_stamp(venv, args.python, node, wheels, target, extras, True)
+    (venv / "bin" / "normbench").touch()  # newer than pyproject.toml: the Makefile's targets take the install as done
     print(f"wheelhouse: normbench installed into {venv} from {wheels} with no index; torch {version} from {where}")
+
+
+def stale(args: argparse.Namespace) -> None:
+    """The Makefile's answer when an offline .venv looks out of date: how to re-run the offline install."""
+    venv = Path(args.venv)
+    made = json.loads((venv / STAMP).read_text())
+    extras = ",".join(made.get("extras") or [])
+    fail(f"{venv} was installed offline and pyproject.toml has changed since; `make install` would reach for a "
+         f"package index: re-run the offline install instead: make install-offline WHEELS={made['wheelhouse']} "
+         f"PY={made['python']} VENV={args.venv} WHEEL_EXTRAS={extras}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -305,8 +388,10 @@ def main(argv: list[str] | None = None) -> None:
     i.add_argument("--python", default="python3", help="the node's Python, the one with torch (default python3)")
     i.add_argument("--venv", default=str(REPO / ".venv"))
     i.add_argument("--extras", default="sweeps")
+    st = sub.add_parser("stale", help="(the Makefile's) how to bring an offline .venv up to date")
+    st.add_argument("--venv", default=".venv")
     args = parser.parse_args(argv)
-    build(args) if args.cmd == "build" else install(args)
+    {"build": build, "install": install, "stale": stale}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ scripts/offline_roundtrip.sh, run by the slow test at the end."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -119,3 +120,87 @@ def test_offline_round_trip(tmp_path):
     for step in ("wheelhouse", "install-offline", "demo"):
         assert f"offline_roundtrip: {step:<16}" in proc.stdout and "FAILED" not in proc.stdout
     assert '"status":"completed"' in proc.stdout
+
+
+def node_venv_through_pth(tmp_path: Path) -> Path:
+    """A node Python like the .venv install-offline makes: a venv (no pip, no packages) whose packages, torch among
+    them, come from another one's site-packages through a .pth file."""
+    node = tmp_path / "node"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(node)], check=True)
+    code = "import site, json; print(json.dumps(site.getsitepackages()))"
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    site_dir = next((node / "lib").glob("python*/site-packages"))
+    (site_dir / "node_torch.pth").write_text("".join(f"{d}\n" for d in json.loads(here)))
+    return node / "bin" / "python"
+
+
+def test_torch_through_a_pth_file_of_a_venv_node_python_counts_as_installed(tmp_path):
+    # issue 44: the node's Python is itself a venv reaching torch through a .pth; a .pth in a directory that a .pth
+    # adds is not read, so the new venv has to list that directory itself
+    node = node_venv_through_pth(tmp_path)
+    torch_dir = str(Path(__import__("torch").__file__).parent.parent)
+    assert torch_dir in wheelhouse.node_facts(str(node))["site"]
+    empty, venv = tmp_path / "wheels", tmp_path / "venv"
+    empty.mkdir()
+    cmd = [sys.executable, str(SCRIPTS / "wheelhouse.py"), "install", str(empty), "--python", str(node)]
+    proc = subprocess.run([*cmd, "--venv", str(venv)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "error: needs hatchling>=1.18, which is neither" in proc.stderr, proc.stderr
+    seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__file__)"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert seen.returncode == 0 and seen.stdout.startswith(torch_dir), seen.stderr
+    made = json.loads((venv / wheelhouse.STAMP).read_text())
+    assert made["executable"] == str(node) and made["complete"] is False and made["wheelhouse"] == str(empty)
+
+
+def test_a_venv_made_by_another_python_is_rebuilt_and_one_made_elsewhere_refused(tmp_path, monkeypatch, capsys):
+    made = []
+    monkeypatch.setattr(wheelhouse, "make_venv", lambda python, venv, node: made.append(python) or venv.mkdir())
+    node = {"executable": "/opt/node/bin/python3.11", "version": "3.11.9"}
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    other = {"python": "python3", "executable": "/usr/bin/python3.12", "version": "3.12.1"}
+    (venv / wheelhouse.STAMP).write_text(json.dumps(other))
+    wheelhouse.venv_for("/opt/node/bin/python3", venv, node)
+    assert made == ["/opt/node/bin/python3"] and not (venv / wheelhouse.STAMP).exists()  # removed, then made anew
+    out = capsys.readouterr().out
+    assert f"{venv} was made by python3 (/usr/bin/python3.12, Python 3.12.1), not by /opt/node/bin/python3" in out
+    assert out.rstrip().endswith("rebuilding it")
+    # made by this Python: kept as it is
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").touch()
+    (venv / wheelhouse.STAMP).write_text(json.dumps({**node, "python": "python3"}))
+    wheelhouse.venv_for("python3", venv, node)
+    assert made == ["/opt/node/bin/python3"] and (venv / wheelhouse.STAMP).exists()
+    # a .venv without the record (`make install`'s, or one made by hand): refused in one line saying how to recover
+    (venv / wheelhouse.STAMP).unlink()
+    with pytest.raises(SystemExit) as exc:
+        wheelhouse.venv_for("python3", venv, node)
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and venv.exists()
+    assert f"{venv} exists but was not made by the offline install" in err and f"rm -rf {venv}" in err
+
+
+def test_a_wheelhouse_for_another_python_or_platform_is_refused_naming_both(tmp_path):
+    here = wheelhouse.node_facts(sys.executable)
+    version = here["version"]
+    wrong = "3.9" if not version.startswith("3.9.") else "3.12"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    cmd = [sys.executable, str(SCRIPTS / "wheelhouse.py"), "install", str(wheels), "--python", sys.executable,
+           "--venv", str(tmp_path / "venv")]  # fmt: skip
+    for target, built_for in [({"python_version": wrong, "platform": "manylinux_2_28_x86_64"}, wrong),
+                              ({"python_version": version[:4], "platform": "macosx_14_0_arm64"}, version[:4])]:  # fmt: skip
+        (wheels / "wheelhouse.json").write_text(json.dumps(target))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert f"was built for Python {built_for} on {target['platform']}, but {sys.executable} is Python " in lines[0]
+        assert f"{version} on {here['platform']}: build one for this node" in lines[0]
+        assert f"WHEEL_PYTHON={'.'.join(version.split('.')[:2])} WHEEL_PLATFORM={here['platform']}" in lines[0]
+        assert not (tmp_path / "venv").exists()  # refused before anything is made
+    # pip's spelling of a version, and a wheelhouse.json from before the platform was recorded: accepted
+    assert wheelhouse.minor("312") == "3.12" == wheelhouse.minor("3.12.1")
+    (wheels / "wheelhouse.json").write_text(json.dumps({"python_version": version, "platform": "this machine's"}))
+    assert wheelhouse.check_target(wheels, sys.executable, here) == {"python_version": version,
+                                                                      "platform": "this machine's"}  # fmt: skip
