@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# GPU check, one command on a fresh CUDA machine: gpt2_124m (GPT-2 BPE), bf16 + torch.compile +
-# flash attention, ~50 steps per architecture (every one in normbench's registry), then a table of
-# tokens/s, MFU, peak memory (and its ratio to pre_ln and to normbench.train.memory's estimate) and the
-# compile time per arch, read from each run's summary.json; one eager pre_ln run for the compile
-# speed-up (the numbers compile=auto needs, normbench/train/compiling.py); a short `scale=gpu` run of
-# one claim (reproduce's sweep, measure and verdict end to end on CUDA); with 2+ GPUs a DDP 2-process
-# smoke run. Order: pre_ln, the eager pre_ln, the claim, (DDP,) then the other archs while BUDGET_S lasts.
+# GPU check, one command on a fresh CUDA machine: gpt2_124m (GPT-2 BPE), bf16 + flash attention, every
+# architecture in normbench's registry, then a table of tokens/s, MFU, peak memory (and its ratio to pre_ln
+# and to normbench.train.memory's estimate) and the set-up/compile time per arch, read from each run's
+# summary.json, written into docs/performance.md's GPU section (DOC=, WRITE_DOC=0 to leave it). One compiled
+# pre_ln run (STEPS steps, the MFU target) and one eager pre_ln run (the compile speed-up, the numbers
+# compile=auto needs, normbench/train/compiling.py, and the reference of the eager sweep); a short
+# `scale=gpu` run of one claim (reproduce's sweep, measure and verdict end to end on CUDA); with 2+ GPUs a
+# DDP 2-process smoke run; then the other archs eager (compiling costs 35-60 s per arch, more than a whole
+# eager run), at as many steps as the budget plan fits (SWEEP_STEPS). Order: pre_ln, the eager pre_ln, the
+# claim, (DDP,) then the other archs while BUDGET_S lasts (measured times decide).
 #
 #   bash scripts/gpu_check.sh                       # everything, one GPU (budget plan printed first)
 #   WHEELS=DIR bash scripts/gpu_check.sh            # an air-gapped node: install offline from a wheelhouse
@@ -14,21 +17,26 @@
 #   DRY_RUN=1 bash scripts/gpu_check.sh             # print the setup, the budget plan and the commands, no GPU needed
 #   TABLE_ONLY=1 OUT=outputs/gpu_check/X bash scripts/gpu_check.sh   # the table of finished runs
 #
-# Knobs (environment): ARCHS (default: every registered arch), STEPS (50), BATCH (micro-batch, 32),
+# Knobs (environment): ARCHS (default: every registered arch), STEPS (the compiled pre_ln's, 50), SWEEP_STEPS
+# (the eager runs' steps; default: the budget plan's, at most STEPS and at least MIN_STEPS=15), SWEEP_COMPILE
+# (1: the sweep compiled too, each arch paying EST_COMPILE_NEXT_S; worth it with a warm INDUCTOR_CACHE from an
+# earlier try), BATCH (micro-batch, 32),
 # ACCUM (grad accumulation, 2), NPROC (1), BUDGET_S (total time budget, 480 = 8 minutes: archs that
 # would not fit are skipped and reported), RUN_TIMEOUT_S (per run, 300), OUT (output dir), PYTHON, PEAK_FLOPS
 # (override the peak table: needed for GPUs other than A100/H100/H200), EXTRA (more Hydra
 # overrides), EAGER_REF (1: the eager pre_ln run; 0: skip it), CLAIM (the claim of the smoke run,
-# rmsnorm_parity; none: skip it), CLAIM_STEPS (300), DDP_SMOKE (1: the 2-GPU DDP run when
+# rmsnorm_parity; none: skip it), CLAIM_STEPS (100), DDP_SMOKE (1: the 2-GPU DDP run when
 # 2+ GPUs exist; 0: skip), NO_INSTALL (1: never install), DRY_RUN_GPUS (GPUs a dry run pretends to see,
 # default 2), INDUCTOR_CACHE (torch.compile's cache, shared by the runs and kept for a second try;
 # default outputs/gpu_check/inductor-cache), EST_START_S / EST_COMPILE_S / EST_COMPILE_NEXT_S / EST_MFU /
 # EST_EAGER_MFU (the budget plan's estimates: 15 s, 60 s, 35 s, 0.40, 0.25).
-# Setup, without PYTHON=: VENV (.venv) if it exists; else NODE_PYTHON (python3) if it imports torch and
-# normbench; else, with a wheelhouse (WHEELS=DIR, or ./wheelhouse), `make install-offline` (a venv that
-# keeps NODE_PYTHON's torch, no network; docs/scale-out.md, "An air-gapped node"); else, when the index
-# (INDEX_URL, default $PIP_INDEX_URL or PyPI) answers, `make install` (PyPI's CUDA torch); else it stops,
-# saying how to bring a wheelhouse. A dry run prints the setup a run without PYTHON= would do.
+# Setup, without PYTHON=: VENV (.venv) if it imports torch and normbench; else NODE_PYTHON (python3) if it
+# does; else, with a wheelhouse (WHEELS=DIR, or ./wheelhouse), `make install-offline` (a venv that keeps
+# NODE_PYTHON's torch, no network, rebuilt when another Python made it; docs/scale-out.md, "An air-gapped
+# node"); else, when the index (INDEX_URL, default $PIP_INDEX_URL or PyPI) answers and no VENV is there,
+# `make install` (PyPI's CUDA torch); else it stops, saying what is missing and how to bring a wheelhouse
+# (for NODE_PYTHON's version and platform). A dry run prints the setup a run without PYTHON= would do, and
+# on a machine where nothing imports normbench yet, the plan by the estimates alone (archs from conf/arch).
 # Exit status: 0 all runs completed, 1 a run failed, 2 no usable GPU / setup error.
 # MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/train/flops.py.
 set -uo pipefail
@@ -46,28 +54,65 @@ WHEELS=${WHEELS:-}
 [ -z "$WHEELS" ] && [ -d wheelhouse ] && WHEELS=wheelhouse
 INDEX_URL=${INDEX_URL:-${PIP_INDEX_URL:-https://pypi.org/simple/}}
 
+# cannot_import PY: which of torch and normbench PY cannot import ("torch", "normbench", "torch and normbench");
+# empty when both import
+cannot_import() {
+    local out
+    out=$("$1" -c 'import importlib
+bad = []
+for name in ("torch", "normbench"):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        bad.append(name)
+print(" and ".join(bad) or "ok")' 2>/dev/null)
+    case "$out" in ok) ;; torch | normbench | "torch and normbench") echo "$out" ;; *) echo "torch and normbench" ;; esac
+}
+
+# the node Python's version and platform tag, for the wheelhouse it needs (make wheelhouse WHEEL_PYTHON= WHEEL_PLATFORM=)
+node_target() {
+    "$NODE_PYTHON" -c 'import platform, sys, sysconfig
+lib, ver = platform.libc_ver()
+arch = sysconfig.get_platform().split("-")[-1]
+plat = "manylinux_%s_%s" % (ver.replace(".", "_"), arch) if lib == "glibc" and ver else sysconfig.get_platform()
+print(f"WHEEL_PYTHON={sys.version_info[0]}.{sys.version_info[1]} WHEEL_PLATFORM={plat}")' 2>/dev/null \
+        || echo "WHEEL_PYTHON=<its major.minor> WHEEL_PLATFORM=<its platform, e.g. manylinux_2_28_x86_64>"
+}
+
 # the setup a run without PYTHON= does: SETUP_PY (the Python it ends with), SETUP_CMD (the install, if
 # any), SETUP_WHY (in words); SETUP_PY empty: nothing usable and no way to install
 plan_setup() {
     SETUP_CMD=()
-    if [ -x "$VENV/bin/python" ]; then
-        SETUP_PY=$VENV/bin/python SETUP_WHY="$VENV exists: using it"
-    elif "$NODE_PYTHON" -c "import torch, normbench" >/dev/null 2>&1; then
+    local venv_miss= node_miss offline=(make install-offline "WHEELS=$WHEELS" "PY=$NODE_PYTHON" "VENV=$VENV")
+    local bring="build a wheelhouse where an index is reachable (make wheelhouse $(node_target) HAVE=<the node's pip \
+freeze>), copy it here and rerun with WHEELS=DIR (docs/scale-out.md, \"An air-gapped node\")"
+    [ -x "$VENV/bin/python" ] && venv_miss=$(cannot_import "$VENV/bin/python")
+    node_miss=$(cannot_import "$NODE_PYTHON")
+    if [ -x "$VENV/bin/python" ] && [ -z "$venv_miss" ]; then
+        SETUP_PY=$VENV/bin/python SETUP_WHY="$VENV exists and imports torch and normbench: using it"
+    elif [ -x "$VENV/bin/python" ] && [ -n "$WHEELS" ]; then
+        SETUP_PY=$VENV/bin/python SETUP_CMD=("${offline[@]}")
+        SETUP_WHY="$VENV cannot import $venv_miss: the offline install from the wheelhouse $WHEELS again (it rebuilds \
+a $VENV that another Python made)"
+    elif [ -x "$VENV/bin/python" ] && [ -z "$node_miss" ]; then
+        SETUP_PY=$NODE_PYTHON SETUP_WHY="$VENV cannot import $venv_miss, $NODE_PYTHON imports torch and normbench: using it"
+    elif [ -x "$VENV/bin/python" ]; then
+        SETUP_PY= SETUP_WHY="$VENV cannot import $venv_miss, $NODE_PYTHON cannot import $node_miss and no wheelhouse \
+(WHEELS=DIR or ./wheelhouse) is here: $bring; or remove $VENV (rm -rf $VENV) and rerun"
+    elif [ -z "$node_miss" ]; then
         SETUP_PY=$NODE_PYTHON SETUP_WHY="$NODE_PYTHON imports torch and normbench: using it"
     elif [ -n "$WHEELS" ]; then
-        SETUP_PY=$VENV/bin/python
-        SETUP_CMD=(make install-offline "WHEELS=$WHEELS" "PY=$NODE_PYTHON" "VENV=$VENV")
+        SETUP_PY=$VENV/bin/python SETUP_CMD=("${offline[@]}")
         SETUP_WHY="no $VENV, $NODE_PYTHON has no normbench: the offline install from the wheelhouse $WHEELS (no index; $VENV keeps $NODE_PYTHON's torch)"
+        [ "$node_miss" = normbench ] || SETUP_WHY+=" ($NODE_PYTHON cannot import torch either: the install will say so)"
     elif "$NODE_PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" \
         "$INDEX_URL" >/dev/null 2>&1; then
         SETUP_PY=$VENV/bin/python SETUP_CMD=(make install "PY=$NODE_PYTHON" "VENV=$VENV")
         SETUP_WHY="no $VENV, $NODE_PYTHON has no normbench, the index $INDEX_URL answers: make install (torch with CUDA from PyPI)"
     else
         SETUP_PY=
-        SETUP_WHY="no $VENV, $NODE_PYTHON cannot import torch and normbench, no wheelhouse (WHEELS=DIR or ./wheelhouse) \
-and no index reachable at $INDEX_URL: build a wheelhouse where an index is reachable (make wheelhouse \
-WHEEL_PYTHON=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64 HAVE=<the node's pip freeze>), copy it here and rerun with \
-WHEELS=DIR (docs/scale-out.md, \"An air-gapped node\")"
+        SETUP_WHY="no $VENV, $NODE_PYTHON cannot import $node_miss, no wheelhouse (WHEELS=DIR or ./wheelhouse) \
+and no index reachable at $INDEX_URL: $bring"
     fi
 }
 
@@ -76,9 +121,17 @@ if [ "$DRY_RUN" = 1 ] && [ "$TABLE_ONLY" != 1 ]; then
     echo "gpu_check: setup: $SETUP_WHY${PYTHON:+ (this run: PYTHON=$PYTHON given, nothing installed)}"
     [ "${#SETUP_CMD[@]}" -gt 0 ] && echo "gpu_check: setup: would run: ${SETUP_CMD[*]}"
     if [ -z "${PYTHON:-}" ]; then
-        "${SETUP_PY:-false}" -c "import torch, normbench" >/dev/null 2>&1 \
-            || die "the dry run checks the plan with normbench: install it first (the setup above) or set PYTHON="
-        PYTHON=$SETUP_PY
+        miss=$([ -n "$SETUP_PY" ] && cannot_import "$SETUP_PY" || echo "torch and normbench")
+        if [ -n "$miss" ]; then
+            # nothing here imports normbench yet (the setup above has not run): the plan by the estimates alone
+            PLAN_ONLY=1
+            echo "gpu_check: dry run: ${SETUP_PY:-no Python here} cannot import $miss yet: the plan below is by the" \
+                "estimates alone (archs from conf/arch, each costed as a standard GPT block); the config checks" \
+                "need normbench installed (rerun the dry run after the setup, or with PYTHON=)"
+            for PYTHON in "$NODE_PYTHON" python3; do "$PYTHON" -c pass 2>/dev/null && break; done
+        else
+            PYTHON=$SETUP_PY
+        fi
     fi
 elif [ -z "${PYTHON:-}" ]; then
     plan_setup
@@ -90,9 +143,13 @@ elif [ -z "${PYTHON:-}" ]; then
     fi
     PYTHON=$SETUP_PY
 fi
+PLAN_ONLY=${PLAN_ONLY:-0}
+if [ "$PLAN_ONLY" = 1 ] && [ -z "${ARCHS:-}" ]; then  # the registry's archs, as their config files name them
+    ARCHS="pre_ln $(for f in conf/arch/*.yaml; do a=$(basename "$f" .yaml); [ "$a" = pre_ln ] || printf '%s ' "$a"; done)"
+fi
 ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.train.validation import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
-    || die "cannot read the arch registry with $PYTHON"
-[ -n "$ARCHS" ] || die "cannot read the arch registry with $PYTHON"
+    || die "cannot read the arch registry with $PYTHON (it cannot import $(cannot_import "$PYTHON"))"
+[ -n "$ARCHS" ] || die "cannot read the arch registry with $PYTHON (it cannot import $(cannot_import "$PYTHON"))"
 STEPS=${STEPS:-50}
 BATCH=${BATCH:-32}
 ACCUM=${ACCUM:-2}
@@ -103,7 +160,12 @@ OUT=${OUT:-outputs/gpu_check/$(date +%Y%m%d-%H%M%S)}
 EXTRA=${EXTRA:-}
 EAGER_REF=${EAGER_REF:-1}
 CLAIM=${CLAIM:-rmsnorm_parity}
-CLAIM_STEPS=${CLAIM_STEPS:-300}
+CLAIM_STEPS=${CLAIM_STEPS:-100}
+MIN_STEPS=${MIN_STEPS:-15}
+SWEEP_COMPILE=${SWEEP_COMPILE:-0}
+WRITE_DOC_GIVEN=$([ "${WRITE_DOC:-}" = 1 ] && echo 1)
+WRITE_DOC=${WRITE_DOC:-1}
+DOC=${DOC:-docs/performance.md}
 DDP_SMOKE=${DDP_SMOKE:-1}
 # torch.compile's caches (inductor's FX graphs, triton kernels) shared by every run: kernels common to two
 # archs are compiled once, and a second try of the check starts warm
@@ -114,91 +176,19 @@ export TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} WANDB_MODE=${WANDB_MODE:-
 
 # the overrides every arch run shares (the table recomputes the memory estimate from them)
 COMMON="model=gpt2_124m data.tokenizer=gpt2 precision=bf16 device=cuda diag=off \
-trainer.batch_size=$BATCH trainer.grad_accum=$ACCUM trainer.max_steps=$STEPS \
+trainer.batch_size=$BATCH trainer.grad_accum=$ACCUM \
 trainer.log_every=10 trainer.eval_every=100000 trainer.eval_batches=1 trainer.ckpt_every=100000 \
 sched.warmup_steps=5${PEAK_FLOPS:+ peak_flops=$PEAK_FLOPS}"
 
-# ---- the table, from each run's summary.json
+# ---- the table, from each run's summary.json (scripts/gpu_table.py); into DOC's GPU section when DOC_HEADER is set
 table() {
-    SKIPPED="${skipped[*]:-}" "$PYTHON" - "$OUT" "$COMMON $EXTRA" $ARCHS <<'EOF'
-import json, os, sys
-from pathlib import Path
-
-out, common, archs = Path(sys.argv[1]), sys.argv[2].split(), sys.argv[3:]
-skipped = set(os.environ.get("SKIPPED", "").split())
-if "pre_ln" not in archs and (out / "pre_ln" / "summary.json").exists():
-    archs.insert(0, "pre_ln")  # a second try into the same OUT: the reference of its ratios
-TARGET = 0.45  # pre_ln MFU on an H100/H200 (llm-foundry reports 43-45% for 125M)
-
-
-def load(name):
-    path = out / name / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def estimate_gb(arch):
-    try:
-        from normbench.config.files import compose_config
-        from normbench.train.memory import estimate
-        from normbench.model import padded_vocab
-
-        cfg = compose_config([*common, f"arch={arch}"])
-        return estimate(cfg, padded_vocab(cfg, 50257), "cuda").total / 1e9
-    except Exception:  # noqa: BLE001 -- the table is still useful without the estimate
-        return None
-
-
-rows = {a: load(a) for a in archs}
-ref = rows.get("pre_ln") or {}
-fmt = "{:<16} {:>10} {:>10} {:>8} {:>7} {:>9} {:>7} {:>8} {:>9} {:>8} {:>7}"
-print()
-print(fmt.format("arch", "status", "tokens/s", "FLOP/s/x", "MFU", "mem (GB)", "mem/x", "mem/est",
-                 "compile s", "step (s)", "loss"))
-print("(x = pre_ln; compile s = wall time - steps x steady step time: compiling and set-up)")
-print("-" * 111)
-bad = False
-for arch, s in rows.items():
-    s = s or {"status": "skipped" if arch in skipped else "no summary"}
-    def f(key, spec):
-        v = s.get(key)
-        return "-" if v is None else format(v, spec)
-    def ratio(value):
-        a, b = value(s), value(ref)
-        return "-" if not a or not b else f"{a / b:.2f}"
-    flops = lambda d: (d.get("tokens_per_s") or 0) * (d.get("flops_per_token") or 0)
-    mfu = "-" if s.get("mfu") is None else f"{100 * s['mfu']:.1f}%"
-    est = estimate_gb(arch)
-    mem_est = "-" if not est or s.get("peak_mem_gb") is None else f"{s['peak_mem_gb'] / est:.2f}"
-    comp = "-"
-    if s.get("wall_s") and s.get("step_time_s") and s.get("max_steps"):
-        comp = f"{s['wall_s'] - s['max_steps'] * s['step_time_s']:.0f}"
-    print(fmt.format(arch, str(s.get("status")), f("tokens_per_s", ",.0f"), ratio(flops), mfu,
-                     f("peak_mem_gb", ".1f"), ratio(lambda d: d.get("peak_mem_gb")), mem_est, comp, f("step_time_s", ".3f"),
-                     f("final_loss", ".3f")))
-    bad |= s.get("status") not in ("completed", "skipped")
-eager = load("pre_ln_eager")
-if eager and ref.get("tokens_per_s") and eager.get("tokens_per_s"):
-    print(f"\ncompile speed-up, pre_ln: {ref['tokens_per_s'] / eager['tokens_per_s']:.2f}x "
-          f"(eager {eager['tokens_per_s']:,.0f} tokens/s, MFU "
-          f"{100 * (eager.get('mfu') or 0):.1f}%): the 'saving' of compile=auto's CUDA profile is "
-          f"{1 - eager['tokens_per_s'] / ref['tokens_per_s']:.0%}")
-if ref.get("mfu") is not None:
-    verdict = "met" if ref["mfu"] >= TARGET else "NOT met"
-    print(f"target MFU >= {TARGET:.0%} for pre_ln: {verdict} ({100 * ref['mfu']:.1f}%)")
-for verdict in sorted(out.glob("claims/*/verdict.json")):
-    v = json.loads(verdict.read_text())
-    print(f"claim smoke run {verdict.parent.name}: {v.get('verdict')} with {v.get('n_seeds')} seed(s) "
-          f"(the claim machinery ran end to end on this GPU; one seed decides nothing)")
-ddp = load("ddp_smoke")
-if ddp is not None:
-    print(f"DDP 2-process smoke run: {ddp.get('status')} (world size {ddp.get('world_size')}, "
-          f"loss {ddp.get('final_loss')})")
-    bad |= ddp.get("status") != "completed"
-sys.exit(1 if bad else 0)
-EOF
+    "$PYTHON" scripts/gpu_table.py "$OUT" --common "$COMMON $EXTRA" --archs "$ARCHS" --skipped "${skipped[*]:-}" \
+        ${DOC_HEADER:+--doc "$DOC" --header "$DOC_HEADER"}
 }
 
 if [ "$TABLE_ONLY" = 1 ]; then
+    # a table of finished runs goes into the doc only when asked (WRITE_DOC=1 given)
+    [ "$WRITE_DOC_GIVEN" = 1 ] && DOC_HEADER=${DOC_HEADER:-"gpu_check.sh's table of $OUT (TABLE_ONLY)"}
     table
     exit $?
 fi
@@ -239,8 +229,8 @@ print(f"{torch.cuda.device_count()}|{name} | torch {torch.__version__} | CUDA {t
 EOF
 ) || die "$info"
     gpus=${info%%|*}
-    GPU_NAME=${info#*|}
-    GPU_NAME=${GPU_NAME%% | *}
+    GPU_INFO=${info#*|}
+    GPU_NAME=${GPU_INFO%% | *}
     echo "gpu_check: ${info#*|}"
 fi
 
@@ -250,25 +240,34 @@ if [ "$NPROC" -gt 1 ]; then
     launcher=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" -m normbench)
     parallel=ddp
 fi
-echo "gpu_check: gpt2_124m, ${STEPS} steps/arch, micro-batch ${BATCH} x accum ${ACCUM} x 1024 tokens, bf16, compile, ${NPROC} GPU(s) -> $OUT"
+sweep_mode=eager
+[ "$SWEEP_COMPILE" = 1 ] && sweep_mode=compiled
+echo "gpu_check: gpt2_124m, micro-batch ${BATCH} x accum ${ACCUM} x 1024 tokens, bf16, ${NPROC} GPU(s); the first arch compiled, ${STEPS} steps; the sweep ${sweep_mode} -> $OUT"
 echo "gpu_check: archs: $ARCHS"
 first_arch=${ARCHS%% *}
 [[ " $ARCHS " == *" pre_ln "* ]] && first_arch=pre_ln
 rest_archs=$(for a in $ARCHS; do [ "$a" = "$first_arch" ] || printf '%s ' "$a"; done)
 do_eager=0
 [ "$EAGER_REF" = 1 ] && [ "$first_arch" = pre_ln ] && do_eager=1
+do_ddp=0
+[ "$DDP_SMOKE" = 1 ] && [ "$gpus" -ge 2 ] && do_ddp=1
 [ "$CLAIM" = none ] && CLAIM=
 # the claim's own scale=gpu settings (gpt2_124m, bf16, eager), one seed, shortened
 CLAIM_ARGS="$CLAIM scale=gpu seeds=1 out=$OUT/claims trainer.max_steps=$CLAIM_STEPS trainer.eval_every=100 \
 trainer.eval_batches=2 trainer.ckpt_every=100000 trainer.log_every=50 diag=off"
 
-# ---- the budget plan: each run's time by the estimates (EST_*), against BUDGET_S
+# ---- the budget plan: each run's time by the estimates (EST_*), against BUDGET_S; it picks the sweep's steps
 # shellcheck disable=SC2046
-"$PYTHON" scripts/gpu_budget.py --first "$first_arch" --rest "$rest_archs" $([ "$do_eager" = 1 ] && echo --eager) \
-    --claim "${CLAIM:-}" --common "$COMMON" --gpu "${PEAK_FLOPS:-${GPU_NAME:-H200}}" --budget "$BUDGET_S" \
-    --steps "$STEPS" --batch "$BATCH" --accum "$ACCUM" --nproc "$NPROC" --claim-steps "$CLAIM_STEPS" \
+budget=$("$PYTHON" scripts/gpu_budget.py --first "$first_arch" --rest "$rest_archs" $([ "$do_eager" = 1 ] && echo --eager) \
+    --claim "${CLAIM:-}" $([ "$do_ddp" = 1 ] && echo --ddp) --common "$COMMON" --gpu "${PEAK_FLOPS:-${GPU_NAME:-H200}}" \
+    --budget "$BUDGET_S" --steps "$STEPS" --min-steps "$MIN_STEPS" --sweep "$sweep_mode" --fit-steps \
+    --batch "$BATCH" --accum "$ACCUM" --nproc "$NPROC" --claim-steps "$CLAIM_STEPS" \
+    $([ "$PLAN_ONLY" = 1 ] && echo --standard-flops) \
     --start "${EST_START_S:-15}" --compile "${EST_COMPILE_S:-60}" --compile-next "${EST_COMPILE_NEXT_S:-35}" \
-    --mfu "${EST_MFU:-0.40}" --eager-mfu "${EST_EAGER_MFU:-0.25}" || die "cannot make the budget plan (above)"
+    --mfu "${EST_MFU:-0.40}" --eager-mfu "${EST_EAGER_MFU:-0.25}") || die "cannot make the budget plan (above)"
+echo "$budget"
+SWEEP_STEPS=${SWEEP_STEPS:-$(sed -n 's/.*sweep_steps=\([0-9]*\).*/\1/p' <<<"$budget")}
+[ -n "$SWEEP_STEPS" ] || die "the budget plan named no sweep_steps (above)"
 
 # one run: run NAME TIMEOUT LAUNCHER... -- OVERRIDES...; DRY_RUN prints the command instead
 run() {
@@ -298,41 +297,39 @@ slowest=0
 failed=0
 skipped=()
 
-arch_run() {  # arch_run ARCH: the compiled run of one arch, timed; returns its exit status
-    local arch=$1 t0 rc took
+arch_run() {  # arch_run NAME ARCH COMPILE STEPS: one arch's run, timed; returns its exit status
+    local name=$1 arch=$2 compile=$3 steps=$4 t0 rc took
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    run "$arch" "$RUN_TIMEOUT_S" "${launcher[@]}" train $COMMON arch="$arch" compile=true parallel="$parallel" $EXTRA
+    run "$name" "$RUN_TIMEOUT_S" "${launcher[@]}" train $COMMON arch="$arch" compile="$compile" \
+        trainer.max_steps="$steps" parallel="$parallel" $EXTRA
     rc=$?
     took=$(( $(date +%s) - t0 ))
-    [ "$took" -gt "$slowest" ] && slowest=$took
+    # the measure of the next sweep run: the slowest one so far (the compiled first run is no measure of it)
+    if [ "$name" != "$first_arch" ] && [ "$took" -gt "$slowest" ]; then slowest=$took; fi
     if [ "$rc" -ne 0 ]; then
         failed=1
-        echo "gpu_check: [$arch] FAILED (exit $rc after ${took}s); last lines of $OUT/$arch.log:" >&2
-        tail -n 15 "$OUT/$arch.log" >&2
+        echo "gpu_check: [$name] FAILED (exit $rc after ${took}s); last lines of $OUT/$name.log:" >&2
+        tail -n 15 "$OUT/$name.log" >&2
     elif [ "$DRY_RUN" != 1 ]; then
-        echo "gpu_check: [$arch] done in ${took}s"
+        echo "gpu_check: [$name] done in ${took}s"
     fi
     return "$rc"
 }
 
-# the reference first: if it fails, the setup is wrong and nothing else is worth the GPU time
-if ! arch_run "$first_arch"; then
+# the reference first, compiled: if it fails, the setup is wrong and nothing else is worth the GPU time
+if ! arch_run "$first_arch" "$first_arch" true "$STEPS"; then
     echo "gpu_check: the first run failed: stopping here (fix the setup, then rerun)" >&2
     exit 1
 fi
 
-# eager pre_ln: how much compile buys on this GPU
-if [ "$do_eager" = 1 ]; then
-    # shellcheck disable=SC2086
-    run pre_ln_eager "$RUN_TIMEOUT_S" "${launcher[@]}" train $COMMON arch=pre_ln compile=false parallel="$parallel" $EXTRA \
-        || { failed=1; echo "gpu_check: [pre_ln_eager] FAILED; see $OUT/pre_ln_eager.log" >&2; }
-fi
+# eager pre_ln: how much compile buys on this GPU, and the reference of the eager sweep
+if [ "$do_eager" = 1 ]; then arch_run pre_ln_eager pre_ln false "$SWEEP_STEPS"; fi
 
 # the claim smoke run: reproduce's sweep (2 runs), measurement, verdict and report on CUDA; one seed is too few
 # for a verdict to mean anything, so only its completing is checked
 if [ -n "$CLAIM" ]; then
-    if [ "$DRY_RUN" = 1 ]; then
+    if [ "$DRY_RUN" = 1 ] && [ "$PLAN_ONLY" != 1 ]; then
         # shellcheck disable=SC2086
         "$PYTHON" -m normbench reproduce $CLAIM_ARGS $EXTRA --dry-run >/dev/null \
             || die "the claim smoke run's plan is refused: $PYTHON -m normbench reproduce $CLAIM_ARGS --dry-run"
@@ -342,25 +339,31 @@ if [ -n "$CLAIM" ]; then
         || { failed=1; echo "gpu_check: [claim_smoke] FAILED; see $OUT/claim_smoke.log" >&2; }
 fi
 
-# DDP smoke run: 2 processes, 10 steps, when 2+ GPUs exist
-if [ "$DDP_SMOKE" = 1 ] && [ "$gpus" -ge 2 ]; then
+# DDP smoke run: 2 processes, 10 steps, eager (the sweep's mode), when 2+ GPUs exist
+if [ "$do_ddp" = 1 ]; then
     # shellcheck disable=SC2086
     run ddp_smoke "$RUN_TIMEOUT_S" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node=2 -m normbench \
-        train $COMMON arch=pre_ln compile=true parallel=ddp trainer.max_steps=10 $EXTRA \
+        train $COMMON arch=pre_ln compile=false parallel=ddp trainer.max_steps=10 $EXTRA \
         || { failed=1; echo "gpu_check: [ddp_smoke] FAILED; see $OUT/ddp_smoke.log" >&2; }
 elif [ "$DDP_SMOKE" = 1 ]; then
     echo "gpu_check: one GPU: no DDP smoke run (it needs 2)"
 fi
 
-# the other archs, while the budget lasts (the slowest arch run so far as the measure of the next)
+# the other archs, while the budget lasts (the slowest sweep run so far as the measure of the next)
+sweep_compile=false
+[ "$SWEEP_COMPILE" = 1 ] && sweep_compile=true
 for arch in $rest_archs; do
     if [ "$DRY_RUN" != 1 ] && [ $(( $(date +%s) - start + slowest )) -gt "$BUDGET_S" ]; then
         skipped+=("$arch")
         continue
     fi
-    arch_run "$arch"
+    arch_run "$arch" "$arch" "$sweep_compile" "$SWEEP_STEPS"
 done
 
+if [ "$DRY_RUN" = 1 ] && [ "$PLAN_ONLY" = 1 ]; then
+    echo "gpu_check: dry run done: ${#planned[@]} runs planned; their configs are checked once normbench is installed"
+    exit 0
+fi
 if [ "$DRY_RUN" = 1 ]; then
     # every planned run's config composes and passes normbench's checks (the CPU side of each run)
     "$PYTHON" - "${planned[@]}" <<'EOF' || die "a planned run's config is refused (above)"
@@ -382,11 +385,16 @@ print(f"gpu_check: dry run done: {len(sys.argv) - 1} run configs compose and pas
 EOF
     exit 0
 fi
+if [ "$WRITE_DOC" = 1 ]; then
+    DOC_HEADER="gpu_check.sh on ${GPU_INFO:-a GPU}, $(date -u +%Y-%m-%d): gpt2_124m, bf16, micro-batch $BATCH x \
+accum $ACCUM x 1024 tokens, $NPROC GPU(s); pre_ln compiled at $STEPS steps, the sweep $sweep_mode at $SWEEP_STEPS \
+steps (OUT=$OUT)"
+fi
 table
 table_rc=$?
 if [ "${#skipped[@]}" -gt 0 ]; then
     echo "gpu_check: skipped to stay within BUDGET_S=${BUDGET_S}s: ${skipped[*]}"
-    echo "gpu_check: a second try of just those, into this table: OUT=$OUT ARCHS=\"${skipped[*]}\" EAGER_REF=0 CLAIM=none bash scripts/gpu_check.sh"
+    echo "gpu_check: a second try of just those, into this table: OUT=$OUT ARCHS=\"${skipped[*]}\" EAGER_REF=0 CLAIM=none SWEEP_STEPS=$SWEEP_STEPS bash scripts/gpu_check.sh"
 fi
 echo "gpu_check: total $(( $(date +%s) - start ))s; runs in $OUT"
 if [ "$failed" -ne 0 ] || [ "$table_rc" -ne 0 ]; then
