@@ -112,17 +112,18 @@ def test_gpu_check_dry_run_plans_every_arch_and_a_ddp_smoke_run():
     assert list(planned)[:3] == ["pre_ln", "pre_ln_eager", "claim_smoke"]
     claim = planned["claim_smoke"].split()
     assert claim[claim.index("reproduce") + 1 :][:3] == ["rmsnorm_parity", "scale=gpu", "seeds=1"]
-    assert "trainer.max_steps=300" in claim and "out=/nonexistent/gpu_check/claims" in claim
-    for arch in ARCHS:
+    assert "trainer.max_steps=100" in claim and "out=/nonexistent/gpu_check/claims" in claim
+    for arch in ARCHS:  # pre_ln compiled, the sweep eager (issue 44: compiling every arch does not fit the budget)
         cmd = planned[arch].split()
-        assert {f"arch={arch}", "model=gpt2_124m", "precision=bf16", "compile=true", "device=cuda"} <= set(cmd)
+        mode = "compile=true" if arch == "pre_ln" else "compile=false"
+        assert {f"arch={arch}", "model=gpt2_124m", "precision=bf16", mode, "device=cuda"} <= set(cmd)
     assert "compile=false" in planned["pre_ln_eager"].split()
     assert "--nproc_per_node=2" in planned["ddp_smoke"] and "parallel=ddp" in planned["ddp_smoke"]
     assert f"{len(ARCHS) + 2} run configs compose and pass the config checks" in proc.stdout
     # the budget plan with the defaults on an H200: every run, pre_ln's steps 50 x (64 Ki tokens x its FLOPs per
     # token / 40% of 989 TFLOP/s), i.e. 0.1-0.2 s each, after 15 s of start-up and 60 s of compiling
     rows = budget_rows(proc.stdout)
-    assert set(rows) == {*ARCHS, "pre_ln_eager", "claim rmsnorm_parity"} and rows["pre_ln"][2] == "fits"
+    assert set(rows) == {*ARCHS, "pre_ln_eager", "claim rmsnorm_parity", "ddp_smoke"} and rows["pre_ln"][2] == "fits"
     assert 15 + 60 + 50 * 0.1 < rows["pre_ln"][0] < 15 + 60 + 50 * 0.2
     assert "BUDGET_S=480 s on H200 (989 TFLOP/s bf16" in proc.stdout
     one = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "1", "ARCHS": "ngpt", "CLAIM": "none"})
