@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import site
 import subprocess
 import sys
 import urllib.request
@@ -127,10 +128,11 @@ def node_venv_through_pth(tmp_path: Path) -> Path:
     them, come from another one's site-packages through a .pth file."""
     node = tmp_path / "node"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(node)], check=True)
-    code = "import site, json; print(json.dumps(site.getsitepackages()))"
-    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # where this Python finds its packages (on a node whose tests run in install-offline's .venv, that is
+    # itself a .pth away from torch)
+    here = wheelhouse.node_facts(sys.executable)["site"] or site.getsitepackages()
     site_dir = next((node / "lib").glob("python*/site-packages"))
-    (site_dir / "node_torch.pth").write_text("".join(f"{d}\n" for d in json.loads(here)))
+    (site_dir / "node_torch.pth").write_text("".join(f"{d}\n" for d in here))
     return node / "bin" / "python"
 
 
