@@ -15,7 +15,10 @@ pure-Python wheels here, since the target cannot build them without an index.
 ``install`` makes ``VENV`` with ``--system-site-packages`` from the node's Python, so the node's
 own torch (and whatever else it has) stays in use, and pip-installs normbench (editable) from DIR
 alone: ``--no-index``, no configuration files, no ``PIP_*`` variables. When pip finds a
-requirement neither in DIR nor installed it prints one line naming it and exits 2.
+requirement neither in DIR nor installed it prints one line naming it and exits 2. A wheelhouse
+for another Python or platform (wheelhouse.json) is refused; ``VENV/normbench-offline.json``
+records which Python and wheelhouse made VENV: another Python's VENV is rebuilt, one without the
+record refused. ``stale`` is the Makefile's one line when such a VENV is older than pyproject.toml.
 
 Written with the standard library and pip only (pip's documented command line and its
 ``--report`` JSON, https://pip.pypa.io/en/stable/reference/installation-report/): it has to run
@@ -316,12 +319,15 @@ def venv_for(python: str, venv: Path, node: dict) -> None:
              f"it): remove it (rm -rf {venv}) and re-run, or give another VENV=")  # fmt: skip
     if stamp.exists():
         made = json.loads(stamp.read_text())
-        if (made.get("executable"), made.get("version")) == (node["executable"], node["version"]):
-            if (venv / "bin" / "python").exists():
-                return
-        print(f"wheelhouse: {venv} was made by {made.get('python')} ({made.get('executable')}, Python "
-              f"{made.get('version')}), not by {python} ({node['executable']}, Python {node['version']}): "
-              "rebuilding it")  # fmt: skip
+        same = (made.get("executable"), made.get("version")) == (node["executable"], node["version"])
+        if same and (venv / "bin" / "python").exists():
+            return
+        if same:
+            print(f"wheelhouse: {venv} has no bin/python (a try cut short): rebuilding it")
+        else:
+            print(f"wheelhouse: {venv} was made by {made.get('python')} ({made.get('executable')}, Python "
+                  f"{made.get('version')}), not by {python} ({node['executable']}, Python {node['version']}): "
+                  "rebuilding it")  # fmt: skip
         shutil.rmtree(venv)
     make_venv(python, venv, node)
 
