@@ -5,7 +5,8 @@ Under ``sp`` (the default) nothing here acts and the model and optimizer are tod
 every claim's LR was tuned) and, after Yang et al. 2022 (Tensor Programs V, arXiv:2203.03466, Table 3's
 Adam column; microsoft/mup's MuReadout / MuAdam), in the multiplier form that is exact at m = 1:
 
-- a hidden matrix (both dimensions grow with width): init variance 1/fan_in as today, Adam/Lion LR eta/m;
+- a hidden matrix (both dimensions grow with width): init std d_base's times sqrt(fan_in_base / fan_in) (its
+  own fan-in ratio: SwiGLU's c_proj 192 -> 704), Adam/Lion LR eta * fan_in_base / fan_in;
   weight decay lambda*m (``optim.mup_decay=width``: lr*lambda width-invariant, microsoft/mup's MuAdam),
   unchanged (``coupled``) or 0 (``none``); Adam eps/m with ``optim.mup_eps=width`` (Everett et al. 2024,
   arXiv:2407.05872: muP gradients shrink like 1/m, so a fixed eps weighs more with width);
@@ -20,7 +21,8 @@ Which parameter is which is read from its kind (model/kinds.py) and from its sha
 built at d_base on the meta device (microsoft/mup's base shapes): a dimension that differs grows with width.
 ``completep`` adds depth (Dey et al. 2025, arXiv:2505.01618, alpha = 1; EleutherAI/nanoGPT-mup's completep
 branch): each residual branch times L_base/L, no 1/sqrt(2L) output-projection init on top, hidden LR
-unchanged in depth (L^(alpha-1) = 1) and eps also divided by L/L_base. Only placements whose residual
+unchanged in depth (L^(alpha-1) = 1) and, inside the residual branches only, eps also divided by L/L_base
+(the embedding, final norm and head outside them: eps/m; :func:`branch_params`). Only placements whose residual
 stream is never normalized (Pre-LN's family, read from the block specs) get it.
 
 Muon: its orthogonalized update already has the spectral size the muP condition asks of a hidden matrix
