@@ -44,11 +44,14 @@ def group_of(opt, model, name: str) -> dict:
     return next(g for g in opt.param_groups if any(q is p for q in g["params"]))
 
 
+@pytest.mark.parametrize("tied", ["true", "false"])
 @pytest.mark.parametrize("arch", ["pre_ln", "post_ln"])
-def test_sp_is_todays_model_and_mup_at_the_base_width_is_sp_bit_for_bit(arch):
-    plain = losses(f"arch={arch}")
-    assert losses(f"arch={arch}", "model.param=sp") == plain
-    assert losses(f"arch={arch}", "model.param=mup") == plain  # m = 1: every multiplier is 1
+def test_sp_is_todays_model_and_mup_at_the_base_width_is_sp_bit_for_bit(arch, tied):
+    """Untied too: muP's readout std is drawn once, in SP's place, so the same RNG draws follow (a second head
+    draw shifted the embedding's: start loss 5.600 under SP, 5.649 under muP, before the fix)."""
+    plain = losses(f"arch={arch}", f"model.tie_embeddings={tied}")
+    assert losses(f"arch={arch}", f"model.tie_embeddings={tied}", "model.param=sp") == plain
+    assert losses(f"arch={arch}", f"model.tie_embeddings={tied}", "model.param=mup") == plain  # m = 1: all 1
     assert plain[-1] < plain[0]
 
 
@@ -98,14 +101,39 @@ def test_mup_init_keeps_the_embedding_and_readout_constant_and_scales_the_logits
     torch.testing.assert_close(model(x)[0] * 0.25, logits)
 
 
+def test_mup_init_follows_each_matrix_fan_in_ratio():
+    """d 256, SwiGLU: c_proj's fan_in grows 192 -> 704, so its std is sqrt(192/704) of d_base's, not 1/2
+    (4.4% apart); scaled_init's 1/sqrt(2L) = 1/2 on top (tiny: L = 2). q/k/v's fan_in grows 64 -> 256."""
+    _, model, _ = built(*D256)
+    base = 0.02 * math.sqrt(768 / 64)  # `auto` at d_base 64
+    core = model.blocks[0].mlp.core
+    assert (core.c_proj.in_features, model.mup_fan_in_base["blocks.0.mlp.core.c_proj"]) == (704, 192)
+    assert core.c_proj.weight.std().item() == pytest.approx(base * math.sqrt(192 / 704) / 2, rel=0.01)  # 0.01809
+    assert core.c_fc.weight.std().item() == pytest.approx(base / 2, rel=0.01)
+    assert model.blocks[0].attn.core.c_proj.weight.std().item() == pytest.approx(base / 4, rel=0.01)  # 0.01732
+    assert built()[1].mup_fan_in_base == {} and built("model.param=mup")[1].mup_fan_in_base == {}  # sp, d_base
+
+
 def test_completep_scales_branches_and_drops_the_depth_scaled_init():
     _, model, _ = built("model.param=completep", "model.n_layer=8", "model.mup_base_depth=2")
     subs = [b.attn for b in model.blocks] + [b.mlp for b in model.blocks]
     assert {s.branch_scale for s in subs} == {0.25}
     std = model.blocks[0].attn.core.c_attn.weight.std().item()
     assert model.blocks[0].attn.core.c_proj.weight.std().item() == pytest.approx(std, rel=0.05)  # no 1/sqrt(2L)
-    opt = built("model.param=completep", "model.n_layer=8", "optim.mup_eps=width")[2]
-    assert [g["eps"] for g in opt.param_groups] == pytest.approx([1e-8 / 4] * len(opt.param_groups))  # / (m * L/L_b)
+
+
+def test_completep_eps_takes_the_depth_factor_inside_the_branches_only():
+    """d 256 (m = 4), L 8 (L/L_base = 4), untied head: a block's parameters eps / (m * L/L_base) = 1e-8/16;
+    the embedding, the final norm and the head sit outside every branch (their gradients do not shrink with
+    depth): eps / m = 1e-8/4 (EleutherAI/nanoGPT-mup; docs/mup.md)."""
+    extra = ("model.n_layer=8", "optim.mup_eps=width", "model.tie_embeddings=false")
+    _, model, opt = built(*D256[1:], "model.param=completep", *extra)
+    for name in ("blocks.0.attn.core.c_attn.weight", "blocks.7.mlp.core.c_proj.weight",
+                 "blocks.3.attn.norm_in.weight", "blocks.3.mlp.norm_in.weight"):  # fmt: skip
+        assert group_of(opt, model, name)["eps"] == pytest.approx(1e-8 / 16), name
+    for name in ("wte.weight", "ln_f.weight", "lm_head.weight"):
+        assert group_of(opt, model, name)["eps"] == pytest.approx(1e-8 / 4), name
+    assert sorted({g["eps"] for g in opt.param_groups}) == pytest.approx([1e-8 / 16, 1e-8 / 4])
 
 
 @pytest.mark.parametrize(

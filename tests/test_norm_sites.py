@@ -360,6 +360,17 @@ def test_sandwich_depth_gain_init_by_hand():
     assert custom.blocks[0].mlp.norm_out.weight[0].item() == pytest.approx(2.0)
 
 
+def test_sandwich_depth_with_seednorm_inits_its_output_gamma_to_c_over_sqrt_l():
+    """SeeDNorm's gamma is a per-channel gain: accepted, gamma_out = 0.283/2 and 0.432/2 at L = 4, alpha and
+    beta at their own init (1, 0)."""
+    model, _ = make("arch=sandwich_depth", "norm=seednorm", "model.n_layer=4")
+    for b in model.blocks:
+        assert b.attn.norm_out.weight.tolist() == pytest.approx([0.1415] * 32)
+        assert b.mlp.norm_out.weight.tolist() == pytest.approx([0.216] * 32)
+        assert torch.all(b.attn.norm_out.seed_alpha == 1.0) and torch.all(b.attn.norm_out.seed_beta == 0.0)
+        assert torch.all(b.mlp.norm_in.weight == 1.0)
+
+
 @pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
 def test_sandwich_depth_block_equation(norm):
     model, _ = make("arch=sandwich_depth", f"norm={norm}", "model.n_layer=2")

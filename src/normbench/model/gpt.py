@@ -16,6 +16,9 @@ Init (docs/architectures.md §5):
 - ``arch.small_init`` (hybridnorm): std = sqrt(2/(5d)), truncated at 3 std (OLMo "full_megatron").
   The untied LM head (if any) gets the same std (OLMo's full_megatron gives it d^-0.5; the
   HybridNorm recipe ties embeddings, so this does not arise there).
+- ``model.param=mup``/``completep`` (model/mup.py, docs/mup.md): each hidden matrix at the rule at d_base times
+  sqrt(fan_in_base / fan_in), its own fan-in ratio; the embedding and the readout at d_base's std. At d_base
+  each Linear is drawn once with SP's std, so muP there is SP bit for bit (tied or untied head).
 - deepnorm: the paper's init, not torchscale's: xavier_normal(gain=beta) on the MLP
   matrices, v and the attention output; xavier_normal(gain=1) on q and k. Fused matrices are
   initialised per logical matrix (q, k, v rows of c_attn; the up and gate halves of a SwiGLU
@@ -81,6 +84,10 @@ class Sublayer(nn.Module):
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.alpha = float(spec.alpha)  # a Python float: survives meta-device init / to_empty
         self.branch_scale = 1.0  # CompleteP's L_base / L on the branch (model/mup.py); set by the GPT
+
+    def branch(self) -> list[nn.Module]:
+        """The modules whose output ``branch_scale`` multiplies (their gradients carry CompleteP's L_base / L)."""
+        return [m for m in (self.norm_in, self.core, self.norm_out) if m is not None]
 
     def residual_side(self) -> list[nn.Module]:
         """Norms whose output is this sublayer's output or the residual stream (their gains: ``norm_out``)."""
@@ -191,6 +198,8 @@ class GPT(CausalLM, nn.Module):
             for sub in self.modules():
                 if isinstance(sub, Sublayer):
                     sub.branch_scale = 1.0 / mup.depth_mult(mcfg)
+        # muP off d_base: each Linear's fan_in in this model built at d_base (its init follows its own ratio)
+        self.mup_fan_in_base = mup.base_fan_ins(lambda base: type(self)(base, arch, norm_cfg, vocab_size), mcfg)
         self._init_weights(mcfg, arch)
         if getattr(arch, "gain_offset", False):  # Gemma: every norm gain stored as 1 + w, w = 0 at init
             gains = [m for m in self.modules() if getattr(type(m), "has_gain", False) and m.weight is not None]
@@ -222,10 +231,21 @@ class GPT(CausalLM, nn.Module):
             return math.sqrt(2.0 / (5.0 * d))
         return init_std_of(mcfg.init_std, d)
 
+    def _linear_stds(self, mcfg, arch) -> dict[int, float]:
+        """muP's init std of each Linear (by id; {} under sp): the readout at d_base's std, and each hidden matrix
+        at the rule at d_base times sqrt(fan_in_base / fan_in), its own fan-in ratio as its LR's (SwiGLU's
+        c_proj grows 192 -> 704, not x4). At d_base every value is SP's std, so muP draws what SP draws."""
+        if not mup.active(mcfg):
+            return {}
+        base, fan_in = mup.base_std(GPT._init_rule, mcfg, arch), self.mup_fan_in_base
+        stds = {id(m): base * math.sqrt(fan_in[n] / m.in_features) for n, m in self.named_modules() if n in fan_in}
+        stds[id(self.lm_head)] = base  # held at d_base's; a tied head is overwritten by the embedding below
+        return stds
+
     def _init_weights(self, mcfg, arch) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
         tiny = getattr(arch, "tiny_init", False)
-        std = self.init_std(mcfg, arch)
+        std, stds = self.init_std(mcfg, arch), self._linear_stds(mcfg, arch)
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else (0.5 if tiny else std)
         if mup.active(mcfg) and arch.embed_init_std is None and not tiny:  # muP: constant in width
             emb_std = mup.base_std(GPT._init_rule, mcfg, arch)
@@ -239,11 +259,9 @@ class GPT(CausalLM, nn.Module):
         inside = norm_internal(self)  # a norm's own layers keep the norm's init
         for mod in self.modules():
             if isinstance(mod, nn.Linear) and id(mod) not in inside:
-                normal(mod.weight, std)
+                normal(mod.weight, stds.get(id(mod), std))  # one draw per Linear, the head's too
                 if mod.bias is not None:
                     nn.init.zeros_(mod.bias)
-        if mup.active(mcfg) and self.lm_head.weight is not self.wte.weight:  # muP readout: std held at d_base's
-            normal(self.lm_head.weight, mup.base_std(GPT._init_rule, mcfg, arch))
         for mod in self.modules():  # after the Linears: a tied lm_head must not overwrite the embedding's init
             if isinstance(mod, nn.Embedding) and id(mod) not in inside:
                 normal(mod.weight, emb_std)
@@ -265,7 +283,7 @@ class GPT(CausalLM, nn.Module):
         elif arch.scaled_init and getattr(mcfg, "param", "sp") != "completep":  # CompleteP: no 1/sqrt(2L)
             for block in self.blocks:
                 for proj in (block.attn.core.c_proj, block.mlp.core.c_proj):
-                    normal(proj.weight, std / math.sqrt(2 * L))
+                    normal(proj.weight, stds.get(id(proj), std) / math.sqrt(2 * L))
 
     # ----- forward -----
 

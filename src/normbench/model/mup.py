@@ -5,7 +5,8 @@ Under ``sp`` (the default) nothing here acts and the model and optimizer are tod
 every claim's LR was tuned) and, after Yang et al. 2022 (Tensor Programs V, arXiv:2203.03466, Table 3's
 Adam column; microsoft/mup's MuReadout / MuAdam), in the multiplier form that is exact at m = 1:
 
-- a hidden matrix (both dimensions grow with width): init variance 1/fan_in as today, Adam/Lion LR eta/m;
+- a hidden matrix (both dimensions grow with width): init std d_base's times sqrt(fan_in_base / fan_in) (its
+  own fan-in ratio: SwiGLU's c_proj 192 -> 704), Adam/Lion LR eta * fan_in_base / fan_in;
   weight decay lambda*m (``optim.mup_decay=width``: lr*lambda width-invariant, microsoft/mup's MuAdam),
   unchanged (``coupled``) or 0 (``none``); Adam eps/m with ``optim.mup_eps=width`` (Everett et al. 2024,
   arXiv:2407.05872: muP gradients shrink like 1/m, so a fixed eps weighs more with width);
@@ -20,7 +21,8 @@ Which parameter is which is read from its kind (model/kinds.py) and from its sha
 built at d_base on the meta device (microsoft/mup's base shapes): a dimension that differs grows with width.
 ``completep`` adds depth (Dey et al. 2025, arXiv:2505.01618, alpha = 1; EleutherAI/nanoGPT-mup's completep
 branch): each residual branch times L_base/L, no 1/sqrt(2L) output-projection init on top, hidden LR
-unchanged in depth (L^(alpha-1) = 1) and eps also divided by L/L_base. Only placements whose residual
+unchanged in depth (L^(alpha-1) = 1) and, inside the residual branches only, eps also divided by L/L_base
+(the embedding, final norm and head outside them: eps/m; :func:`branch_params`). Only placements whose residual
 stream is never normalized (Pre-LN's family, read from the block specs) get it.
 
 Muon: its orthogonalized update already has the spectral size the muP condition asks of a hidden matrix
@@ -34,6 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.nn as nn
 
 from normbench.errors import ConfigError
@@ -146,8 +149,23 @@ ONE = Scale()
 
 def base_config(cfg: Any) -> Any:
     """``cfg`` at d_base (d_head held): the config of the model whose shapes are the base shapes."""
-    m = cfg.model
-    return _Replaced(cfg, model=_Replaced(m, d_model=m.mup_base_width, n_head=m.mup_base_width // m.mup_head_dim))
+    return _Replaced(cfg, model=base_model_config(cfg.model))
+
+
+def base_model_config(mcfg: Any) -> Any:
+    """The ``model`` section at d_base, d_head held (the head count shrinks with the width)."""
+    base = mcfg.mup_base_width
+    return _Replaced(mcfg, d_model=base, n_head=base // mcfg.mup_head_dim)
+
+
+def base_fan_ins(build, mcfg: Any) -> dict[str, int]:
+    """Each Linear's fan_in in the same model built at d_base on the meta device (``build(model section)``), by
+    module name; {} under sp and at d_base, where every ratio is 1 and no twin is built."""
+    if not active(mcfg) or mcfg.d_model == mcfg.mup_base_width:
+        return {}
+    with torch.device("meta"):
+        twin = build(base_model_config(mcfg))
+    return {n: mod.in_features for n, mod in twin.named_modules() if isinstance(mod, nn.Linear)}
 
 
 def shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
@@ -165,6 +183,17 @@ class _Replaced:
         return values[name] if name in values else getattr(self._inner, name)
 
 
+def branch_params(model: nn.Module) -> set[int]:
+    """The ids of the parameters inside a residual branch (model/gpt.py ``Sublayer.branch``): CompleteP's
+    branch multiplier L_base / L scales their gradients, so their Adam eps takes the depth factor too. The
+    embedding, the final norm, the head and NormFormer's residual scale sit outside every branch: their
+    gradients do not shrink with depth and their eps is divided by m only (EleutherAI/nanoGPT-mup, docs/mup.md)."""
+    from normbench.model.gpt import Sublayer  # gpt.py imports this module
+
+    subs = [mod for mod in model.modules() if isinstance(mod, Sublayer)]
+    return {id(p) for sub in subs for part in sub.branch() for p in part.parameters()}
+
+
 def param_scales(model: nn.Module, cfg: Any, kinds: dict[str, str], base: dict[str, tuple[int, ...]]) -> dict:
     """name -> :class:`Scale` for every parameter whose optimizer settings muP changes (empty under sp);
     ``base``: each parameter's shape in the same model at d_base (:func:`base_config`, :func:`shapes`)."""
@@ -172,7 +201,7 @@ def param_scales(model: nn.Module, cfg: Any, kinds: dict[str, str], base: dict[s
     if not active(m):
         return {}
     params = dict(model.named_parameters())
-    eps_depth = depth_mult(m) if o.mup_eps == "width" else 1.0
+    in_branch = branch_params(model) if depth_mult(m) != 1.0 else set()
     out: dict[str, Scale] = {}
     for name, kind in kinds.items():
         shape, ref = tuple(params[name].shape), base.get(name)
@@ -181,6 +210,7 @@ def param_scales(model: nn.Module, cfg: Any, kinds: dict[str, str], base: dict[s
                 f"model.param={m.param}: parameter {name} has no counterpart at d_base; use model.param=sp"
             )
         grows = [s != r for s, r in zip(shape, ref)]
+        eps_depth = depth_mult(m) if id(params[name]) in in_branch else 1.0
         eps = 1.0 / (width_mult(m) * eps_depth) if o.mup_eps == "width" else 1.0
         if kind == "matrix" and all(grows):  # fan_out x fan_in, both in width: the hidden rule
             mult = shape[1] / ref[1]
