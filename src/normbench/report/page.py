@@ -106,9 +106,11 @@ def _body(blocks: list[tuple], out_dir: Path) -> list[str]:
     return body
 
 
-def to_html(blocks: list[tuple], out_dir: Path) -> str:
-    """The page, every figure embedded as a data URI (one file to send)."""
+def to_html(blocks: list[tuple], out_dir: Path, title: str = "normbench report") -> str:
+    """The page, every figure embedded as a data URI (one file to send); ``title`` names it in the browser's
+    tab and history (the sweep, or the claim)."""
+    plain = re.sub(r"[*`]", "", title)  # a <title> shows no Markdown
     head = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1"><title>normbench report</title>'
-            f"<style>{STYLE}</style></head>\n<body>\n")  # fmt: skip
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{html.escape(plain)}</title><style>{STYLE}</style></head>\n<body>\n")  # fmt: skip
     return head + "\n".join(_body(blocks, out_dir)) + "\n</body></html>\n"
