@@ -263,7 +263,7 @@ def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path, save: f
         made = layer_figures.plot_heatmap(groups, key, out_dir / name, save)
         add(name, made, layer_figures.ALT[key], key, layer_figures.caption_heatmap(key), lines=False)
     made = layer_figures.plot_layer_stats(groups, styles, out_dir / "layer_stats.png", save)
-    add("layer_stats.png", made, "five per-layer statistics against training step, one panel each", "var_resid",
+    add("layer_stats.png", made, "per-layer statistics against training step, one panel each", "var_resid",
         layer_figures.LAYER_CAPTION)  # fmt: skip
     if sweep:
         figures.plot_lr(sweep, groups, styles, out_dir / "lr_sweep.png", save)

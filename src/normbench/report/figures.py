@@ -113,11 +113,15 @@ def set_log(ax, which: str = "y", scale: bool = True) -> None:
     the labels only, on an axis already logarithmic (a colour bar's)."""
     from matplotlib.ticker import LogFormatter
 
+    class Plain(LogFormatter):  # which ticks get a label: LogFormatter's choice; the label: the number
+        def _num_to_string(self, x, vmin, vmax):
+            return f"{x:g}"
+
     axis = ax.yaxis if which == "y" else ax.xaxis
     if scale:
         getattr(ax, f"set_{which}scale")("log", nonpositive="mask")
-    axis.set_major_formatter(LogFormatter())
-    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+    axis.set_major_formatter(Plain())
+    axis.set_minor_formatter(Plain(labelOnlyBase=False))
 
 
 def log_if_wide(ax, values) -> None:

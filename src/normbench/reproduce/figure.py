@@ -168,9 +168,10 @@ def _plot_lr_grid(ax, t: dict, set_log) -> None:
     """Share of each group's seeds with outcome ``learned`` per LR (the largest-LR rule, as
     :func:`.measure.judge_test` counted it), log x; the dashed line marks the group's largest LR at
     which every seed learned."""
-    for label, share in reversed(t["learned_share"].items()):  # baseline first, as in the other panels
+    for i, (label, share) in enumerate(reversed(t["learned_share"].items())):  # baseline first, as elsewhere
         grid = sorted(share)
-        line = ax.plot(grid, [share[lr] for lr in grid], marker="o", label=side_name(label))[0]
+        name = side_name(label) + (" (baseline)" if i == 0 and len(t["learned_share"]) == 2 else "")
+        line = ax.plot(grid, [share[lr] for lr in grid], marker="o", label=name)[0]
         if (best := t["largest_lr"].get(label)) is not None:
             ax.axvline(best, ls="--", color=line.get_color(), alpha=0.6)
     set_log(ax, "x")
