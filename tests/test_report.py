@@ -639,3 +639,68 @@ def test_a_batchnorm_run_row_says_it_leaked(tmp_path):
     assert next(row for label, row in rows.items() if "rmsnorm" in label)["notes"] == ""
     runs = table(md, "run")
     assert "leaks the future" in runs["0"]["reason"] and "leaks" not in runs["1"]["reason"]
+
+
+# ----------------------------------------------------------------------------- figures at a paper's column width
+
+
+def svg_sizes(path) -> tuple[float, list[float]]:
+    """(the figure's width in inches, every text's font size in points) of an SVG figure: matplotlib writes
+    the width in pt and, with svg.fonttype none, each text's size in the same user units."""
+    text = path.read_text()
+    width = float(re.search(r'<svg[^>]* width="([\d.]+)pt"', text).group(1)) / 72
+    return width, [float(x) for x in re.findall(r"font-size:\s*([\d.]+)px", text)]
+
+
+def test_figures_at_a_single_column_have_no_text_under_7_pt(sweep, tmp_path):
+    root, _, _ = sweep
+    recs = fake_records(1.0)
+    for job, lr in enumerate((1e-3, 1e-2)):  # and a learning-rate figure, with its log x axis
+        make_run(tmp_path / "lr" / str(job), [f"optim.lr={lr}"], config(lr=lr), recs, summary_for(recs, "pre_ln", 0))
+    for runs, out in ((root, tmp_path / "col"), (tmp_path / "lr", tmp_path / "lrcol")):
+        assert report.main([str(runs), "--out", str(out), "--width", "3.3", "--format", "svg", "--dpi", "50"]) == 0
+    svgs = sorted((tmp_path / "col").glob("*.svg")) + sorted((tmp_path / "lrcol").glob("*.svg"))
+    assert {p.stem for p in svgs} >= {"loss_curves", "var_resid_depth", "grad_norm_layer_heatmap", "layer_stats",
+                                      "lr_sweep"}  # fmt: skip
+    for path in svgs:
+        width, sizes = svg_sizes(path)
+        assert width == pytest.approx(3.3, abs=0.01), path.name
+        assert sizes and min(sizes) >= 7.0, (path.name, sorted(sizes)[:3])
+    assert report.main([str(root), "--out", str(tmp_path / "x"), "--width", "1"]) == 2
+
+
+def captured(monkeypatch):
+    """The figures the report saves, kept open to look at (Output.save is where every figure ends)."""
+    from normbench.report import figures
+
+    figs, save = {}, figures.Output.save
+
+    def keep(self, fig, path):
+        figs[path.stem] = fig
+        save(self, fig, path)
+
+    monkeypatch.setattr(figures.Output, "save", keep)
+    return figs
+
+
+def test_one_scale_per_depth_figure_heatmaps_from_step_0_and_the_legend_in_the_sweeps_order(tmp_path, monkeypatch):
+    for job, arch in enumerate(("post_ln", "pre_ln")):  # the sweep ran post_ln first
+        recs = fake_records(1.0, diag_every=25)
+        for r in recs:  # at step 0 the variance spans 100x over depth, later 4x: one panel alone needs a log axis
+            if "var_resid" in r:
+                r["var_resid"] = [10.0**i if r["step"] == 0 else 1.0 + i for i in range(N_LAYER + 1)]
+        make_run(tmp_path / str(job), [f"arch={arch}"], config(arch), recs, summary_for(recs, arch, 0))
+    figs = captured(monkeypatch)
+    md = report.make_report(tmp_path, steps=[0, 50], width=3.3).read_text()
+    depth = [ax for ax in figs["var_resid_depth"].axes if ax.axison]
+    assert len(depth) == 3 and {ax.get_yscale() for ax in depth} == {"log"}
+    heat = [ax for ax in figs["grad_norm_layer_heatmap"].axes if ax.get_xlabel() == "training step"]
+    assert heat and all(ax.get_xlim()[0] == 0 for ax in heat)
+    legend = figs["loss_curves"].legends[0]
+    assert [t.get_text() for t in legend.get_texts()][:2] == ["arch = post_ln", "arch = pre_ln"]
+    heat_caption = md.split("### `grad_norm_layer_heatmap.png`")[1].split("###")[0]
+    assert "Heatmaps, one panel per group" in heat_caption and "line style" not in heat_caption
+    assert "Colour: `arch`" in md.split("### `loss_curves.png`")[1].split("###")[0]
+    page = (tmp_path / "report.html").read_text()
+    assert f"<title>normbench report: arch, 2 runs ({tmp_path.name})</title>" in page
+    assert 'alt="heatmaps of each block' in page and 'alt="var_resid"' not in page

@@ -199,7 +199,7 @@ def test_figure_formats_and_dpi(tmp_path):
     import matplotlib.image
 
     height, width = matplotlib.image.imread(out / "loss_curves.png").shape[:2]
-    assert width == round(6.6 * 60)  # 6.6 in wide (two single columns) at 60 dpi
+    assert width == round(6.8 * 60)  # 6.8 in wide (a paper's double column, the default) at 60 dpi
     md = (out / "report.md").read_text()
     assert "### `loss_curves.png` (also `loss_curves.pdf`, `loss_curves.svg`)" in md
     assert "Every figure: 8 runs in 4 groups; model tiny (2 blocks, 64 wide); 150 steps" in md

@@ -281,7 +281,7 @@ def test_no_run_judges_the_runs_there_are_and_writes_verdict_and_report(tmp_path
     assert "too few seeds: 2 values" in saved["reason"] and "1 of 3 runs not finished" in saved["reason"]
     assert saved["tests"][0]["ratio"] == pytest.approx(0.25)
     report = (tmp_path / "out" / "madeup" / "report.md").read_text()
-    assert report.startswith("**Verdict — madeup: INCONCLUSIVE at scale=cpu")
+    assert report.startswith("# Claim madeup: a made-up claim\n\n**Paper**: nobody 2025.\n\n**Verdict: INCONCLUSIVE**")
 
 
 def test_cli_list_and_errors(capsys):
@@ -381,7 +381,7 @@ def test_reproduce_end_to_end_writes_verdict_and_reuses_runs(tmp_path, monkeypat
         == 2
     )
     report = (out / "madeup" / "report.md").read_text()
-    assert report.startswith(f"**Verdict — madeup: {res['verdict']}")
+    assert f"**Verdict: {res['verdict']}** at scale=cpu" in report.split("## Tests")[0]
     assert (out / "madeup" / "claim.png").stat().st_size > 1000
     # the layer-skip eval: with every block in place it reproduces the trainer's final val loss
     for run in find_runs(out / "madeup" / "runs"):
@@ -507,3 +507,49 @@ def test_largest_lr_on_runs_counts_seeds_per_lr_and_draws_the_grid(tmp_path):
 
     png = plot_claim(res, runs, claim, tmp_path / "claim.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+PARITY = {"name": "loss on par", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
+          "baseline": {"norm": "layernorm"}, "band": [-0.02, 0.02]}  # fmt: skip
+GROWTH = {**VAR_TEST, "name": "variance growth", "group": {"norm": "rmsnorm"}, "baseline": {"norm": "layernorm"}}
+
+
+def test_the_claim_page_reads_like_its_report(tmp_path):
+    """Claim and paper first, the verdict naming the test it comes from (not the first test, which holds),
+    every effect RMSNorm − LayerNorm (the report's default baseline would be RMSNorm), numbers at their
+    interval's precision, the figure in three formats with words on its axes and no text under 7 pt."""
+    from normbench.reproduce import runner
+    from normbench.reproduce.summary import verdict_line
+
+    claim = write_claim(tmp_path / "claims", [PARITY, GROWTH], sweeps=({"norm": ["layernorm", "rmsnorm"]},))
+    root, _, _ = runner.plan(claim, "cpu", None, [], tmp_path / "out")
+    # loss: RMSNorm - LayerNorm = +0.004, +0.002, +0.010 by seed; variance growth: one seed goes the other way
+    for seed, (ln, rms, v_ln, v_rms) in enumerate([(2.0, 2.004, 40, 30), (2.05, 2.052, 44, 45), (1.98, 1.99, 36, 20)]):
+        fake_run(root / "sweep0" / f"ln{seed}", "pre_ln", seed, loss=ln, var_growth=v_ln, extra=["norm=layernorm"])
+        fake_run(root / "sweep0" / f"rms{seed}", "pre_ln", seed, loss=rms, var_growth=v_rms, extra=["norm=rmsnorm"])
+    res = runner.reproduce(claim, out=tmp_path / "out", log=lambda *_: None, launch=False)
+    assert [t["verdict"] for t in res["tests"]] == [V.HOLDS, V.INCONCLUSIVE] and res["verdict"] == V.INCONCLUSIVE
+    line = verdict_line(res)
+    assert line.startswith("madeup: INCONCLUSIVE at scale=cpu, decided by variance growth: INCONCLUSIVE")
+    assert "loss on par" not in line and "RMSNorm − LayerNorm" in line
+    page_dir = tmp_path / "out" / "madeup"
+    md = (page_dir / "report.md").read_text()
+    top, rest = md.split("## Tests")
+    assert top.index("**Paper**: nobody 2025") < top.index("**Verdict: INCONCLUSIVE**") < top.index("](claim.png)")
+    assert "decided by “variance growth”" in top and "loss on par" not in top
+    # the paired loss differences by hand: mean 0.005333, sd 0.004163, t(2) 4.303: half-width 0.0103 -> 3 places
+    assert "RMSNorm − LayerNorm: +0.005 [-0.005, +0.016] (paired)" in rest
+    assert "| norm | rmsnorm − layernorm | +0.005 [-0.005, +0.016] |" in rest  # the report's box: the same sign
+    assert "layernorm − rmsnorm" not in md
+    assert f"commit `{res['commit']}`" in rest and "6 runs" in rest
+    page = (page_dir / "report.html").read_text()
+    assert "**" not in page and "<strong>Verdict: INCONCLUSIVE</strong>" in page
+    assert "<title>Claim madeup: a made-up claim</title>" in page
+    assert re.search(r'<img alt="the claim&#x27;s tests: each side&#x27;s values by seed[^"]*best validation loss',
+                     page)  # fmt: skip
+    assert (page_dir / "claim.pdf").read_bytes().startswith(b"%PDF")
+    svg = (page_dir / "claim.svg").read_text()
+    sizes = [float(x) for x in re.findall(r"font-size:\s*([\d.]+)px", svg)]
+    assert sizes and min(sizes) >= 7.0
+    assert "best validation loss (nats/token)" in svg and "LayerNorm" in svg and "band of no meaningful" in svg
+    assert "best_val_loss" not in svg and "norm=rmsnorm" not in svg

@@ -36,24 +36,28 @@ def _target_text(target, defaults) -> str:
 
 def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters=None, baseline=None,
                  color_by=None, style_by=None, figures_too=True, *, metric: str = "best val loss",
-                 formats: tuple[str, ...] = figures.FORMATS, dpi: int = figures.DPI,
+                 formats: tuple[str, ...] = figures.FORMATS, dpi: int = figures.DPI, width: float = figures.WIDTH,
+                 title: str | None = None, head: list[tuple] = (),
                  ) -> tuple[Path, Path, list[Path], int]:  # fmt: skip
     """Write the report; return (report.md, report.html, figure paths, number of runs). Every input is
     checked before anything is written; the sections then follow in the order a reader asks: the
     answer (the verdict and setup boxes), the runs and their outcomes, time to target, per-layer
-    statistics, the baseline, the LR sweep, Optuna, every run, the figures."""
+    statistics, the baseline, the LR sweep, Optuna, every run, the figures. ``title``: the page's heading
+    and ``<title>`` (default: the sweep's, :func:`sweep_title`); ``head``: blocks before the answer (the
+    claim page of ``reproduce``: its claim, verdict and figure)."""
     dirs = [Path(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
     runs, groups = _grouped_runs(dirs, filters, group_by)
     for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
         if key:
             check_key(runs, key, flag)
     base = _baseline(baseline, groups)
-    check_formats(formats, dpi)
+    check_formats(formats, dpi, width)
     out_dir = Path(out) if out is not None else dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     defaults = {} if target is not None else default_targets(runs)
     chosen = (base[0], base[1][0]) if base else None
-    blocks = [("h", 1, "normbench report"), _answer(groups, chosen, metric, target, defaults)]
+    title = title or sweep_title(dirs, runs, groups)
+    blocks = [("h", 1, title), *head, _answer(groups, chosen, metric, target, defaults)]
     blocks += _overview(dirs, runs, groups, filters, target, defaults) + _layer_section(groups)
     if base:
         blocks += _baseline_section(groups, baseline, base, target, defaults)
@@ -67,21 +71,32 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     plots: list[Path] = []
     if figures_too:
         blocks += [("h", 2, "Figures"), ("p", f"Every figure: {figures.setup_caption(groups)}")]
-        save = figures.Output(tuple(formats), dpi)
+        save = figures.Output(tuple(formats), dpi, width)
         _figures(blocks, plots, groups, styles, sweep, steps, out_dir, save)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(to_markdown(blocks), encoding="utf-8")
-    html_path.write_text(to_html(blocks, out_dir), encoding="utf-8")
+    html_path.write_text(to_html(blocks, out_dir, title), encoding="utf-8")
     return md_path, html_path, plots, len(runs)
 
 
-def check_formats(formats, dpi) -> None:
+def sweep_title(dirs: list[Path], runs, groups) -> str:
+    """``normbench report: arch × norm, 12 runs (14-03-27)``: what was varied, how many runs, and where."""
+    varied = " × ".join(groups[0].settings) if groups and groups[0].settings else "one group"
+    where = ", ".join(d.resolve().name or str(d) for d in dirs)
+    return f"normbench report: {varied}, {len(runs)} runs ({where})"
+
+
+def check_formats(formats, dpi, width: float = figures.WIDTH) -> None:
     bad = [f for f in formats if f not in figures.ALL_FORMATS]
     if bad or not formats:
         raise ConfigError(f"--format {','.join(formats)}: {', '.join(bad) or 'nothing'} is not a figure format; "
                           f"choose from: {', '.join(figures.ALL_FORMATS)}")  # fmt: skip
     if not (isinstance(dpi, int) and 50 <= dpi <= 1200):
         raise ConfigError(f"--dpi {dpi}: choose a whole number from 50 to 1200")
+    low, high = figures.WIDTH_RANGE
+    if not (isinstance(width, (int, float)) and low <= width <= high):
+        raise ConfigError(f"--width {width}: choose a width in inches from {low:g} to {high:g} ({figures.SINGLE:g}: "
+                          f"a paper's single column, {figures.DOUBLE:g}: a double one)")  # fmt: skip
 
 
 def _answer(groups, chosen, metric: str, target, defaults) -> tuple:
@@ -226,34 +241,35 @@ def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path, save: f
         + "."
     )
 
-    def add(name: str, made: bool, what: str, key: str, caption: str) -> None:
+    def add(name: str, made: bool, what: str, key: str, caption: str, lines: bool = True) -> None:
         if made:
             stem = Path(name).stem
             plots.extend(out_dir / f"{stem}.{ext}" for ext in dict.fromkeys(("png", *save.formats)))
             others = ", ".join(f"`{stem}.{e}`" for e in save.formats if e != "png")
             also = f" (also {others})" if others else ""
-            blocks.extend([("h", 3, f"`{name}`{also}"), ("img", name, what, caption + legend)])
+            blocks.extend([("h", 3, f"`{name}`{also}"), ("img", name, what, caption + (legend if lines else ""))])
         else:  # say why instead of leaving a hole
             at = " at the chosen steps" if steps and key != "loss" else ""
             blocks.append(("p", f"`{name}` skipped: no run logged `{key}`{at}."))
 
     made = curve_figures.plot_losses(groups, styles, out_dir / "loss_curves.png", save)
-    add("loss_curves.png", made, "loss curves", "loss", curve_figures.caption_losses(groups))
+    add("loss_curves.png", made, "training and validation loss against training step, one line per group", "loss",
+        curve_figures.caption_losses(groups))  # fmt: skip
     for key, (name, *_) in curve_figures.DEPTH.items():
         chosen = steps if steps else curve_figures.default_depth_steps(groups, key)
         made = curve_figures.plot_depth(groups, styles, key, chosen, out_dir / name, save)
-        add(name, made, key, key, curve_figures.caption_depth(key, chosen, groups))
-    for key, (name, *_, caption) in layer_figures.HEATMAPS.items():
+        add(name, made, curve_figures.ALT[key], key, curve_figures.caption_depth(key, chosen, groups))
+    for key, (name, *_) in layer_figures.HEATMAPS.items():
         made = layer_figures.plot_heatmap(groups, key, out_dir / name, save)
-        add(name, made, f"{key} by layer and step", key, f"{caption}, one panel per group (mean over seeds), one "
-            "logarithmic colour scale for all panels.")  # fmt: skip
+        add(name, made, layer_figures.ALT[key], key, layer_figures.caption_heatmap(key), lines=False)
     made = layer_figures.plot_layer_stats(groups, styles, out_dir / "layer_stats.png", save)
-    add("layer_stats.png", made, "per-layer statistics vs step", "var_resid", layer_figures.LAYER_CAPTION)
+    add("layer_stats.png", made, "per-layer statistics against training step, one panel each", "var_resid",
+        layer_figures.LAYER_CAPTION)  # fmt: skip
     if sweep:
         figures.plot_lr(sweep, groups, styles, out_dir / "lr_sweep.png", save)
-        add("lr_sweep.png", True, "best val loss vs learning rate", "val_loss", "Best validation loss against the "
-            "peak learning rate: filled point, every seed learned; hollow, some did not; squares, stuck runs; ×, an "
-            "lr where a run diverged.")  # fmt: skip
+        add("lr_sweep.png", True, "best validation loss against the peak learning rate, one line per group",
+            "val_loss", "Best validation loss against the peak learning rate: filled point, every seed learned; "
+            "hollow, some did not; squares, stuck runs; ×, an lr where a run diverged.")  # fmt: skip
 
 
 def make_report(root, target_loss: float | None = None, steps: list[int] | None = None, out=None, **kw) -> Path:
@@ -303,6 +319,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--dpi", type=int, default=figures.DPI, help=f"resolution of PNG figures (default {figures.DPI})"
     )
+    parser.add_argument("--width", type=float, default=figures.WIDTH, metavar="INCHES",
+                        help=f"the figures' printed width: {figures.SINGLE:g} (a paper's single column) or "
+                             f"{figures.DOUBLE:g} (double, the default); every text 7 pt or more at it")  # fmt: skip
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help or a usage error: argparse has printed it
@@ -312,7 +331,7 @@ def main(argv: list[str]) -> int:
         formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
         md, page, plots, n = build_report(args.dirs, args.target, args.steps, args.out, args.group_by, args.filters,
                                           args.baseline, args.color_by, args.style_by, not args.no_figures,
-                                          metric=metric, formats=formats, dpi=args.dpi)  # fmt: skip
+                                          metric=metric, formats=formats, dpi=args.dpi, width=args.width)  # fmt: skip
     except ConfigError as e:
         print(f"normbench: error: {e}", file=sys.stderr)
         return 2

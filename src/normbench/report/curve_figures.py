@@ -6,8 +6,9 @@ curves and their seed bands alone: the gaps between groups that (a) squeezes int
 Stuck and diverged runs sit above a zoomed range; they are clipped and marked on its top edge.
 
 Depth profiles: one panel per chosen step, each with its own y-range (values shrink by orders of
-magnitude during training, and one shared range would flatten the later panels), logarithmic where
-that panel's values span more than 30x.
+magnitude during training, and one shared range would flatten the later panels), on one scale for the
+whole figure: logarithmic in every panel when any panel's values span more than 30x (the panels show one
+quantity, so a reader compares their shapes; a scale switching from panel to panel would hide that).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from normbench.report.figures import (
     _mean_band,
     _single,
     baselines_of,
-    log_if_wide,
+    is_wide,
     panel_title,
     rc,
+    set_log,
 )
 from normbench.report.loading import Group, Run, finite_series, series
 from normbench.report.stats import curve, healthy
@@ -45,6 +47,11 @@ DEPTH = {  # metric -> (file, y label, caption, x label, first position: 0 for t
     "maxabs_resid": ("maxabs_resid_depth.png", "max |h_l|", "Largest activation |h_l| of the residual stream "
                      "against depth (massive activations)", DEPTH_LABEL, 0),
 }  # fmt: skip
+ALT = {  # each depth figure in words, for its image's alt text
+    "var_resid": "variance of the residual stream against depth, one panel per training step",
+    "grad_norm_layer": "gradient norm of each block against depth, one panel per training step",
+    "maxabs_resid": "largest activation of the residual stream against depth, one panel per training step",
+}
 ZOOM_FROM = 0.3  # the zoomed panel starts at the first evaluation after this fraction of the run
 
 
@@ -96,14 +103,14 @@ def plot_losses(groups: list[Group], styles: Styles, path: Path, out: Output = D
     runs = [r for g in groups for r in g.runs]
     if not any(finite_series(r.records, "loss") for r in runs):
         return False
-    with rc():
+    with rc(out.width):
         _plot_losses(groups, styles, path, out, runs)
     return True
 
 
 def _plot_losses(groups, styles, path, out, runs) -> None:
     zkey = "val_loss" if any(len(finite_series(r.records, "val_loss")) >= 2 for r in runs) else "loss"
-    fig, (full, zoom) = _figure(1, 2)
+    fig, (full, zoom), _ = _figure(2, out.width, spare_legend=False)
     extras = {"band"}
     # (a): the whole run; a diverged run's blow-up would flatten everything else, so it sets no limit
     kept = [v for r in runs if r.status != "diverged" for _, v in finite_series(r.records, "loss")]
@@ -197,29 +204,33 @@ def _depth_panel(ax, groups: list[Group], styles: Styles, key: str, step, first:
 
 def plot_depth(groups: list[Group], styles: Styles, key: str, steps: list[int], path: Path,
                out: Output = DEFAULT_OUT) -> bool:  # fmt: skip
-    with rc():
+    with rc(out.width):
         return _plot_depth(groups, styles, key, steps, path, out)
 
 
 def _plot_depth(groups, styles, key, steps, path, out) -> bool:
     _, ylabel, _, xlabel, first = DEPTH[key]
     panels = [*steps, "end"]
-    fig, axes = _figure(1, len(panels), height=2.5)
-    kinds, drawn = set(), False
+    fig, axes, legend_ax = _figure(len(panels), out.width)
+    kinds, drawn, wide = set(), False, False
     for i, (ax, step) in enumerate(zip(axes, panels)):
         values, k, ends = _depth_panel(ax, groups, styles, key, step, first)
         kinds |= k
         drawn |= bool(values)
-        log_if_wide(ax, values)
+        wide |= is_wide(values)
         name = f"step {step}" if step != "end" else "end" + (f" (step {next(iter(ends))})" if len(ends) == 1 else "")
         panel_title(ax, f"{'abcdefgh'[i]}  {name}")
         ax.set_xlabel(xlabel)
         ax.xaxis.get_major_locator().set_params(integer=True)
     if not drawn:
         return False
-    axes[0].set_ylabel(ylabel)
+    for i, ax in enumerate(axes):  # one scale for the figure: the panels show one quantity
+        if wide:
+            set_log(ax)
+        if i % ax.get_gridspec().ncols == 0:
+            ax.set_ylabel(ylabel)
     order = [e for e in ("band", "stuck", "diverged", "failed") if e in {"band"} | kinds]
-    _finish(fig, styles, order, path, out)
+    _finish(fig, styles, order, path, out, legend_ax=legend_ax)
     return True
 
 
@@ -227,6 +238,6 @@ def caption_depth(key: str, steps: list, groups: list[Group]) -> str:
     _, _, what, _, first = DEPTH[key]
     stuck = any(r not in healthy(g.runs) for g in groups for r in g.runs)
     return (f"{what}, at steps {', '.join(map(str, steps))} and at the end of training; each panel has its own "
-            "y-range (logarithmic where its values span more than 30×)"
+            "y-range, all on one scale (logarithmic where any panel's values span more than 30×)"
             + ("; blocks numbered 1..L" if first else "; l = 0 is the embedding output, l the stream after block l")
             + ("; stuck/diverged runs drawn one by one at their last record." if stuck else "."))  # fmt: skip

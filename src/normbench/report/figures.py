@@ -5,16 +5,19 @@ per-layer statistics: :mod:`.layer_figures`.
 Conventions, the same in every figure: one colour per value of one factor (``arch`` when it
 varies: a fixed colour per architecture) and one line style per value of a second (``norm``
 when it varies), with a point marker per line style too (so overlapping lines stay apart), further
-factors by marker; one shared legend below the axes; seeds drawn as the mean line with a min-max
+factors by marker, each listed in the legend in the order the sweep ran its values; one shared
+legend below the axes; seeds drawn as the mean line with a min-max
 band. Blocks are numbered 1..L everywhere; a depth position l is the residual stream after block l
 (0: the embedding output). An axis is logarithmic when its own values span more than 30x. Stuck and
 diverged runs are never dropped: each is drawn on its own, thin, ending in a hollow square (stuck)
 or an x at the step it stopped (diverged).
 
-Sizes are set for print: figures 6.6 in wide (two single columns) or less, fonts of 10-11 pt, so a
-figure scaled down to a single column (3.3 in) still has 5 pt or larger text. Panel titles are
-short; what a figure shows is its caption in the report. ``Output`` saves each figure as PNG (the
-report embeds that) and in any of PDF and SVG, at ``dpi``.
+Sizes are set for print at the width the figure will have in the paper (``Output.width``, ``report
+--width``: 3.3 in for a single column, 6.8 in for a double one, the default): the font sizes follow
+from the width (:func:`rc_for`: 7 pt tick labels at 3.3 in up to 9 pt at 6.8 in, labels and titles
+1 pt larger), so no text is under 7 pt at the printed size; panels are laid out in as many columns as
+fit :data:`MIN_PANEL` inches each. Panel titles are short; what a figure shows is its caption in the
+report. ``Output`` saves each figure as PNG (the report embeds that) and in any of PDF and SVG, at ``dpi``.
 """
 
 from __future__ import annotations
@@ -48,11 +51,38 @@ STEP_LABEL = "training step"
 FORMATS = ("png", "pdf")
 ALL_FORMATS = ("png", "pdf", "svg")
 DPI = 200
-WIDTH = 6.6  # inches: two single columns; see the module docstring
+SINGLE, DOUBLE = 3.3, 6.8  # inches: a paper's single and double column
+WIDTH = DOUBLE  # the default width; see the module docstring
+WIDTH_RANGE = (2.0, 12.0)
+MIN_PT = 7.0  # no text smaller, at the printed width
+MIN_PANEL = 1.6  # inches: the narrowest panel a grid of panels gets
 LOG_SPAN = 30  # an axis whose positive values span more than this factor is logarithmic
-RC = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": 9.5, "ytick.labelsize": 9.5,
-      "legend.fontsize": 9.5, "lines.linewidth": 1.6, "axes.spines.top": False, "axes.spines.right": False,
-      "pdf.fonttype": 42, "svg.fonttype": "none"}  # fmt: skip
+RC = {"axes.spines.top": False, "axes.spines.right": False, "pdf.fonttype": 42, "svg.fonttype": "none"}
+
+
+def rc_for(width: float) -> dict:
+    """Font sizes and line widths for a figure ``width`` inches wide, as printed: tick labels and legend
+    7 pt at a single column (3.3 in) rising to 9 pt at a double one (6.8 in), labels and titles 1 pt more."""
+    t = min(1.0, max(0.0, (width - SINGLE) / (DOUBLE - SINGLE)))
+    small, big = MIN_PT + 2.0 * t, MIN_PT + 1.0 + 2.0 * t
+    return {**RC, "font.size": big, "axes.titlesize": big, "axes.labelsize": big, "xtick.labelsize": small,
+            "ytick.labelsize": small, "legend.fontsize": small, "lines.linewidth": 1.2 + 0.4 * t}  # fmt: skip
+
+
+def font_pt(name: str = "xtick.labelsize") -> float:
+    """An rc font size in points (inside :func:`rc`: the sizes :func:`rc_for` set)."""
+    import matplotlib
+    from matplotlib.font_manager import FontProperties
+
+    return FontProperties(size=matplotlib.rcParams[name]).get_size_in_points()
+
+
+def grid(n: int, width: float, min_panel: float = MIN_PANEL, max_cols: int = 4) -> tuple[int, int, float]:
+    """(rows, columns, row height in inches) for ``n`` panels in a figure ``width`` inches wide: as many
+    columns (up to ``max_cols``) as give each panel ``min_panel`` inches, a row about 0.8 of a panel's width."""
+    ncols = max(1, min(n, max_cols, int(width // min_panel)))
+    nrows = -(-n // ncols)
+    return nrows, ncols, min(2.6, max(1.6, 0.8 * width / ncols + 0.3))
 
 
 @dataclass(frozen=True)
@@ -61,6 +91,7 @@ class Output:
 
     formats: tuple[str, ...] = FORMATS
     dpi: int = DPI
+    width: float = WIDTH  # inches, as printed
 
     def save(self, fig, path: Path) -> None:
         for ext in dict.fromkeys(("png", *self.formats)):
@@ -70,10 +101,32 @@ class Output:
 DEFAULT_OUT = Output()
 
 
-def log_if_wide(ax, values) -> None:
+def is_wide(values) -> bool:
+    """Whether the positive values span more than :data:`LOG_SPAN` (their axis is then logarithmic)."""
     pos = [v for v in values if finite(v) and v > 0]
-    if pos and max(pos) / min(pos) > LOG_SPAN:
-        ax.set_yscale("log", nonpositive="mask")
+    return bool(pos) and max(pos) / min(pos) > LOG_SPAN
+
+
+def set_log(ax, which: str = "y", scale: bool = True) -> None:
+    """A logarithmic axis with plain tick labels (``100``, ``600``, ``0.01``): the default's superscripts
+    (``6×10²``) are set at 70% of the tick size, under :data:`MIN_PT` at a single column. ``scale=False``:
+    the labels only, on an axis already logarithmic (a colour bar's)."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):  # which ticks get a label: LogFormatter's choice; the label: the number
+        def _num_to_string(self, x, vmin, vmax):
+            return f"{x:g}"
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    if scale:
+        getattr(ax, f"set_{which}scale")("log", nonpositive="mask")
+    axis.set_major_formatter(Plain())
+    axis.set_minor_formatter(Plain(labelOnlyBase=False))
+
+
+def log_if_wide(ax, values) -> None:
+    if is_wide(values):
+        set_log(ax)
 
 
 def setup_caption(groups: list[Group]) -> str:
@@ -102,14 +155,9 @@ def norm_styles(norms: list[str]) -> dict[str, object]:
     return {v: declared.get(v) or free[undeclared.index(v) % len(free)] for v in norms}
 
 
-def _numeric_sort(values):
-    def key(v):
-        try:
-            return (0, float(v), "")
-        except ValueError:
-            return (1, 0.0, v)
-
-    return sorted(values, key=key)
+def sweep_order(groups: list[Group], value) -> list:
+    """The distinct values ``value(group)`` takes, in the order the sweep ran them (the groups' order)."""
+    return list(dict.fromkeys(value(g) for g in groups))
 
 
 class Styles:
@@ -125,21 +173,19 @@ class Styles:
         self.marker_keys = [k for k in rest if k != self.style_key]
         value = lambda g, k: g.settings.get(k) or setting(g.runs[0], k) or "?"  # noqa: E731
         self.value = value
-        cvals = _numeric_sort({value(g, self.color_key) for g in groups})
-        if self.color_key == "arch":  # the fixed order of the architectures' colours
-            cvals.sort(key=lambda v: list(ARCH_COLORS).index(v) if v in ARCH_COLORS else len(ARCH_COLORS))
+        cvals = sweep_order(groups, lambda g: value(g, self.color_key))  # the legend's order: the sweep's
         others = [v for v in cvals if not (self.color_key == "arch" and v in ARCH_COLORS)]
         self.colors = {
             v: ARCH_COLORS[v] if self.color_key == "arch" and v in ARCH_COLORS else PALETTE[others.index(v) % 10]
             for v in cvals
         }
-        svals = _numeric_sort({value(g, self.style_key) for g in groups}) if self.style_key else []
+        svals = sweep_order(groups, lambda g: value(g, self.style_key)) if self.style_key else []
         self.linestyles = (
             norm_styles(svals)
             if self.style_key == "norm"
             else {v: LINE_STYLES[i % len(LINE_STYLES)] for i, v in enumerate(svals)}
         )
-        mvals = sorted({tuple(value(g, k) for k in self.marker_keys) for g in groups}) if self.marker_keys else []
+        mvals = sweep_order(groups, lambda g: tuple(value(g, k) for k in self.marker_keys)) if self.marker_keys else []
         self.markers = {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(mvals)}
         self.points = {v: POINT_MARKERS[i % len(POINT_MARKERS)] for i, v in enumerate(svals)}
         self.of = {
@@ -183,13 +229,20 @@ class Styles:
         return h + [extra[e] for e in extras]
 
 
-def _figure(nrows: int, ncols: int, sharey: bool = False, width: float = WIDTH, height: float = 2.6):
-    """A figure ``width`` inches wide, ``height`` per row plus room for the legend below."""
+def _figure(n: int, width: float, max_cols: int = 4, spare_legend: bool = True, height: float | None = None):
+    """A figure ``width`` inches wide with ``n`` panels in a :func:`grid` of at most ``max_cols`` columns,
+    ``height`` per row (default: the grid's). Returns (figure, the n axes, the legend's axes): a slot the
+    panels leave empty holds the legend when ``spare_legend``; else (None) the legend goes below, with room
+    added for it. Other empty slots are switched off."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height * nrows + 0.7), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)
-    return fig, [a for row in axes for a in row]
+    rows, cols, h = grid(n, width, max_cols=max_cols)
+    spare = spare_legend and rows * cols > n
+    fig = Figure(figsize=(width, (height or h) * rows + (0 if spare else 0.7)), layout="constrained")
+    axes = [a for row in fig.subplots(rows, cols, squeeze=False) for a in row]
+    for ax in axes[n + spare :]:
+        ax.set_axis_off()
+    return fig, axes[:n], axes[n] if spare else None
 
 
 def _finish(fig, styles: Styles, extras, path: Path, out: Output, legend_ax=None) -> None:
@@ -217,14 +270,20 @@ def _fitted_legend(fig, handles) -> None:
 
 
 def panel_title(ax, text: str, bold: bool = True, size: float | None = None) -> None:
-    """A short left-aligned panel title, its font shrunk (to 7 pt at least) until it fits above its panel.
-    Width estimate: a DejaVu Sans character is about 0.62 em wide (0.66 bold); a panel gets its column's
-    share of the figure less 0.55 in of tick labels."""
-    size = size or RC["axes.titlesize"]
+    """A short left-aligned panel title, its font shrunk (to :data:`MIN_PT` at least) until it fits above
+    its panel, and wrapped onto a second line where even that does not fit. Width estimate: a DejaVu Sans
+    character is about 0.62 em wide (0.66 bold); a panel gets its column's share of the figure less 0.45 in
+    of tick labels."""
+    import textwrap
+
+    size = size or font_pt("axes.titlesize")
     cols = ax.get_gridspec().ncols if ax.get_gridspec() is not None else 1
-    room = (ax.figure.get_figwidth() / cols - 0.55) * 72  # points
-    fits = room / ((0.66 if bold else 0.62) * max(1, len(text)))
-    ax.set_title(text, loc="left", fontweight="bold" if bold else "normal", fontsize=max(7.0, min(size, fits)))
+    room = max(0.5, ax.figure.get_figwidth() / cols - 0.45) * 72  # points
+    em = 0.66 if bold else 0.62
+    size = max(MIN_PT, min(size, room / (em * max(1, len(text)))))
+    chars = int(room / (em * size))
+    text = textwrap.fill(text, width=max(8, chars)) if len(text) > chars else text
+    ax.set_title(text, loc="left", fontweight="bold" if bold else "normal", fontsize=size)
 
 
 def _kind(run: Run) -> str:
@@ -263,19 +322,19 @@ def baselines_of(runs: list[Run]) -> list[float]:
 def plot_lr(sweep: dict[str, dict[float, list[Run]]], groups: list[Group], styles: Styles, path: Path,
             out: Output = DEFAULT_OUT) -> None:  # fmt: skip
     """Best val loss against lr, one line per series (the lr is the x axis, so not a line style)."""
-    with rc():
+    with rc(out.width):
         _plot_lr(sweep, groups, styles, path, out)
 
 
-def rc():
+def rc(width: float = WIDTH):
     import matplotlib
 
-    return matplotlib.rc_context(RC)
+    return matplotlib.rc_context(rc_for(width))
 
 
 def _plot_lr(sweep, groups, styles, path, out) -> None:
-    fig, axes = _figure(1, 1, width=4.4, height=3.2)
-    ax = axes[0]
+    width = min(out.width, 4.4)  # one panel: no wider than it needs, fonts as at the printed width
+    fig, (ax,), _ = _figure(1, width, height=min(3.2, 0.75 * width))
     lr_keys = tuple(k for k in (groups[0].settings if groups else {}) if is_lr_key(k))
     styles = Styles(groups, None if styles.color_key in lr_keys else styles.color_key, None, exclude=lr_keys)
     series_style = {g.series: styles.of[g.label] for g in groups}
@@ -307,6 +366,7 @@ def _plot_lr(sweep, groups, styles, path, out) -> None:
     for b in baselines_of([r for by_lr in sweep.values() for runs in by_lr.values() for r in runs]):
         ax.axhline(b, color="0.4", lw=1, linestyle=":")
         extras.add("baseline")
-    ax.set(xscale="log", xlabel="peak learning rate (optim.lr)", ylabel=f"best val {LOSS_LABEL}")
+    set_log(ax, "x")
+    ax.set(xlabel="peak learning rate (optim.lr)", ylabel=f"best val {LOSS_LABEL}")
     order = [e for e in ("band", "stuck", "diverged", "baseline") if e in extras]
     _finish(fig, styles, order, path, out)

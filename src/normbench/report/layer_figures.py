@@ -4,7 +4,8 @@ conventions are :mod:`normbench.report.figures`'s: blocks 1..L, depth 0 (embeddi
 
 The massive-activation panel draws its threshold only when some run comes within a factor 3 of it;
 otherwise a line at 100 would set the axis and flatten data near 5 (the panel then says how far below
-the threshold the runs stayed). The empty sixth slot of the 3 x 2 grid holds the legend."""
+the threshold the runs stayed). The empty sixth slot of the grid (2 x 3, or 3 x 2 at a single column)
+holds the legend."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from pathlib import Path
 from normbench.report.figures import (
     DEFAULT_OUT,
     STEP_LABEL,
-    WIDTH,
     Output,
     Styles,
     _figure,
@@ -23,20 +23,38 @@ from normbench.report.figures import (
     _kind,
     _mean_band,
     _single,
+    font_pt,
+    grid,
     log_if_wide,
     panel_title,
     rc,
+    set_log,
 )
 from normbench.report.loading import Group, Run, series
 from normbench.report.stats import healthy, run_layer_series
 from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
-HEATMAPS = {  # key -> (file, colour label, y label, first row's number, caption)
+HEATMAPS = {  # key -> (file, colour label, y label, first row's number, what the colour shows, the rows)
     "grad_norm_layer": ("grad_norm_layer_heatmap.png", "‖grad‖ of block l", "block l", 1,
-                        "Gradient L2 norm of each block (rows, 1..L) against training step"),
-    "var_resid": ("var_resid_heatmap.png", "Var(h_l)", "depth l", 0, "Variance of the residual stream at depth l "
-                  "(rows; 0 is the embedding output, l the stream after block l) against training step"),
+                        "the gradient L2 norm of the block (before clipping)", "the blocks 1..L, bottom to top"),
+    "var_resid": ("var_resid_heatmap.png", "Var(h_l)", "depth l", 0, "the variance of the residual stream",
+                  "the depths 0..L, bottom to top (0 is the embedding output, l the stream after block l)"),
 }  # fmt: skip
+ALT = {  # each heatmap in words, for its image's alt text
+    "grad_norm_layer": "heatmaps of each block's gradient norm by block and training step, one per group",
+    "var_resid": "heatmaps of the residual-stream variance by depth and training step, one per group",
+}
+
+
+def caption_heatmap(key: str) -> str:
+    _, _, _, _, colour, rows = HEATMAPS[key]
+    return (
+        f"Heatmaps, one panel per group in the sweep's order (the mean over its seeds): rows are {rows}, "
+        f"columns the diagnostic steps on a step axis from 0, and the colour is {colour}, on one "
+        "logarithmic colour scale shared by every panel (the bar on the right). White: no value."
+    )
+
+
 LAYER_STATS = (  # series key, panel title, y label
     ("var_growth", "variance growth", "Var(h_L) / Var(h_1)"),
     ("grad_spread", "gradient spread", "‖g_1‖ / ‖g_L‖"),
@@ -75,7 +93,7 @@ def plot_heatmap(groups: list[Group], key: str, path: Path, out: Output = DEFAUL
     vals = [x for _, (_, rows) in mats for row in rows for x in row if finite(x) and x > 0]
     if not vals:
         return False
-    with rc():
+    with rc(out.width):
         _plot_heatmap(groups, key, path, out, mats, vals)
     return True
 
@@ -85,10 +103,9 @@ def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
-    _, clabel, ylabel, first, _ = HEATMAPS[key]
-    ncols = min(len(mats), 3)
-    nrows = math.ceil(len(mats) / ncols)
-    fig = Figure(figsize=(WIDTH, 1.9 * nrows + 0.5), layout="constrained")
+    _, clabel, ylabel, first, *_ = HEATMAPS[key]
+    nrows, ncols, height = grid(len(mats), out.width - 0.6, max_cols=3)  # 0.6 in: the colour bar
+    fig = Figure(figsize=(out.width, 0.75 * height * nrows + 0.5), layout="constrained")
     axes = [a for row in fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True) for a in row]
     norm = LogNorm(vmin=min(vals), vmax=max(vals))  # one colour scale for every panel
     mesh = None
@@ -101,15 +118,17 @@ def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
         if g.runs and all(r.outcome == "stuck" for r in g.runs):
             note = " (stuck)"
         name = ", ".join(g.settings.values()) or g.label
-        panel_title(ax, f"{'abcdefghijklmnop'[i % 16]}  {name}{note}", bold=False, size=9.5)
+        panel_title(ax, f"{'abcdefghijklmnop'[i % 16]}  {name}{note}", bold=False, size=font_pt("xtick.labelsize"))
         if i % ncols == 0:
             ax.set_ylabel(ylabel)
         if i >= len(mats) - ncols:
             ax.set_xlabel(STEP_LABEL)
         ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.set_xlim(left=0)  # training starts at step 0, whatever step the first diagnostic ran at
     for ax in axes[len(mats) :]:
         ax.set_axis_off()
-    fig.colorbar(mesh, ax=axes, label=f"{clabel} (log)", shrink=0.9)
+    bar = fig.colorbar(mesh, ax=axes, label=f"{clabel} (log)", shrink=0.9)
+    set_log(bar.ax, scale=False)  # plain tick labels; the bar's scale is the norm's
     out.save(fig, path)
 
 
@@ -118,7 +137,7 @@ def plot_layer_stats(groups: list[Group], styles: Styles, path: Path, out: Outpu
     keys = [(k, t, y) for k, t, y in LAYER_STATS if any(per_run[id(r)].get(k) for g in groups for r in g.runs)]
     if not keys:
         return False
-    with rc():
+    with rc(out.width):
         _plot_layer_stats(groups, styles, path, out, per_run, keys)
     return True
 
@@ -146,9 +165,8 @@ def _stat_panel(ax, groups: list[Group], styles: Styles, per_run: dict, key: str
 
 
 def _plot_layer_stats(groups, styles, path, out, per_run, keys) -> None:
-    ncols = 2
-    nrows = math.ceil((len(keys) + 1) / ncols)  # + 1: the legend's slot
-    fig, axes = _figure(nrows, ncols, height=2.1)
+    fig, axes, legend_ax = _figure(len(keys), out.width, max_cols=3)  # the legend in a slot left empty, or below
+    ncols = axes[0].get_gridspec().ncols
     extras = {"band"}
     for i, (ax, (key, title, label)) in enumerate(zip(axes, keys)):
         values, kinds = _stat_panel(ax, groups, styles, per_run, key)
@@ -158,14 +176,12 @@ def _plot_layer_stats(groups, styles, path, out, per_run, keys) -> None:
             ax.axhline(MASSIVE_THRESHOLD, color="0.4", lw=1, linestyle=":")
             extras.add("threshold")
         elif key == "massive_ratio_max":  # said in the panel: the threshold line would flatten the data
-            ax.text(0.98, 0.04, f"threshold {MASSIVE_THRESHOLD:g}: not reached", transform=ax.transAxes, ha="right",
-                    va="bottom", fontsize=8.5, color="0.35")  # fmt: skip
+            ax.text(0.98, 0.04, f"threshold {MASSIVE_THRESHOLD:g}\nnot reached", transform=ax.transAxes, ha="right",
+                    va="bottom", fontsize=font_pt(), color="0.35")  # fmt: skip
         log_if_wide(ax, values)
         ax.set_ylabel(label)
         if i >= len(keys) - ncols:
             ax.set_xlabel(STEP_LABEL)
         panel_title(ax, f"{'abcdefgh'[i]}  {title}")
-    for ax in axes[len(keys) + 1 :]:
-        ax.set_axis_off()
     order = [e for e in ("band", "stuck", "diverged", "failed", "threshold") if e in extras]
-    _finish(fig, styles, order, path, out, legend_ax=axes[len(keys)])
+    _finish(fig, styles, order, path, out, legend_ax=legend_ax)

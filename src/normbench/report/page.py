@@ -20,7 +20,7 @@ NUMERIC = re.compile(r"^[+-]?(\d[\d,]*(\.\d+)?|\.\d+)([eE][+-]?\d+)?%?(\s*(±|\[
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;line-height:1.45;color:#222;
   max-width:78rem;margin:0 auto;padding:0 clamp(1rem,3vw,2.5rem) 3rem}
-h1{margin-top:1.2rem}h2{margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
+h1{margin-top:1.2rem;overflow-wrap:anywhere}h2{margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
 .scroll{overflow-x:auto;max-width:100%;margin:.6rem 0}
 table{border-collapse:collapse;font-size:.92rem}
 td,th{border:1px solid #ccc;padding:3px 8px;vertical-align:top}
@@ -106,9 +106,11 @@ def _body(blocks: list[tuple], out_dir: Path) -> list[str]:
     return body
 
 
-def to_html(blocks: list[tuple], out_dir: Path) -> str:
-    """The page, every figure embedded as a data URI (one file to send)."""
+def to_html(blocks: list[tuple], out_dir: Path, title: str = "normbench report") -> str:
+    """The page, every figure embedded as a data URI (one file to send); ``title`` names it in the browser's
+    tab and history (the sweep, or the claim)."""
+    plain = re.sub(r"[*`]", "", title)  # a <title> shows no Markdown
     head = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1"><title>normbench report</title>'
-            f"<style>{STYLE}</style></head>\n<body>\n")  # fmt: skip
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{html.escape(plain)}</title><style>{STYLE}</style></head>\n<body>\n")  # fmt: skip
     return head + "\n".join(_body(blocks, out_dir)) + "\n</body></html>\n"

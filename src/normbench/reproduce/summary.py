@@ -1,57 +1,164 @@
-"""The claim's report: the report package's tables and figures for its runs, opening with the verdict."""
+"""The claim's page (report.md and report.html, from the same blocks): the claim and its paper, the verdict
+naming the test(s) it comes from, the claim's figure, a table of every test, the runs and the commit; then
+the report package's tables and figures for its runs, its verdict box taking the claim's baseline, so every
+effect on the page is group − baseline. Effects and means are rounded to their interval's precision
+(:mod:`normbench.report.numbers`)."""
 
 from __future__ import annotations
 
-import html
+import math
 from pathlib import Path
 
-from normbench.report import build_report
+from normbench.errors import ConfigError
+from normbench.report import build_report, numbers
+from normbench.reproduce import verdict as V
+from normbench.reproduce.figure import METRIC_WORDS, metric_words, side_name
 
 
 def fmt(x, spec: str = ".4g") -> str:
     return "—" if x is None else format(x, spec) if isinstance(x, (int, float)) else str(x)
 
 
+def deciding(result: dict) -> list[dict]:
+    """The tests the claim's verdict comes from (:func:`.verdict.combine`): every judged test when it HOLDS
+    (each had to), else the judged tests whose own verdict is the claim's (one that does not hold is enough)."""
+    judged = [t for t in result["tests"] if not t.get("informative")] or result["tests"]
+    return [t for t in judged if t["verdict"] == result["verdict"]] or judged
+
+
+def sides(t: dict) -> str:
+    """``RMSNorm − LayerNorm``: the effect's sign convention, group − baseline, in words."""
+    labels = list(t["groups"])
+    base = side_name(labels[1]) if len(labels) > 1 else "the fixed value"
+    return f"{side_name(labels[0])} − {base}"
+
+
+def _decimals(t: dict) -> int | None:
+    ci = t.get("ci") or [None, None]
+    if None in ci or not all(math.isfinite(c) for c in ci) or ci[1] <= ci[0]:
+        return None
+    return numbers.spread_decimals((ci[1] - ci[0]) / 2)
+
+
+def effect_text(t: dict) -> str:
+    """``+0.004 [−0.006, +0.014]`` at the interval's precision; a log ratio also as a ratio; grid steps for
+    a largest-LR test."""
+    if t.get("effect") is None:
+        return "no value"
+    if t["kind"] == "largest_lr":
+        return f"{t['effect']:+d} grid steps"
+    ci = t.get("ci") or [None, None]
+    text = numbers.interval(t["effect"], ci[0], ci[1], ".3g")
+    if t.get("transform") == "log":
+        ratio = [math.exp(x) for x in (t["effect"], *ci) if x is not None]
+        shown = numbers.interval(*ratio, ".3g").replace("+", "") if len(ratio) == 3 else f"{ratio[0]:.3g}"
+        text = f"log ratio {text}, ratio ×{shown}"
+    return text
+
+
+def rule_text(t: dict) -> str:
+    if t["kind"] == "on_par":
+        lo, hi = t["threshold"]
+        return f"band [{lo:+g}, {hi:+g}]"
+    arrow = {"higher": "≥ +", "lower": "≤ −"}.get(t.get("direction") or "", "±")
+    return f"{arrow}{t['threshold']:g}" if t.get("threshold") is not None else "—"
+
+
 def verdict_line(result: dict) -> str:
-    ci = result.get("ci") or [None, None]
-    metric = result["metric"] + (" (log ratio)" if result.get("transform") == "log" else "")
-    line = (f"{result['claim']}: {result['verdict']} at scale={result['scale']} — {metric}: effect "
-            f"{fmt(result['effect'])}, 95% CI [{fmt(ci[0])}, {fmt(ci[1])}], threshold {fmt(result['threshold'])}, "
-            f"{result['n_seeds']} seeds")  # fmt: skip
+    """The claim's verdict in one line (the console's and the page's), naming the test(s) that decide it."""
+    tests = deciding(result)
+    which = "; ".join(f"{t['name']}: {t['verdict']}, {metric_words(t['metric'])} {sides(t)} {effect_text(t)}, "
+                      f"{rule_text(t)}" for t in tests)  # fmt: skip
+    how = f"all {len(tests)} judged tests hold:" if len(tests) > 1 and result["verdict"] == V.HOLDS else "decided by"
+    line = (
+        f"{result['claim']}: {result['verdict']} at scale={result['scale']}, {how} {which}; {result['n_seeds']} seeds"
+    )
     return line + (f" ({result['reason']})" if result.get("reason") else "")
 
 
-def test_lines(result: dict) -> list[str]:
+def _sides_cell(t: dict) -> str:
+    """Each side's mean (at the interval's precision), value count and outcomes; what tuning chose."""
+    d = _decimals(t) if t.get("transform") != "log" else None  # a log ratio's interval says nothing of the means'
     out = []
-    for t in result["tests"]:
-        ci = t.get("ci") or [None, None]
-        groups = "; ".join(f"{g}: mean {fmt(v['mean'])} over {len(v['values'])} values, outcomes "
-                           f"{', '.join(f'{n} {k}' for k, n in sorted(v['outcomes'].items()))}"
-                           for g, v in t["groups"].items())  # fmt: skip
-        metric = t["metric"] + (f" (log ratio; ratio {fmt(t['ratio'])})" if t.get("transform") == "log" else "")
-        note = " (reported, not judged)" if t.get("informative") else ""
-        if tu := t.get("tuned"):  # each side at its own best value: say which, and what every value gave
-            tried = "; ".join(f"{g} at {tu['key']}={tu['chosen'][g]} (tried: " + ", ".join(
+    for g, v in t["groups"].items():
+        mean = "—" if v["mean"] is None else numbers.at(v["mean"], d) if d is not None else f"{v['mean']:.4g}"
+        outcomes = ", ".join(f"{n} {k}" for k, n in sorted(v["outcomes"].items()))
+        out.append(f"{side_name(g)}: mean {mean} over {len(v['values'])} ({outcomes})")
+    if tu := t.get("tuned"):  # each side at its own best value: say which, and what every value gave
+        out.append(f"each side at its own best {tu['key']}: " + "; ".join(
+            f"{side_name(g)} at {tu['chosen'][g]} (tried: " + ", ".join(
                 f"{v}: {', '.join(f'{n} {k}' for k, n in sorted(c.items()))}" for v, c in sorted(tu["tried"][g].items())
-            ) + ")" for g in tu["chosen"])  # fmt: skip
-            groups = f"{groups}. Each side at its own best {tu['key']}: {tried}"
-        out.append(f"{t['name']}{note} ({t['kind']}, {metric}, {t.get('direction') or 'on par'}): **{t['verdict']}**, "
-                   f"effect {fmt(t['effect'])}, 95% CI [{fmt(ci[0])}, {fmt(ci[1])}], threshold {fmt(t['threshold'])}"
-                   + (f", reason: {t['reason']}" if t.get("reason") else "") + f". {groups}")  # fmt: skip
-    return out
+            ) + ")" for g in tu["chosen"]))  # fmt: skip
+    return "; ".join(out)
+
+
+def test_lines(result: dict) -> list[str]:
+    """One line per test (verdict, effect group − baseline, rule, sides), as the page's table has them."""
+    return [" ".join(f"{h}: {c}" for h, c in zip(TEST_HEADER, row)) for row in _test_rows(result)]
+
+
+TEST_HEADER = ["test", "verdict", "effect, group − baseline [95% CI]", "rule", "sides"]
+
+
+def _test_rows(result: dict) -> list[list[str]]:
+    rows = []
+    for t in result["tests"]:
+        note = " (reported, not judged)" if t.get("informative") else ""
+        verdict = f"**{t['verdict']}**" + (f": {t['reason']}" if t.get("reason") else "")
+        effect = f"{metric_words(t['metric'])}, {sides(t)}: {effect_text(t)}" + (
+            f" ({t['interval']})" if t.get("interval") else ""
+        )
+        rows.append([f"{t['name']}{note} ({t['kind']})", verdict, effect, rule_text(t), _sides_cell(t)])
+    return rows
+
+
+def claim_blocks(result: dict, runs_dir: Path, formats=("pdf", "svg")) -> list[tuple]:
+    """The page's top: claim and paper, verdict, figure, tests, runs and commit (the report's blocks)."""
+    tests = deciding(result)
+    decided = ", ".join(f"“{t['name']}”" for t in tests)
+    how = f"every judged test holds ({decided})" if result["verdict"] == V.HOLDS else f"decided by {decided}"
+    effects = "; ".join(f"{metric_words(t['metric'])}, {sides(t)}: {effect_text(t)} (rule {rule_text(t)})"
+                        for t in tests)  # fmt: skip
+    reason = f" {result['reason'][0].upper()}{result['reason'][1:]}." if result.get("reason") else ""
+    also = ", ".join(f"`claim.{e}`" for e in formats)
+    caption = (f"Each test's values, baseline left and group right (also {also}): one point per run, a grey line "
+               "joining one seed's two runs where the interval pairs them, black bars the means (geometric for a "
+               "ratio); the shaded band is the band of no meaningful effect, the dashed red line the threshold "
+               "the group's mean has to pass, both set off from the baseline's mean.")  # fmt: skip
+    return [
+        ("p", f"**Paper**: {result['paper']}."),
+        ("p", f"**Verdict: {result['verdict']}** at scale={result['scale']}, {how}: {effects}; "
+              f"{result['n_seeds']} seeds.{reason}"),
+        ("img", "claim.png", f"the claim's tests: each side's values by seed, its mean and the threshold "
+                             f"({', '.join(METRIC_WORDS.get(t['metric'], t['metric']) for t in result['tests'])})",
+         caption),
+        ("h", 2, "Tests"),
+        ("table", TEST_HEADER, _test_rows(result)),
+        ("p", f"**Runs**: `{runs_dir}`, {result.get('n_runs', '—')} runs, their wall-clock total "
+              f"{fmt(result.get('run_time_s'))} s; commit `{result.get('commit')}`; every number is in "
+              "`verdict.json` beside this page. Below: the report of these runs, its verdict box against the "
+              "claim's baseline (effects group − baseline, as above)."),
+    ]  # fmt: skip
+
+
+def claim_baseline(result: dict) -> str | None:
+    """``norm=layernorm``: the setting the deciding test's baseline differs from its group in (the report's
+    ``--baseline``, so its verdict box has the claim's sign); None for a fixed-value baseline."""
+    t = deciding(result)[0]
+    labels = list(t["groups"])
+    if len(labels) < 2:
+        return None
+    group = dict(item.partition("=")[::2] for item in labels[0].split())
+    base = dict(item.partition("=")[::2] for item in labels[1].split())
+    return next((f"{k}={v}" for k, v in base.items() if group.get(k) != v), None)
 
 
 def write_report(result: dict, runs_dir: Path, claim_dir: Path) -> Path:
-    """report.md/.html in ``claim_dir``: verdict line, each test, the claim figure, then the runs' report."""
-    md, page, _, _ = build_report([runs_dir], out=claim_dir)
-    head = [f"**Verdict — {verdict_line(result)}**", "",
-            f"Claim: {result['statement']} ({result['paper']}).", "", "![claim](claim.png)", ""]  # fmt: skip
-    head += [f"- {line}" for line in test_lines(result)] + ["", f"Runs: `{runs_dir}`; commit {result.get('commit')}; "
-             f"runs' wall-clock total {result.get('run_time_s')} s.", ""]  # fmt: skip
-    md.write_text("\n".join(head) + "\n" + md.read_text(encoding="utf-8"), encoding="utf-8")
-    text = page.read_text(encoding="utf-8")
-    top = f"<p><b>Verdict — {html.escape(verdict_line(result))}</b></p>\n" + "".join(
-        f"<p>{html.escape(line)}</p>\n" for line in test_lines(result)
-    )
-    page.write_text(text.replace("<body>\n", "<body>\n" + top, 1), encoding="utf-8")
+    """report.md/.html in ``claim_dir`` (which holds ``claim.png``): the claim's blocks, then its runs' report."""
+    title = f"Claim {result['claim']}: {result['statement']}"
+    kw = dict(out=claim_dir, title=title, head=claim_blocks(result, runs_dir))
+    try:
+        md, _, _, _ = build_report([runs_dir], baseline=claim_baseline(result), **kw)
+    except ConfigError:  # the runs are not grouped by that key (one group): the report's own baselines
+        md, _, _, _ = build_report([runs_dir], **kw)
     return md
