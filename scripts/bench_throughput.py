@@ -4,14 +4,14 @@ Suites (``--suite``, comma-separated; default baseline,archs,diag):
 - ``baseline``: normbench's trainer (pre_ln + layernorm, nanoGPT shape) against a
   minimal plain-PyTorch GPT training loop of the same shape written below
   (nanoGPT-style: random windows, AdamW, clip, step). Target >= 0.95x.
-- ``archs``: every registered architecture (``normbench.train.validation.ARCHS``) relative to pre_ln:
-  tokens/s, model FLOP/s (tokens/s x FLOPs per token, ``normbench.train.flops``: a bigger MLP is
+- ``archs``: every registered architecture (``normbench.validation.ARCHS``) relative to pre_ln:
+  tokens/s, model FLOP/s (tokens/s x FLOPs per token, ``normbench.runtime.flops``: a bigger MLP is
   not counted against an arch), peak memory (RSS growth of the run on CPU,
   ``torch.cuda.max_memory_allocated`` on CUDA) and the ratio of that peak to
-  ``normbench.train.memory``'s estimate; then the share of nGPT's step spent re-normalizing weights.
+  ``normbench.runtime.memory``'s estimate; then the share of nGPT's step spent re-normalizing weights.
 - ``compile``: per architecture, eager against ``compile=true``: steady-state tokens/s and
   the compile time (the extra wall time a compiled run takes to reach its steady state,
-  with a cold inductor cache); the numbers behind ``compile=auto`` (normbench/train/compiling.py).
+  with a cold inductor cache); the numbers behind ``compile=auto`` (normbench/runtime/compiling.py).
 - ``diag``: diag=default and diag=full (every 10 steps) against diag=off.
 - ``paired``: each architecture and pre_ln built in one process and stepped in alternation
   (``--rounds`` rounds): the median of the per-round ratios and its quartiles, robust to a
@@ -58,9 +58,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from normbench.config.files import compose_config as compose  # noqa: E402
 from normbench.data.corpus import load_data  # noqa: E402
 from normbench.model import NANOGPT_SHAPE, padded_vocab  # noqa: E402
+from normbench.runtime.throughput import WARMUP_STEPS as WARMUP  # noqa: E402  (the trainer's untimed steps)
 from normbench.train import trainer as nb_trainer  # noqa: E402
-from normbench.train.throughput import WARMUP_STEPS as WARMUP  # noqa: E402  (the trainer's untimed steps)
-from normbench.train.validation import ARCHS  # noqa: E402
+from normbench.validation import ARCHS  # noqa: E402
 
 STEPS_PER_ROUND = 2  # paired suite: steps of one model before switching to the other
 RESULT = "BENCH_RESULT "  # the line a --worker prints its result on
@@ -230,10 +230,10 @@ def worker(spec: dict) -> dict:
 
     Peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on CPU the growth of the
     resident set (peak RSS during the run minus RSS before it: the interpreter and torch are
-    not counted), which is what the estimate of ``normbench.train.memory`` covers.
+    not counted), which is what the estimate of ``normbench.runtime.memory`` covers.
     """
     from normbench.data.corpus import load_data
-    from normbench.train import memory
+    from normbench.runtime import memory
 
     quiet_logs()
     overrides, steps = spec["overrides"], spec["steps"]
@@ -464,7 +464,7 @@ def renorm_share(args) -> None:
 def _stepper(cfg, vocab: int, device: torch.device, seed: int):
     """One training step of ``cfg``'s model (forward, backward, clip, optimizer, nGPT's re-normalization)."""
     from normbench.model import build_model
-    from normbench.train.optim import build_optimizer
+    from normbench.optim.optimizers import build_optimizer
 
     torch.manual_seed(seed)
     model = build_model(cfg, vocab).to(device)
@@ -491,7 +491,7 @@ def suite_paired(args) -> None:
     of a shared or virtual machine cancels, which the one-process-per-run archs suite cannot do
     (there, the medians of a norm-free arch move by ~10% between invocations). Eager or compiled as
     ``--compile`` says; no trainer, data loading, diagnostics or evaluation: the model's own step."""
-    from normbench.train.flops import model_flops_per_token
+    from normbench.runtime.flops import model_flops_per_token
 
     device = torch.device(args.device)
     common = [o for o in _common(args) if not o.startswith("compile=")]

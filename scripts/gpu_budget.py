@@ -2,7 +2,7 @@
 
 A run's estimate is start-up (process, data, CUDA context) + compiling (compiled runs only; the
 first arch pays a cold compile, later ones share the kernel cache) + steps x the step time that
-model FLOPs per token (``6N + 12 L d T``, normbench.train.flops, of the model built on the meta
+model FLOPs per token (``6N + 12 L d T``, normbench.runtime.flops, of the model built on the meta
 device) x tokens per step take at an assumed MFU of the GPU's bf16 peak. The estimates are guesses
 until a GPU measures them (gpu_check prints the measured compile time and MFU per arch); the run
 itself skips archs by the measured times, not by this plan.
@@ -16,7 +16,7 @@ import torch
 
 from normbench.config.files import compose_config
 from normbench.model import build_model, padded_vocab
-from normbench.train.flops import gpu_peak_flops, model_flops_per_token
+from normbench.runtime.flops import gpu_peak_flops, model_flops_per_token
 
 CLAIM_TOKENS = 16 * 1024  # a claim run's step: trainer.batch_size=16 (the default) x gpt2_124m's 1024 tokens
 EVAL_S = 5  # a claim run's evaluations (every 100 steps, 2 batches)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU check, one command on a fresh CUDA machine: gpt2_124m (GPT-2 BPE), bf16 + torch.compile +
 # flash attention, ~50 steps per architecture (every one in normbench's registry), then a table of
-# tokens/s, MFU, peak memory (and its ratio to pre_ln and to normbench.train.memory's estimate) and the
+# tokens/s, MFU, peak memory (and its ratio to pre_ln and to normbench.runtime.memory's estimate) and the
 # compile time per arch, read from each run's summary.json; one eager pre_ln run for the compile
-# speed-up (the numbers compile=auto needs, normbench/train/compiling.py); a short `scale=gpu` run of
+# speed-up (the numbers compile=auto needs, normbench/runtime/compiling.py); a short `scale=gpu` run of
 # one claim (reproduce's sweep, measure and verdict end to end on CUDA); with 2+ GPUs a DDP 2-process
 # smoke run. Order: pre_ln, the eager pre_ln, the claim, (DDP,) then the other archs while BUDGET_S lasts.
 #
@@ -30,7 +30,7 @@
 # (INDEX_URL, default $PIP_INDEX_URL or PyPI) answers, `make install` (PyPI's CUDA torch); else it stops,
 # saying how to bring a wheelhouse. A dry run prints the setup a run without PYTHON= would do.
 # Exit status: 0 all runs completed, 1 a run failed, 2 no usable GPU / setup error.
-# MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/train/flops.py.
+# MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/runtime/flops.py.
 set -uo pipefail
 
 # a wheelhouse named relative to where the command was given, before moving to the checkout
@@ -90,7 +90,7 @@ elif [ -z "${PYTHON:-}" ]; then
     fi
     PYTHON=$SETUP_PY
 fi
-ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.train.validation import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
+ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.validation import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
     || die "cannot read the arch registry with $PYTHON"
 [ -n "$ARCHS" ] || die "cannot read the arch registry with $PYTHON"
 STEPS=${STEPS:-50}
@@ -139,7 +139,7 @@ def load(name):
 def estimate_gb(arch):
     try:
         from normbench.config.files import compose_config
-        from normbench.train.memory import estimate
+        from normbench.runtime.memory import estimate
         from normbench.model import padded_vocab
 
         cfg = compose_config([*common, f"arch={arch}"])
@@ -231,7 +231,7 @@ try:
         F.scaled_dot_product_attention(q, q, q, is_causal=True, scale=8.0)  # nGPT's softmax scale
 except RuntimeError as exc:
     sys.exit(f"flash attention is not usable here for bf16, head_dim 64 ({str(exc).splitlines()[0]})")
-from normbench.train.flops import gpu_peak_flops
+from normbench.runtime.flops import gpu_peak_flops
 name = torch.cuda.get_device_name(0)
 peak = gpu_peak_flops(name)
 print(f"{torch.cuda.device_count()}|{name} | torch {torch.__version__} | CUDA {torch.version.cuda} | bf16 peak "
@@ -366,7 +366,7 @@ if [ "$DRY_RUN" = 1 ]; then
     "$PYTHON" - "${planned[@]}" <<'EOF' || die "a planned run's config is refused (above)"
 import sys
 from normbench.config.files import compose_config
-from normbench.train.validation import validate
+from normbench.validation import validate
 from normbench.errors import ConfigError
 from normbench.model import check_combination
 

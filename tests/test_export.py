@@ -20,7 +20,7 @@ from normbench.export.custom import write_code
 from normbench.export.sample import generate, generate_hf
 from normbench.model import build_model
 from normbench.model.attention import KVCache
-from normbench.train.validation import ARCHS, NORMS
+from normbench.validation import ARCHS, NORMS
 
 from conftest import TINY, compose, run_cli
 

@@ -605,7 +605,7 @@ def test_ngpt_block_and_logits_equation():
 
 
 def test_ngpt_unit_norms_after_optimizer_step():
-    from normbench.train.optim import build_optimizer
+    from normbench.optim.optimizers import build_optimizer
 
     torch.manual_seed(0)
     cfg = compose(["model=tiny", "arch=ngpt", "model.n_layer=2", "optim.lr=0.05", "optim.weight_decay=0"])

@@ -21,8 +21,8 @@ from normbench.model import build_model
 from normbench.model.kinds import param_kinds
 from normbench.model.norms import build_norm
 from normbench.model.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
-from normbench.train.optim import build_optimizer
-from normbench.train.validation import validate
+from normbench.optim.optimizers import build_optimizer
+from normbench.validation import validate
 
 from conftest import compose
 

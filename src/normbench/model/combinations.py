@@ -1,4 +1,4 @@
-"""The model's part of the one validation pass (train/validation.validate): arch x norm combinations.
+"""The model's part of the one validation pass (normbench.validation.validate): arch x norm combinations.
 
 Each check asks what a norm or a placement declares (model/norm_api.py, model/placement.py
 ``PlacementTraits``), never a list of names. The values an arch forces (config/recipes.py) are

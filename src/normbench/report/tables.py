@@ -8,6 +8,7 @@ import statistics
 
 import yaml
 
+from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.model import norm_class
 from normbench.report import numbers
 from normbench.report.loading import Group, Run, setting
@@ -24,7 +25,6 @@ from normbench.report.stats import (
     target_for,
     time_to_target,
 )
-from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
 DASH = "—"
 
@@ -137,7 +137,7 @@ def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[
 
 
 def layer_table(groups: list[Group]) -> tuple[list[str], list[list[str]]] | None:
-    """End-of-run per-layer statistics (normbench.train.outcomes.layer_stats), mean ± std over the
+    """End-of-run per-layer statistics (normbench.diag.outcomes.layer_stats), mean ± std over the
     completed runs; None when no run has diagnostics."""
     header = ["group", "outcomes", "variance growth (last/first block)", "grad spread (first/last block)",
               "grad CV across blocks", "peak massive ratio", f"first step massive ratio > {MASSIVE_THRESHOLD:g}",

@@ -41,8 +41,8 @@ from normbench.config.schema import (
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
 from normbench.model import mup, stabilizers
-from normbench.train import distributed as dist_utils
-from normbench.train import length
+from normbench.runtime import distributed as dist_utils
+from normbench.runtime import length
 
 
 def archs() -> tuple[str, ...]:
@@ -62,7 +62,7 @@ def norms() -> tuple[str, ...]:
 
 def optims() -> tuple[str, ...]:
     """``optim=`` names: optim.py's registry."""
-    from normbench.train.optim import OPTIMIZERS
+    from normbench.optim.optimizers import OPTIMIZERS
 
     return tuple(OPTIMIZERS)
 
@@ -213,7 +213,7 @@ def _check_schedule(cfg: Any) -> None:
 
 
 def _check_length(cfg: Any) -> None:
-    """The run's length (train/length.py) and a warmup shorter than it."""
+    """The run's length (runtime/length.py) and a warmup shorter than it."""
     s, t = cfg.sched, cfg.trainer
     steps = length.run_steps(cfg)
     what = f"trainer.max_steps={t.max_steps}"
