@@ -244,7 +244,8 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
     the figure is drawn."""
     import json
 
-    from normbench.reproduce import ladder, runner
+    from normbench.reproduce import runner
+    from normbench.reproduce.ladders import scale as ladder
 
     calls = []
 

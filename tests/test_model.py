@@ -19,7 +19,7 @@ import torch
 
 from normbench.model import NANOGPT_SHAPE, build_model
 from normbench.model.attention import apply_rope, rope_cache
-from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm
+from normbench.model.norm.norms import Derf, DyT, LayerNorm, RMSNorm
 from normbench.model.placement import deepnorm_alpha, deepnorm_beta, mix_ln_post_blocks
 
 from conftest import compose

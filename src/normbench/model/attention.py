@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.norms import build_norm, upcast
+from normbench.model.norm.norms import build_norm, upcast
 from normbench.model.stabilizers import head_logit_max
 
 

@@ -1,0 +1,1 @@
+"""The architectures beside the placement GPT: nGPT, SimpleGPT and the norm-free residual GPTs."""
