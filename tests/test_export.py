@@ -103,8 +103,8 @@ def test_a_norm_the_exporter_does_not_know_is_refused_in_one_line_naming_it():
     """A plugin's ``register_norm``: its module class is not one the template computes."""
     import torch.nn as nn
 
-    from normbench.model.norm.norms import NORMS as registry
-    from normbench.model.norm.norms import register_norm
+    from normbench.norm.norms import NORMS as registry
+    from normbench.norm.norms import register_norm
 
     class HalfNorm(nn.Module):
         def forward(self, x):

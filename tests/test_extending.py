@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.model.norm.norm_api import NORM_CLASSES, NORMS, Norm, register_norm
+from normbench.norm.norm_api import NORM_CLASSES, NORMS, Norm, register_norm
 from normbench.optim.optimizers import build_optimizer
 from normbench.validation import to_config
 

@@ -15,7 +15,7 @@ import torch.nn as nn
 from normbench.diag.diagnostics import Diagnostics
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.model.norm.norms import NORMS, register_norm
+from normbench.norm.norms import NORMS, register_norm
 from normbench.optim.optimizers import build_optimizer
 
 from conftest import compose
@@ -25,7 +25,7 @@ class ScaleNorm(nn.Module):
     """ScaleNorm-like (Nguyen & Salazar 2019, arXiv:1910.05895): g * x / rms(x) + b, times a learned scalar."""
 
     PARAM_KINDS = {"gain": "norm", "offset": "bias", "alpha": "scalar"}
-    diag_scalars = ("alpha",)  # what the diagnostics record (model/norm/norm_api.py): norm_alpha_<site>
+    diag_scalars = ("alpha",)  # what the diagnostics record (norm/norm_api.py): norm_alpha_<site>
 
     def __init__(self, dim: int, eps: float):
         super().__init__()

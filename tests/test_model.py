@@ -19,8 +19,8 @@ import torch
 
 from normbench.model import NANOGPT_SHAPE, build_model
 from normbench.model.attention import apply_rope, rope_cache
-from normbench.model.norm.norms import Derf, DyT, LayerNorm, RMSNorm
 from normbench.model.placement import deepnorm_alpha, deepnorm_beta, mix_ln_post_blocks
+from normbench.norm.norms import Derf, DyT, LayerNorm, RMSNorm
 
 from conftest import compose
 

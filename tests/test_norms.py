@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.model.norm.norms import Derf, DyT, LayerNorm, RMSNorm, alpha_rule, build_norm
+from normbench.norm.norms import Derf, DyT, LayerNorm, RMSNorm, alpha_rule, build_norm
 from normbench.validation import prepare, validate
 
 from conftest import compose

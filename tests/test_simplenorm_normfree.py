@@ -21,9 +21,9 @@ from normbench import cli
 from normbench.diag.diagnostics import Diagnostics
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.model.archs.normfree import NormFreeBlock, fixup_branches, tfixup_factor
-from normbench.model.archs.simplegpt import SimpleAttention, SimpleMLP
 from normbench.model.kinds import param_kinds
+from normbench.model.normfree import NormFreeBlock, fixup_branches, tfixup_factor
+from normbench.model.simplegpt import SimpleAttention, SimpleMLP
 from normbench.optim.optimizers import decayed_kinds
 from normbench.train import trainer
 

@@ -53,9 +53,9 @@ def archs() -> tuple[str, ...]:
 
 
 def norms() -> tuple[str, ...]:
-    """``norm=`` names: model/norm/norms.py's registry (model/__init__ imports the modules that register)."""
+    """``norm=`` names: norm/norms.py's registry (model/__init__ imports the modules that register)."""
     import normbench.model  # noqa: F401
-    from normbench.model.norm.norms import NORMS as registry
+    from normbench.norm.norms import NORMS as registry
 
     return tuple(registry)
 
@@ -171,7 +171,7 @@ def _check_model(m: Any, a: Any) -> None:
 
 def _check_norm(cfg: Any) -> None:
     """``norm.*``: a leak the config does not allow, each keys class's limits, the norm class's own checks."""
-    from normbench.model.norm.norm_api import norm_class
+    from normbench.norm.norm_api import norm_class
 
     n = cfg.norm
     cls = norm_class(n.name)

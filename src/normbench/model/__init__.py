@@ -6,15 +6,15 @@ import math
 
 import torch.nn as nn
 
-import normbench.model.norm.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
 import normbench.model.norm_sites  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
+import normbench.norm.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
 from normbench.errors import ConfigError
-from normbench.model.archs.ngpt import NGPT
-from normbench.model.archs.normfree import NORM_FREE, NormFreeGPT
-from normbench.model.archs.simplegpt import SimpleGPT
 from normbench.model.combinations import check_combination
 from normbench.model.gpt import GPT
-from normbench.model.norm.norm_api import Norm, norm_class, register_norm
+from normbench.model.ngpt import NGPT
+from normbench.model.normfree import NORM_FREE, NormFreeGPT
+from normbench.model.simplegpt import SimpleGPT
+from normbench.norm.norm_api import Norm, norm_class, register_norm
 
 __all__ = [
     "GPT",

@@ -41,8 +41,8 @@ from normbench.errors import ConfigError
 ADAM_LIKE = ("adamw", "lion")  # entrywise-normalized updates: Adam's table applies
 KEEP_MATRIX_LR = ("muon",)  # the hidden matrices' update is width-scaled by the optimizer itself
 OWN_PARAMETRIZATION = {
-    "ngpt": "nGPT is its own normalized parametrization (unit-norm weights, its s/alpha scales; model/archs/ngpt.py)",
-    "simplenorm": "SimpleNorm's GPT has its own init (std 0.02, depth-scaled outputs; model/archs/simplegpt.py)",
+    "ngpt": "nGPT is its own normalized parametrization (unit-norm weights, its s/alpha scales; model/ngpt.py)",
+    "simplenorm": "SimpleNorm's GPT has its own init (std 0.02, depth-scaled outputs; model/simplegpt.py)",
 }
 OWN_INIT = "its model class has its own init (the paper's depth rule)"
 

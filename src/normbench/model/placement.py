@@ -95,7 +95,7 @@ def qk_kwargs(arch) -> dict:
 
 
 # ``arch=`` names with a block placement -> specs(arch_cfg, n_layer) (docs/architectures.md §3).
-# nGPT is not a placement but its own model (model/archs/ngpt.py). A new placement registers here.
+# nGPT is not a placement but its own model (model/ngpt.py). A new placement registers here.
 PLACEMENTS: dict[str, Callable[[Any, int], list[BlockSpec]]] = {}
 
 

@@ -60,11 +60,11 @@ import torch
 import torch.nn as nn
 
 from normbench.model import mup
-from normbench.model.archs.ngpt import NGPTBlock
 from normbench.model.attention import Attention
 from normbench.model.gpt import MLP
 from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
 from normbench.model.mup import ONE, param_scales
+from normbench.model.ngpt import NGPTBlock
 from normbench.optim.muon import Muon
 from normbench.runtime.distributed import is_dtensor
 

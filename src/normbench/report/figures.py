@@ -94,7 +94,7 @@ def setup_caption(groups: list[Group]) -> str:
 
 
 def norm_styles(norms: list[str]) -> dict[str, object]:
-    """Each norm's line style: the one its class declares (``line_style``, model/norm/norm_api.py), else one of
+    """Each norm's line style: the one its class declares (``line_style``, norm/norm_api.py), else one of
     :data:`LINE_STYLES` that no declared norm in the figure has, so a new norm never shares LayerNorm's."""
     declared = {v: style for v in norms if (style := norm_class(v).line_style) is not None}
     free = [s for s in LINE_STYLES if s not in declared.values()] or list(LINE_STYLES)

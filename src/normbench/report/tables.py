@@ -64,7 +64,7 @@ class _NormSettings:
 
 def leaked(run: Run) -> bool:
     """A run trained with a forward that sees later positions, as its norm class declares (``leaks``,
-    model/norm/norm_api.py): norm=batchnorm, or powernorm with a batch-statistic warmup (both train only with
+    norm/norm_api.py): norm=batchnorm, or powernorm with a batch-statistic warmup (both train only with
     norm.allow_leak=true; docs/architectures.md §2)."""
     norm = setting(run, "norm")
     return norm is not None and norm_class(norm).leaks(_NormSettings(run))

@@ -1,1 +1,0 @@
-"""The architectures beside the placement GPT: nGPT, SimpleGPT and the norm-free residual GPTs."""
