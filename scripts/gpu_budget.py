@@ -2,7 +2,7 @@
 
 A run's estimate is start-up (process, data, CUDA context) + compiling (compiled runs only; the
 first arch pays a cold compile, later ones share the kernel cache) + steps x the step time that
-model FLOPs per token (``6N + 12 L d T``, normbench.train.flops, of the model built on the meta
+model FLOPs per token (``6N + 12 L d T``, normbench.runtime.flops, of the model built on the meta
 device) x tokens per step take at an assumed MFU of the GPU's bf16 peak. The estimates are guesses
 until a GPU measures them (gpu_check prints the measured compile time and MFU per arch); the run
 itself skips archs by the measured times, not by this plan.
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 CLAIM_TOKENS = 16 * 1024  # a claim run's step: trainer.batch_size=16 (the default) x gpt2_124m's 1024 tokens
 EVAL_S = 5  # a claim run's evaluations (every 100 steps, 2 batches)
 DDP_STEPS = 10  # the DDP smoke run's steps (gpu_check.sh), eager
-H100_PEAK = 989e12  # --standard-flops without normbench's peak table: H100 SXM/H200 (normbench.train.flops)
+H100_PEAK = 989e12  # --standard-flops without normbench's peak table: H100 SXM/H200 (normbench.runtime.flops)
 GPT2_VOCAB = 50304  # the GPT-2 BPE's 50257 padded to a multiple of 64 (normbench.model.padded_vocab)
 
 
@@ -45,7 +45,7 @@ def flops_per_token(common: list[str], arch: str, standard: bool) -> float:
 
     from normbench.config.files import compose_config
     from normbench.model import build_model, padded_vocab
-    from normbench.train.flops import model_flops_per_token
+    from normbench.runtime.flops import model_flops_per_token
 
     cfg = compose_config([*common, f"arch={arch}"])
     with torch.device("meta"):
@@ -57,7 +57,7 @@ def peak_of(a: argparse.Namespace) -> float:
         return float(a.gpu) * a.nproc
     if a.standard_flops:
         return H100_PEAK * a.nproc
-    from normbench.train.flops import gpu_peak_flops
+    from normbench.runtime.flops import gpu_peak_flops
 
     return (gpu_peak_flops(a.gpu) or 100e12) * a.nproc
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU check, one command on a fresh CUDA machine: gpt2_124m (GPT-2 BPE), bf16 + flash attention, every
 # architecture in normbench's registry, then a table of tokens/s, MFU, peak memory (and its ratio to pre_ln
-# and to normbench.train.memory's estimate) and the set-up/compile time per arch, read from each run's
+# and to normbench.runtime.memory's estimate) and the set-up/compile time per arch, read from each run's
 # summary.json, written into docs/performance.md's GPU section (DOC=, WRITE_DOC=0 to leave it). One compiled
 # pre_ln run (STEPS steps, the MFU target) and one eager pre_ln run (the compile speed-up, the numbers
-# compile=auto needs, normbench/train/compiling.py, and the reference of the eager sweep); a short
+# compile=auto needs, normbench/runtime/compiling.py, and the reference of the eager sweep); a short
 # `scale=gpu` run of one claim (reproduce's sweep, measure and verdict end to end on CUDA); with 2+ GPUs a
 # DDP 2-process smoke run; then the other archs eager (compiling costs 35-60 s per arch, more than a whole
 # eager run), at as many steps as the budget plan fits (SWEEP_STEPS). Order: pre_ln, the eager pre_ln, the
@@ -38,7 +38,7 @@
 # (for NODE_PYTHON's version and platform). A dry run prints the setup a run without PYTHON= would do, and
 # on a machine where nothing imports normbench yet, the plan by the estimates alone (archs from conf/arch).
 # Exit status: 0 all runs completed, 1 a run failed, 2 no usable GPU / setup error.
-# MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/train/flops.py.
+# MFU = (6N + 12 L d T) x tokens/s / (peak bf16 FLOP/s x GPUs), see src/normbench/runtime/flops.py.
 set -uo pipefail
 
 # a wheelhouse named relative to where the command was given, before moving to the checkout
@@ -147,7 +147,7 @@ PLAN_ONLY=${PLAN_ONLY:-0}
 if [ "$PLAN_ONLY" = 1 ] && [ -z "${ARCHS:-}" ]; then  # the registry's archs, as their config files name them
     ARCHS="pre_ln $(for f in conf/arch/*.yaml; do a=$(basename "$f" .yaml); [ "$a" = pre_ln ] || printf '%s ' "$a"; done)"
 fi
-ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.train.validation import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
+ARCHS=${ARCHS:-$("$PYTHON" -c "from normbench.validation import ARCHS; print(' '.join(ARCHS))" 2>/dev/null)} \
     || die "cannot read the arch registry with $PYTHON (it cannot import $(cannot_import "$PYTHON"))"
 [ -n "$ARCHS" ] || die "cannot read the arch registry with $PYTHON (it cannot import $(cannot_import "$PYTHON"))"
 STEPS=${STEPS:-50}
@@ -221,7 +221,7 @@ try:
         F.scaled_dot_product_attention(q, q, q, is_causal=True, scale=8.0)  # nGPT's softmax scale
 except RuntimeError as exc:
     sys.exit(f"flash attention is not usable here for bf16, head_dim 64 ({str(exc).splitlines()[0]})")
-from normbench.train.flops import gpu_peak_flops
+from normbench.runtime.flops import gpu_peak_flops
 name = torch.cuda.get_device_name(0)
 peak = gpu_peak_flops(name)
 print(f"{torch.cuda.device_count()}|{name} | torch {torch.__version__} | CUDA {torch.version.cuda} | bf16 peak "
@@ -369,7 +369,7 @@ if [ "$DRY_RUN" = 1 ]; then
     "$PYTHON" - "${planned[@]}" <<'EOF' || die "a planned run's config is refused (above)"
 import sys
 from normbench.config.files import compose_config
-from normbench.train.validation import validate
+from normbench.validation import validate
 from normbench.errors import ConfigError
 from normbench.model import check_combination
 

@@ -6,7 +6,7 @@
 One row per arch (and the eager pre_ln, the reference of the eager sweep): status, tokens/s, model
 FLOP/s against pre_ln run the same way (compiled against the compiled pre_ln, eager against the
 eager one: summary.json's ``compiled``), MFU, peak memory (against pre_ln's and against
-normbench.train.memory's estimate), set-up and compile seconds, step time, loss, and how it ran.
+normbench.runtime.memory's estimate), set-up and compile seconds, step time, loss, and how it ran.
 ``--doc`` puts the table between the ``<!-- gpu_check table -->`` and ``<!-- /gpu_check table -->``
 lines of that file (its GPU section), replacing what was there. Exit status 1 when a run did not complete.
 """
@@ -31,7 +31,7 @@ def estimate_gb(common: list[str], arch: str) -> float | None:
     try:
         from normbench.config.files import compose_config
         from normbench.model import padded_vocab
-        from normbench.train.memory import estimate
+        from normbench.runtime.memory import estimate
 
         cfg = compose_config([*common, f"arch={arch}"])
         return estimate(cfg, padded_vocab(cfg, 50257), "cuda").total / 1e9

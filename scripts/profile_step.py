@@ -27,10 +27,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_throughput import _stepper  # noqa: E402
+from bench.paired import _stepper  # noqa: E402
 from normbench.config.files import compose_config  # noqa: E402
 from normbench.model import padded_vocab  # noqa: E402
-from normbench.train.flops import model_flops_per_token  # noqa: E402
+from normbench.runtime.flops import model_flops_per_token  # noqa: E402
 
 MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
 ATTENTION = ("scaled_dot_product", "_flash_attention", "_efficient_attention")

@@ -5,7 +5,7 @@
     python scripts/wandb_workspace.py SWEEP_DIR --dry-run [--out spec.json]   # build only, no network
 
 The sweep's jobs logged with ``logger=wandb`` into one W&B group (the last two parts of the
-sweep dir, see ``normbench.train.wandb_logger.sweep_group``); the sweep must be synced first if it
+sweep dir, see ``normbench.diag.wandb_logger.sweep_group``); the sweep must be synced first if it
 ran offline (``wandb sync SWEEP_DIR/*/wandb/offline-run-*``). The workspace shows only that
 group, grouped by the overrides that vary in the sweep (seeds are averaged, as in the report),
 with sections: loss curves (train/val loss, grad norm, lr, tokens/s), val loss (best/final
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from normbench.diag.wandb_logger import DEPTH_KEYS, sweep_group
 from normbench.report import find_runs, group_runs
-from normbench.train.wandb_logger import DEPTH_KEYS, sweep_group
 
 GROUP_OPTIONS = ("model", "arch", "norm", "optim", "sched", "data", "diag")  # config groups: <group>.name in W&B
 LAYER_SECTIONS = (  # (metric, entries per model: n_layer + offset, log scale)

@@ -30,7 +30,8 @@ def _env(name: str) -> str:
 
 def install() -> None:
     from normbench.run import metrics
-    from normbench.train import checkpoint, memory, trainer
+    from normbench.runtime import memory
+    from normbench.train import checkpoint, trainer
 
     if getattr(trainer.Trainer, "_test_hooks", False):
         return

@@ -14,8 +14,9 @@ from torch._dynamo.utils import counters
 
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.train import build, compiling, trainer
-from normbench.train.validation import ARCHS, NORMS, validate
+from normbench.runtime import compiling
+from normbench.train import build, trainer
+from normbench.validation import ARCHS, NORMS, validate
 
 from conftest import TINY, compose
 
@@ -167,7 +168,7 @@ def test_compiled_training_every_arch_and_norm(arch, tmp_path, monkeypatch):
 
 # -------------------------------------------------------------------------- compile=auto
 def test_compile_auto_compiles_only_runs_that_repay_it():
-    """The rule of normbench/train/compiling.py, computed by hand from its constants."""
+    """The rule of normbench/runtime/compiling.py, computed by hand from its constants."""
     model = build_model(compose([*TINY]), 256)
     prof = compiling.PROFILES["cpu"]
     threads, d = torch.get_num_threads(), compose(TINY).model.d_model

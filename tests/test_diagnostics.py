@@ -9,13 +9,13 @@ import warnings
 import pytest
 import torch
 
+from normbench.diag import diagnostics as diag_mod
+from normbench.diag.diagnostics import Diagnostics, SpikeDetector, _Gather, residual_stats
+from normbench.diag.wandb_logger import flatten_record
 from normbench.model import build_model
 from normbench.model.attention import apply_rope, record_attention_stats
 from normbench.run.metrics import read_jsonl
-from normbench.train import diagnostics as diag_mod
-from normbench.train.diagnostics import Diagnostics, SpikeDetector, _Gather, residual_stats
 from normbench.train.trainer import run
-from normbench.train.wandb_logger import flatten_record
 
 from conftest import TINY, compose
 

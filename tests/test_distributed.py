@@ -1,6 +1,6 @@
 """torchrun with 2 CPU processes (gloo): DDP and FSDP2 reproduce a single process with the same global batch.
 
-The fast tests at the top check the helpers of ``normbench.train.distributed`` in one process.
+The fast tests at the top check the helpers of ``normbench.runtime.distributed`` in one process.
 
 Every test here starts ``python -m torch.distributed.run --standalone --nproc_per_node=2``
 (a free rendezvous port each time) and compares against an in-process single run of
@@ -42,7 +42,7 @@ STEPS = 4
 
 # ------------------------------------------------------------------ one process, fast
 def test_single_process_helpers_are_plain(tiny_cfg, monkeypatch):
-    from normbench.train import distributed as du
+    from normbench.runtime import distributed as du
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     cfg = tiny_cfg("parallel=fsdp")
@@ -66,7 +66,7 @@ def test_shutdown_keeps_the_process_group_alive_until_the_process_exits(tmp_path
     finished rank that never exits). shutdown() keeps the group; torchrun workers leave by os._exit."""
     import torch.distributed as dist
 
-    from normbench.train import distributed as du
+    from normbench.runtime import distributed as du
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     store = dist.FileStore(str(tmp_path / "store"), 1)
@@ -80,7 +80,7 @@ def test_shutdown_keeps_the_process_group_alive_until_the_process_exits(tmp_path
 
 def test_fsdp_refuses_whole_matrix_optimizers(tiny_cfg, monkeypatch):
     from normbench.errors import ConfigError
-    from normbench.train import distributed as du
+    from normbench.runtime import distributed as du
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     for optim in ("muon", "adafactor"):
@@ -102,8 +102,8 @@ def test_grad_accum_not_divisible_by_world_size_names_a_value_that_is(tiny_cfg, 
 def test_checkpoint_state_round_trip(tiny_cfg):
     """torch's full-state-dict API in one process: the same states back, name-keyed, from the old format too."""
     from normbench.model import build_model
-    from normbench.train import distributed as du
-    from normbench.train.optim import build_optimizer
+    from normbench.optim.optimizers import build_optimizer
+    from normbench.runtime import distributed as du
 
     cfg = tiny_cfg("optim=muon")  # an OptimizerList of two optimizers (AdamW + Muon)
 
@@ -335,7 +335,8 @@ SIGNAL_WORKER = textwrap.dedent(
 
     from hydra import compose, initialize_config_dir
 
-    from normbench.train import distributed as du, trainer as tr
+    from normbench.runtime import distributed as du
+    from normbench.train import trainer as tr
     from normbench.config.files import config_dir
     from normbench.config.schema import register_configs
 
@@ -391,7 +392,8 @@ WORKER = textwrap.dedent(
     from hydra import compose, initialize_config_dir
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    from normbench.train import distributed as du, trainer as tr
+    from normbench.runtime import distributed as du
+    from normbench.train import trainer as tr
     from normbench.config.files import config_dir
     from normbench.config.schema import register_configs
 

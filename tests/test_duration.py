@@ -1,4 +1,4 @@
-"""The duration ladder (reproduce/duration.py): a branched rung is exactly a standalone WSD run, the rungs'
+"""The duration ladder (reproduce/ladders/duration.py): a branched rung is exactly a standalone WSD run, the rungs'
 plans, bad options as one line, and (slow) a whole ladder writing duration.json and duration.png."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from normbench.reproduce.claims import load_claim
-from normbench.reproduce.duration import seed_branches
+from normbench.reproduce.ladders.duration import seed_branches
 from normbench.run.metrics import read_jsonl
 
 from conftest import run_cli
@@ -74,7 +74,7 @@ def test_bad_duration_options_are_one_line(args, message, capsys):
 
 @pytest.mark.slow
 def test_duration_ladder_end_to_end(tmp_path):
-    from normbench.reproduce.duration import run_duration
+    from normbench.reproduce.ladders.duration import run_duration
 
     raw = {
         "claim": "made up", "paper": "nobody",

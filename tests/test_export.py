@@ -20,7 +20,7 @@ from normbench.export.custom import write_code
 from normbench.export.sample import generate, generate_hf
 from normbench.model import build_model
 from normbench.model.attention import KVCache
-from normbench.train.validation import ARCHS, NORMS
+from normbench.validation import ARCHS, NORMS
 
 from conftest import TINY, compose, run_cli
 
@@ -103,8 +103,8 @@ def test_a_norm_the_exporter_does_not_know_is_refused_in_one_line_naming_it():
     """A plugin's ``register_norm``: its module class is not one the template computes."""
     import torch.nn as nn
 
-    from normbench.model.norms import NORMS as registry
-    from normbench.model.norms import register_norm
+    from normbench.norm.norms import NORMS as registry
+    from normbench.norm.norms import register_norm
 
     class HalfNorm(nn.Module):
         def forward(self, x):

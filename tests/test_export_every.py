@@ -1,6 +1,6 @@
 """Every registered arch x norm that trains exports, and a process without normbench computes it.
 
-For each combination of the registries (``train.validation.ARCHS`` x ``NORMS``, the pairs
+For each combination of the registries (``normbench.validation.ARCHS`` x ``NORMS``, the pairs
 validation and ``check_combination`` accept; nGPT and the archs that ignore ``norm=`` once) plus
 the options that change what a block computes (width and per-head QK-norm, gates, FixNorm, ``1 + w``
 gains, NormFormer's residual scale, SeeDNorm's slices and final norm, PowerNorm's groups, ...), a
@@ -27,7 +27,7 @@ from normbench.errors import ConfigError
 from normbench.export import build_hf_model
 from normbench.export.custom import write_code
 from normbench.model import build_model, check_combination
-from normbench.train.validation import ARCHS, NORMS, validate
+from normbench.validation import ARCHS, NORMS, validate
 
 from conftest import compose
 

@@ -15,9 +15,9 @@ import torch.nn as nn
 
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.model.norm_api import NORM_CLASSES, NORMS, Norm, register_norm
-from normbench.train.optim import build_optimizer
-from normbench.train.validation import to_config
+from normbench.norm.norm_api import NORM_CLASSES, NORMS, Norm, register_norm
+from normbench.optim.optimizers import build_optimizer
+from normbench.validation import to_config
 
 from conftest import REPO, TINY, compose, run_cli
 
@@ -30,8 +30,8 @@ import softcap_norm  # registers norm=softcap and its keys, as NORMBENCH_PLUGINS
 from normbench.config.files import compose_config
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.train.optim import build_optimizer
-from normbench.train.validation import to_config
+from normbench.optim.optimizers import build_optimizer
+from normbench.validation import to_config
 
 out = {}
 for name, extra in (("plain", []), ("scalars", ["optim.decay_scalars=true"]), ("offset", ["arch.gain_offset=true"])):

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from normbench.model import build_model
-from normbench.train import flops
+from normbench.runtime import flops
 
 
 def test_flops_per_token_by_hand():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from normbench.train.validation import ARCHS
+from normbench.validation import ARCHS
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"

@@ -4,6 +4,9 @@
 - No import circle between the modules of ``src/normbench``, function-local imports included.
 - No import that runs up or sideways between the packages: each imports only the layers below it
   (``LAYERS``, the order README's layout section lists them in).
+- No package (a folder's own modules, ``__init__`` included; a sub-package counts as a package of its
+  own) over 12 modules or 16% of ``src/normbench``'s lines: a package is one concern a newcomer can
+  name, and the loop, the optimizers, the diagnostics and the runtime each have their own.
 
 Each check is a function of a source tree, so the tests below also run it on a small made-up tree
 that breaks every rule and assert that it is caught.
@@ -19,6 +22,12 @@ from conftest import REPO
 SRC = REPO / "src"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
+MAX_PACKAGE_MODULES = 12
+MAX_PACKAGE_SHARE = 0.16
+# The packages by concern (README's layout section): each must stand, so that a move back into
+# train/ (or a package folded into another) fails here rather than in a newcomer's search.
+PACKAGES = ["cli", "config", "data", "diag", "export", "export/hf_template", "model", "norm", "optim",
+            "report", "reproduce", "reproduce/ladders", "run", "runtime", "train"]  # fmt: skip
 
 # (module, function) pairs allowed over MAX_FUNCTION_LINES, each with its reason; none today.
 ALLOWED_LONG: set[tuple[str, str]] = set()
@@ -29,9 +38,12 @@ ALLOWED_LONG: set[tuple[str, str]] = set()
 LAYERS = [
     {"normbench", "errors"},
     {"config"},
-    {"data"},
+    {"data", "norm"},
     {"model"},
-    {"run"},
+    {"run", "runtime"},
+    {"optim"},
+    {"validation"},
+    {"diag"},
     {"train"},
     {"report", "export"},
     {"reproduce"},
@@ -141,7 +153,42 @@ def long_functions(src: Path) -> dict[tuple[str, str], int]:
     return out
 
 
+def package_sizes(src: Path) -> dict[str, tuple[int, int]]:
+    """Each package folder below ``src/normbench`` (as a path from it) -> (its own modules, their
+    lines); the modules of a sub-package count for the sub-package alone."""
+    out: dict[str, tuple[int, int]] = {}
+    for init in sorted((src / "normbench").rglob("__init__.py")):
+        files = sorted(init.parent.glob("*.py"))
+        lines = sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files)
+        out[init.parent.relative_to(src / "normbench").as_posix() or "."] = (len(files), lines)
+    return out
+
+
+def big_packages(src: Path) -> list[str]:
+    """The packages over MAX_PACKAGE_MODULES modules or MAX_PACKAGE_SHARE of all the lines."""
+    total = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in modules(src).values())
+    return [
+        f"{pkg}: {n} modules, {lines} lines ({lines / total:.0%} of {total})"
+        for pkg, (n, lines) in package_sizes(src).items()
+        if pkg != "." and (n > MAX_PACKAGE_MODULES or lines > MAX_PACKAGE_SHARE * total)
+    ]
+
+
 # ----------------------------------------------------------------------------- the package
+
+
+def test_the_packages_by_concern_stand():
+    assert sorted(p for p in package_sizes(SRC) if p != ".") == sorted(PACKAGES)
+
+
+def test_no_package_is_over_12_modules_or_16_percent_of_the_lines():
+    assert big_packages(SRC) == []
+
+
+def test_the_loop_keeps_only_the_loop():
+    """train/ holds the loop and its state; the optimizers, diagnostics and runtime moved out."""
+    names = {p.stem for p in (SRC / "normbench" / "train").glob("*.py")}
+    assert names == {"__init__", "build", "checkpoint", "loop_parts", "signals", "state", "trainer"}
 
 
 def test_no_module_is_over_400_lines():
@@ -212,3 +259,18 @@ def test_the_checks_catch_a_circle_an_upward_import_and_long_code(tmp_path):
     ]
     assert long_functions(tmp_path) == {("normbench/export/card.py", "model_card"): MAX_FUNCTION_LINES + 1}
     assert long_modules(tmp_path) == [f"normbench/export/card.py: {MAX_FUNCTION_LINES + 1 + MAX_MODULE_LINES} lines"]
+
+
+def test_the_size_check_catches_a_package_of_too_many_modules_or_lines(tmp_path):
+    """13 one-line modules in model/ (over 12), and report/ holding 20 of the 35 lines (57%, over 16%);
+    model/norm/'s one module counts for model/norm/, not for model/."""
+    files = {"__init__.py": "", "model/__init__.py": "", "model/norm/__init__.py": "", "model/norm/a.py": "x = 1\n"}
+    files |= {f"model/m{i}.py": "x = 1\n" for i in range(12)}
+    files |= {"report/__init__.py": "", "report/big.py": "x = 1\n" * 20}
+    write_tree(tmp_path, files)
+    assert package_sizes(tmp_path)["model"] == (13, 12)
+    assert package_sizes(tmp_path)["model/norm"] == (2, 1)
+    assert big_packages(tmp_path) == [
+        "model: 13 modules, 12 lines (36% of 33)",
+        "report: 2 modules, 20 lines (61% of 33)",
+    ]

@@ -65,7 +65,7 @@ def test_a_number_draws_exactly_what_it_drew_before():
 
 @pytest.mark.parametrize("bad", ["wide", "-0.1", "0", "true"])
 def test_bad_init_std_refused_in_one_line(bad):
-    from normbench.train.validation import to_config
+    from normbench.validation import to_config
 
     with pytest.raises(ConfigError) as exc:
         to_config(compose(["model=tiny", f"model.init_std={bad}"]))
@@ -244,7 +244,8 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
     the figure is drawn."""
     import json
 
-    from normbench.reproduce import ladder, runner
+    from normbench.reproduce import runner
+    from normbench.reproduce.ladders import scale as ladder
 
     calls = []
 

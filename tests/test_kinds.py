@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn as nn
 
+from normbench.diag.diagnostics import Diagnostics
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.model.norms import NORMS, register_norm
-from normbench.train.diagnostics import Diagnostics
-from normbench.train.optim import build_optimizer
+from normbench.norm.norms import NORMS, register_norm
+from normbench.optim.optimizers import build_optimizer
 
 from conftest import compose
 
@@ -25,7 +25,7 @@ class ScaleNorm(nn.Module):
     """ScaleNorm-like (Nguyen & Salazar 2019, arXiv:1910.05895): g * x / rms(x) + b, times a learned scalar."""
 
     PARAM_KINDS = {"gain": "norm", "offset": "bias", "alpha": "scalar"}
-    diag_scalars = ("alpha",)  # what the diagnostics record (model/norm_api.py): norm_alpha_<site>
+    diag_scalars = ("alpha",)  # what the diagnostics record (norm/norm_api.py): norm_alpha_<site>
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -124,7 +124,7 @@ def test_a_parameter_without_a_kind_is_refused():
 
 def test_norm_registry_config_and_conf_files_name_the_same_norms():
     from normbench.config.files import config_dir
-    from normbench.train.validation import NORMS as VALID
+    from normbench.validation import NORMS as VALID
 
     files = {p.stem for p in (config_dir() / "norm").glob("*.yaml")}
     assert set(NORMS) == set(VALID) == files
@@ -133,7 +133,7 @@ def test_norm_registry_config_and_conf_files_name_the_same_norms():
 def test_placement_registry_config_and_conf_files_name_the_same_archs():
     from normbench.config.files import config_dir
     from normbench.model.placement import PLACEMENTS
-    from normbench.train.validation import ARCHS
+    from normbench.validation import ARCHS
 
     files = {p.stem for p in (config_dir() / "arch").glob("*.yaml")}
     assert set(PLACEMENTS) | {"ngpt"} == set(ARCHS) == files and "ngpt" not in PLACEMENTS

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normbench.model.lean_grads import l2_normalize, rms_norm
+from normbench.norm.lean_grads import l2_normalize, rms_norm
 
 
 def _grads(norm_fn, x0, w0, shape_fn):
@@ -58,7 +58,8 @@ def test_lean_norms_fall_back_to_the_composites_without_grad_or_in_fp64():
 @pytest.mark.parametrize("arch", ["pre_ln", "peri_ln", "hybridnorm", "ngpt"])
 def test_models_get_the_composites_gradients_bit_for_bit(arch, monkeypatch):
     """Whole models, where the norms' inputs also feed residuals and projections: every gradient equal."""
-    from normbench.model import build_model, lean_grads
+    from normbench.model import build_model
+    from normbench.norm import lean_grads
 
     from conftest import compose
 

@@ -1,4 +1,4 @@
-"""The run's length in tokens per parameter (train/length.py) and one length per claim (reproduce/length.py)."""
+"""The run's length in tokens per parameter (runtime/length.py) and one length per claim (reproduce/length.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from normbench.errors import ConfigError
 from normbench.reproduce.claims import load_claim
 from normbench.reproduce.length import pin
 from normbench.reproduce.shared import check_claim
-from normbench.train import length
+from normbench.runtime import length
 
 from conftest import run_cli
 
@@ -116,11 +116,11 @@ def test_quick_scale_is_the_cpu_sweep_with_its_own_length(tmp_path):
 
 
 def _saved_seconds(cfg) -> float:
-    """compile=auto's estimated saving for a composed job (train/compiling.py), its model on meta."""
+    """compile=auto's estimated saving for a composed job (runtime/compiling.py), its model on meta."""
     import torch
 
     from normbench.model import build_model
-    from normbench.train import compiling
+    from normbench.runtime import compiling
 
     with torch.device("meta"):
         model = build_model(cfg, length.config_vocab(cfg))
@@ -131,7 +131,7 @@ def _saved_seconds(cfg) -> float:
 def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path, monkeypatch):
     from normbench.reproduce.length import pin_compile
     from normbench.reproduce.shared import compose_jobs
-    from normbench.train import compiling
+    from normbench.runtime import compiling
 
     claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny", "trainer.max_steps=300000"])
     assert pin_compile(claim, "cpu") is None  # nothing asks for compile=auto: nothing pinned
@@ -156,7 +156,7 @@ def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path
 
 
 def test_a_claims_seeds_share_one_cold_compile():
-    from normbench.train.compiling import Profile
+    from normbench.runtime.compiling import Profile
 
     prof = Profile(eager_flops=1e10, saving=0.1, compile_s=40.0, warm_s=4.0)
     assert prof.compile_cost() == 40.0  # one run pays the cold compile

@@ -1,4 +1,4 @@
-"""The memory estimate (normbench.train.memory): refusal in one line, the override, and the estimate
+"""The memory estimate (normbench.runtime.memory): refusal in one line, the override, and the estimate
 against the peak memory a run really takes (within a factor of 1.5 either way)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from normbench import cli
 from normbench.model import build_model
-from normbench.train import memory
+from normbench.runtime import memory
 
 from conftest import OFFLINE_ENV, REPO, compose
 
@@ -65,7 +65,8 @@ from pathlib import Path
 import torch
 torch.set_num_threads(1)
 from normbench.config.files import compose_config
-from normbench.train import memory, trainer
+from normbench.runtime import memory
+from normbench.train import trainer
 
 def status(key):
     return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key))

@@ -19,8 +19,8 @@ import torch
 
 from normbench.model import NANOGPT_SHAPE, build_model
 from normbench.model.attention import apply_rope, rope_cache
-from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm
 from normbench.model.placement import deepnorm_alpha, deepnorm_beta, mix_ln_post_blocks
+from normbench.norm.norms import Derf, DyT, LayerNorm, RMSNorm
 
 from conftest import compose
 
@@ -605,7 +605,7 @@ def test_ngpt_block_and_logits_equation():
 
 
 def test_ngpt_unit_norms_after_optimizer_step():
-    from normbench.train.optim import build_optimizer
+    from normbench.optim.optimizers import build_optimizer
 
     torch.manual_seed(0)
     cfg = compose(["model=tiny", "arch=ngpt", "model.n_layer=2", "optim.lr=0.05", "optim.weight_decay=0"])

@@ -10,8 +10,8 @@ import torch
 from normbench.errors import ConfigError
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.train.optim import build_optimizer
-from normbench.train.validation import prepare
+from normbench.optim.optimizers import build_optimizer
+from normbench.validation import prepare
 
 from conftest import compose
 
@@ -179,7 +179,7 @@ def test_mup_trains_the_placements_and_norms_it_accepts(extra):
 def test_param_kinds_not_names_decide():
     """A matrix growing on one side only (here: a hand-made readout inside a block) is refused, not guessed."""
     from normbench.model.mup import param_scales
-    from normbench.train.optim import base_shapes
+    from normbench.optim.optimizers import base_shapes
 
     cfg, model, _ = built(*D256)
     kinds = param_kinds(model)
@@ -214,7 +214,7 @@ def test_sandwich_with_seednorm_stores_its_gain_as_one_plus_w():
 def test_coordinate_check_mup_stays_in_the_band_and_sp_logits_leave_it():
     """Widths 32/64/128, 2 blocks, lr 1e-2, 5 steps, 2 seeds: the slopes at steps 3-5 (after the init's share of
     the logits, which muP shrinks like d^-1/2, has been overtaken by the updates)."""
-    from normbench.train.coordcheck import BAND, coord_check
+    from normbench.diag.coordcheck import BAND, coord_check
 
     r = coord_check(["model=tiny", "trainer.batch_size=8"], [32, 64, 128], seeds=2, steps=5, lr=1e-2)
     for q, per_step in r["mup"]["slopes"].items():
@@ -227,7 +227,7 @@ def test_coordinate_check_mup_stays_in_the_band_and_sp_logits_leave_it():
 def test_depth_coordinate_check_completep_holds_the_residual_stream_that_sp_grows():
     """Depths 2/4/8 at d 64, lr 1e-2, 4 steps, seed 0: under SP the residual stream grows with depth (slope
     0.55-0.93 at steps 3-4 over seeds 0-2), under CompleteP it stays within +-0.2 (docs/mup.md)."""
-    from normbench.train.coordcheck import coord_check
+    from normbench.diag.coordcheck import coord_check
 
     overrides = ["model=tiny", "trainer.batch_size=8", "model.mup_base_depth=2"]
     r = coord_check(overrides, [2, 4, 8], seeds=1, steps=4, lr=1e-2, depth=True)

@@ -104,7 +104,7 @@ def test_qk_norm_old_booleans_still_read(given, mode):
 
 
 def test_qk_norm_bad_value_is_one_line():
-    from normbench.train.validation import validate
+    from normbench.validation import validate
 
     with pytest.raises(ConfigError, match=r"^arch\.qk_norm='both' is not allowed; choose one of: none, head, width$"):
         validate(compose(["model=tiny", "arch.qk_norm=both"]))
@@ -511,7 +511,7 @@ def test_attn_gate_on_every_placement(arch, gate):
 def test_bad_combinations_refused_in_one_line(overrides, needle):
     cfg = compose(["model=tiny", *overrides])
     with pytest.raises(ConfigError, match=r"^[^\n]*$") as exc:
-        from normbench.train.validation import validate
+        from normbench.validation import validate
 
         validate(cfg)
         check_combination(cfg)
@@ -519,7 +519,7 @@ def test_bad_combinations_refused_in_one_line(overrides, needle):
 
 
 def test_bad_attn_gate_value_is_one_line():
-    from normbench.train.validation import validate
+    from normbench.validation import validate
 
     with pytest.raises(ConfigError, match=r"^arch\.attn_gate='yes' is not allowed; choose one of: none, headwise"):
         validate(compose(["model=tiny", "arch.attn_gate=yes"]))
@@ -536,7 +536,7 @@ def test_ignored_keys_are_noted():
 
 @pytest.mark.parametrize("arch", ALL_NEW)
 def test_diagnostics_per_layer_lengths(arch):
-    from normbench.train.diagnostics import Diagnostics
+    from normbench.diag.diagnostics import Diagnostics
 
     cfg = compose(
         ["model=tiny", "model.n_layer=3", "model.seq_len=16", f"arch={arch}", "arch.attn_gate=headwise", "diag=full"]
@@ -602,7 +602,7 @@ LEARN = [
 def test_placement_learns_in_200_steps(tmp_path, overrides):
     """Each with LayerNorm, RMSNorm, DyT, Derf; model=tiny (2 blocks, d 64), seq 16, batch 4, 200 steps.
 
-    The outcome is "learned" (normbench.train.outcomes: completed, best val loss at least 0.1 nats under the
+    The outcome is "learned" (normbench.diag.outcomes: completed, best val loss at least 0.1 nats under the
     unigram entropy, no loss spikes)."""
     from normbench.train import trainer
 

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
-from normbench.model.norms import Derf, DyT, LayerNorm, RMSNorm, alpha_rule, build_norm
-from normbench.train.validation import prepare, validate
+from normbench.norm.norms import Derf, DyT, LayerNorm, RMSNorm, alpha_rule, build_norm
+from normbench.validation import prepare, validate
 
 from conftest import compose
 

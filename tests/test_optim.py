@@ -1,7 +1,7 @@
 """Optimizers, the weight-decay policy and the LR schedules.
 
 The update rules of Lion and Muon are written out here, independently of
-src/normbench/train/optim.py and muon.py, and compared with one optimizer step on a small tensor.
+src/normbench/optim/optimizers.py and muon.py, and compared with one optimizer step on a small tensor.
 The training tests run in-process at a tiny size (seq 32, batch 4, 30 steps), single-threaded.
 """
 
@@ -18,9 +18,10 @@ import torch
 
 from normbench.model import build_model
 from normbench.model.kinds import is_norm
+from normbench.optim import optimizers as optim
 from normbench.run.metrics import read_jsonl
-from normbench.train import optim, trainer
-from normbench.train.validation import ARCHS, OPTIMS, validate
+from normbench.train import trainer
+from normbench.validation import ARCHS, OPTIMS, validate
 
 from conftest import compose
 
@@ -343,7 +344,7 @@ def test_ngpt_never_decays_and_says_so():
         "arch=ngpt", "optim.weight_decay=0.1", "optim.decay_norm_in=true", "optim.decay_scalars=true"
     )
     assert {g["weight_decay"] for g in opt.param_groups} == {0.0}  # also where the recipe was not applied
-    from normbench.train.validation import validate
+    from normbench.validation import validate
 
     notes = validate(compose(["model=tiny", "arch=ngpt", "optim.weight_decay=0.1"]))  # the one pass says so
     assert "arch=ngpt uses no weight decay anywhere (optim.weight_decay=0.1 ignored)" in notes

@@ -1,5 +1,5 @@
 """Run outcomes (learned/unstable/stuck/diverged), the no-context baseline and the per-layer
-statistics of summary.json (normbench.train.outcomes)."""
+statistics of summary.json (normbench.diag.outcomes)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from normbench.data.corpus import load_data
+from normbench.diag import outcomes
 from normbench.run.metrics import read_jsonl
-from normbench.train import outcomes
 from normbench.train.trainer import Trainer, run
 
 from conftest import TINY, compose

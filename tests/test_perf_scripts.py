@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from normbench.train.validation import ARCHS
+from normbench.validation import ARCHS
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 

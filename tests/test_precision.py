@@ -17,7 +17,7 @@ from torch.func import functional_call
 
 from normbench.model import build_model
 from normbench.model.attention import apply_rope, rope_cache
-from normbench.model.norms import LayerNorm, RMSNorm, upcast
+from normbench.norm.norms import LayerNorm, RMSNorm, upcast
 
 from conftest import compose
 

@@ -400,7 +400,7 @@ def test_every_claim_composes_to_a_valid_config(cid):
     """Every grid point of the claims added with the further norms and QK-Clip is a valid training config."""
     import itertools
 
-    from normbench.train.validation import validate
+    from normbench.validation import validate
 
     from conftest import compose
 

@@ -1,4 +1,4 @@
-"""The papers' further norm layers (model/scale_and_batch_norms.py) and FixNorm (model.fixnorm).
+"""The papers' further norm layers (norm/scale_and_batch_norms.py) and FixNorm (model.fixnorm).
 
 Equations against hand-computed values in float64, init, the identities the papers state,
 the causal leak of batch statistics (BatchNorm, PowerNorm's warmup) and its absence in the
@@ -19,10 +19,10 @@ from normbench import cli
 from normbench.errors import ConfigError
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
-from normbench.model.norms import build_norm
-from normbench.model.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
-from normbench.train.optim import build_optimizer
-from normbench.train.validation import validate
+from normbench.norm.norms import build_norm
+from normbench.norm.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
+from normbench.optim.optimizers import build_optimizer
+from normbench.validation import validate
 
 from conftest import compose
 
@@ -153,7 +153,7 @@ def test_seednorm_at_init_is_rmsnorm_and_only_beta_learns_first():
 
 
 def test_seednorm_seed_final_false_keeps_rmsnorm_at_the_final_site_only():
-    from normbench.model.norms import RMSNorm
+    from normbench.norm.norms import RMSNorm
 
     for final in (True, False):
         model = build_model(compose(["model=tiny", "norm=seednorm", f"norm.seed_final={str(final).lower()}"]), 256)

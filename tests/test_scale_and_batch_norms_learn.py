@@ -1,8 +1,8 @@
-"""Each norm of model/scale_and_batch_norms.py learns on model=tiny in 200 steps, with pre_ln and peri_ln.
+"""Each norm of norm/scale_and_batch_norms.py learns on model=tiny in 200 steps, with pre_ln and peri_ln.
 
 One run per (arch, norm), seed 0, AdamW lr 2e-3 (the default), batch 16 x 64 tokens, diag off, in a
 module-scoped fixture; each must end with outcome ``learned`` (beat the no-context baseline by
-0.1 nats, no loss spike: src/normbench/train/outcomes.py). BatchNorm trains only with
+0.1 nats, no loss spike: src/normbench/diag/outcomes.py). BatchNorm trains only with
 ``norm.allow_leak=true`` (its batch statistics see later positions), and the report says so on its row.
 """
 

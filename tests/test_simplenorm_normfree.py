@@ -18,14 +18,14 @@ import pytest
 import torch
 
 from normbench import cli
+from normbench.diag.diagnostics import Diagnostics
 from normbench.errors import ConfigError
 from normbench.model import build_model, check_combination
 from normbench.model.kinds import param_kinds
 from normbench.model.normfree import NormFreeBlock, fixup_branches, tfixup_factor
 from normbench.model.simplegpt import SimpleAttention, SimpleMLP
+from normbench.optim.optimizers import decayed_kinds
 from normbench.train import trainer
-from normbench.train.diagnostics import Diagnostics
-from normbench.train.optim import decayed_kinds
 
 from conftest import TINY, compose
 
@@ -346,7 +346,7 @@ def test_export_computes_it(arch):
 def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
     from normbench.reproduce import runner
     from normbench.reproduce.claims import load_claim
-    from normbench.train.validation import validate
+    from normbench.validation import validate
 
     claim = load_claim(cid)
     assert set(claim.scales) == {"cpu", "quick", "gpu"} and claim.tests

@@ -164,7 +164,7 @@ def test_trains_with_muon_and_adamw_and_holds_the_logit(tmp_path, optim, lr, tau
     ],
 )
 def test_refused_where_it_cannot_act(overrides, needle):
-    from normbench.train.validation import validate
+    from normbench.validation import validate
 
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         validate(compose(["model=tiny", "optim.qk_clip=true", *overrides]))

@@ -20,7 +20,7 @@ from normbench.cli.overrides import _expand, prevalidate
 from normbench.config import files
 from normbench.config.schema import register_configs
 from normbench.run.sweeps import claim
-from normbench.train.validation import ARCHS, NORMS
+from normbench.validation import ARCHS, NORMS
 
 from conftest import OFFLINE_ENV, REPO, TINY, run_cli
 

@@ -16,8 +16,9 @@ from normbench import cli
 from normbench.cli import listing
 from normbench.config import files
 from normbench.run.metrics import read_jsonl
-from normbench.train import throughput, trainer
-from normbench.train.validation import validate
+from normbench.runtime import throughput
+from normbench.train import trainer
+from normbench.validation import validate
 
 from conftest import TINY, compose, run_cli
 

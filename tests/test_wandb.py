@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from normbench import report
-from normbench.train.wandb_logger import WandbLogger, sweep_group
+from normbench.diag.wandb_logger import WandbLogger, sweep_group
 
 from conftest import REPO, TINY, compose, run_cli
 
@@ -225,8 +225,8 @@ def test_depth_charts_are_few_and_cover_first_and_last(tmp_path):
 
 
 def test_resumed_logger_refills_depth_profiles_and_spike_steps_are_no_layers(tmp_path):
+    from normbench.diag.wandb_logger import flatten_record
     from normbench.run.metrics import JsonlWriter
-    from normbench.train.wandb_logger import flatten_record
 
     writer = JsonlWriter(tmp_path / "metrics.jsonl")
     for step in (1, 10, 20):  # written by the first process

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return reproduce_main(rest)
     if cmd == "coordcheck":
-        from normbench.train.coordcheck import main as coordcheck_main
+        from normbench.diag.coordcheck import main as coordcheck_main
 
         return coordcheck_main(rest)
     return error(f"unknown command {cmd!r}; choose one of: train, report, list, export, sample, reproduce, coordcheck")

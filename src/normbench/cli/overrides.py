@@ -122,7 +122,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import OverrideParseException
 
-    from normbench.train.validation import to_config
+    from normbench.validation import to_config
 
     user = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     for o in user:

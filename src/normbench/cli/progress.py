@@ -67,7 +67,7 @@ class SweepProgress(Callback):
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
-        from normbench.train.throughput import fmt_time
+        from normbench.runtime.throughput import fmt_time
 
         hc = HydraConfig.get()
         if hc.mode != RunMode.MULTIRUN:
@@ -87,7 +87,7 @@ class SweepProgress(Callback):
             self.durations.append(time.monotonic() - self.job_start)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from normbench.train.throughput import fmt_time
+        from normbench.runtime.throughput import fmt_time
 
         where = Path(str(config.hydra.sweep.dir))
         took = f" in {fmt_time(time.monotonic() - self.start)}" if self.start is not None else ""

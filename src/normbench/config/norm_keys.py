@@ -2,8 +2,8 @@
 
 ``NormConfig`` (config/schema.py) is these dataclasses together: the keys every norm reads
 (:class:`NormKeys`), then each family's own. A norm class names its keys (``keys = PowerNormKeys``,
-model/norm_api.py); a norm outside the package registers its own dataclass with
-:func:`register_norm_keys` (model/norm_api.register_norm does it), which adds its fields to the
+norm/norm_api.py); a norm outside the package registers its own dataclass with
+:func:`register_norm_keys` (norm/norm_api.register_norm does it), which adds its fields to the
 schema the next time it is registered (``schema.register_configs``), so ``norm.<key>=...`` overrides
 and conf/norm/<name>.yaml can set them.
 
@@ -54,10 +54,10 @@ class NormKeys:
 
 @dataclass
 class PointwiseKeys:
-    """DyT and Derf (model/norms.py): per-site a0, Derf's shift, the embedding scalar."""
+    """DyT and Derf (norm/norms.py): per-site a0, Derf's shift, the embedding scalar."""
 
     alpha_init_attn: float | None = None  # dyt/derf: initial scalar alpha per site; None: width rule
-    alpha_init_ffn: float | None = None  # (model/norms.py alpha_rule)
+    alpha_init_ffn: float | None = None  # (norm/norms.py alpha_rule)
     alpha_init_final: float | None = None
     shift_init: float = 0.0  # derf: initial scalar shift
     embed_scale: bool = False  # dyt/derf: learnable embedding scalar, init sqrt(d)
@@ -71,7 +71,7 @@ class PointwiseKeys:
 
 @dataclass
 class SeeDNormKeys:
-    """SeeDNorm (model/scale_and_batch_norms.py, docs/architectures.md §2)."""
+    """SeeDNorm (norm/scale_and_batch_norms.py, docs/architectures.md §2)."""
 
     seed_heads: int = 1  # seednorm: slices with their own seed <x_i, beta_i> (the paper's multi-head form)
     seed_alpha_init: float = 1.0  # seednorm: alpha init (gamma = 1, beta = 0)
@@ -116,7 +116,7 @@ class PowerNormKeys:
 
 @dataclass
 class LeakKeys:
-    """Any norm that declares it leaks (model/norm_api.Norm.leaks) trains only with this set."""
+    """Any norm that declares it leaks (norm/norm_api.Norm.leaks) trains only with this set."""
 
     allow_leak: bool = False  # batchnorm / powernorm warmup: train with statistics over future positions
     OLD_RUNS: ClassVar[dict] = {"allow_leak": False}

@@ -1,6 +1,6 @@
 """Values an architecture forces whatever the config says, as data (nGPT: no warmup, no weight decay).
 
-The one validation pass (train/validation.validate) applies them to the config before any check
+The one validation pass (normbench.validation.validate) applies them to the config before any check
 (:func:`apply_recipe`), so nothing is refused that the run would ignore, and the typed config the
 run trains with holds what it computes. run/resume.py compares checkpoints under them
 (:func:`recipe_values`): a checkpoint made before they were applied still holds the values given.

@@ -4,16 +4,16 @@ The schema is registered as the top-level ``normbench_schema`` (not inside any
 config group, so ``arch=glob(*)`` sweeps never pick it up). ``conf/config.yaml``
 lists it first in its defaults; every group file then merges into a typed,
 struct-mode node, so a wrong type or an unknown key fails at composition.
-``train/validation.validate`` adds the checks a type system cannot express (positive
+``normbench.validation.validate`` adds the checks a type system cannot express (positive
 learning rate, ``d_model % n_head``, ...) and raises :class:`ConfigError`
-with one line naming the key and what is allowed. ``train/validation.to_config`` turns the composed
+with one line naming the key and what is allowed. ``normbench.validation.to_config`` turns the composed
 config into the typed :class:`Config` (``OmegaConf.to_object``) and validates it, once: the
 trainer and everything below it receive that object. Of normbench this module imports only
 config/norm_keys.py (the ``norm.*`` keys, a small dataclass per owner) and errors.py: every other
 package reads it.
 
 Adding a key: one dataclass field below (with its default and a comment) and, if it has limits,
-one line in ``train/validation.validate`` (``_choice`` / ``_positive`` / a range check); a norm's key goes
+one line in ``normbench.validation.validate`` (``_choice`` / ``_positive`` / a range check); a norm's key goes
 into its owner's dataclass in config/norm_keys.py (with its check). conf/ files set it per group, and
 docs/contract.md lists it.
 """
@@ -191,7 +191,7 @@ class TrainerConfig:
     grad_accum: int = 1
     max_steps: int = 200
     max_tokens: int | None = None  # if set, stop at whichever of the two comes first
-    tokens_per_param: float | None = None  # if set, the length: tokens per weight-matrix param (train/length.py)
+    tokens_per_param: float | None = None  # if set, the length: tokens per weight-matrix param (runtime/length.py)
     grad_clip: float = 1.0  # 0 disables clipping
     log_every: int = 10
     eval_every: int = 50
@@ -247,7 +247,7 @@ class Config:
     seed: int = 0
     device: str = "auto"
     precision: str = "fp32"
-    compile: Any = False  # true, false or "auto" (normbench/train/compiling.py)
+    compile: Any = False  # true, false or "auto" (normbench/runtime/compiling.py)
     parallel: str = "none"
     peak_flops: float | None = None  # for MFU; None -> known value for the GPU, if any
 

@@ -109,7 +109,7 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     else tokenized into a temp dir that is renamed into place, so a parallel job never reads it half-written."""
     from normbench.data.checks import check_data
 
-    check_data(cfg)  # the data keys, checked where the whole config is (train/validation.py)
+    check_data(cfg)  # the data keys, checked where the whole config is (normbench/validation.py)
     key = _cache_key(cfg)
     name, tok_name, vocab = key["corpus"], key["tokenizer"], key["vocab_size"]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from normbench.export.custom import FILES
-from normbench.model.scale_and_batch_norms import BatchNormBT, PowerNorm
+from normbench.norm.scale_and_batch_norms import BatchNormBT, PowerNorm
 
 _SUMMARY_KEYS = (
     ("status", "status"),

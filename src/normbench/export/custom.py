@@ -20,9 +20,9 @@ from normbench.errors import ConfigError
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
 from normbench.model.normfree import NormFreeGPT
-from normbench.model.norms import Derf, DyT, EmbedScale, LayerNorm, RMSNorm
-from normbench.model.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
 from normbench.model.simplegpt import SimpleGPT
+from normbench.norm.norms import Derf, DyT, EmbedScale, LayerNorm, RMSNorm
+from normbench.norm.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
 
 TEMPLATE = Path(__file__).resolve().parent / "hf_template"
 FILES = tuple(sorted(p.name for p in TEMPLATE.glob("*_normbench.py")))  # modeling_ imports the others

@@ -7,14 +7,14 @@ import math
 import torch.nn as nn
 
 import normbench.model.norm_sites  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
-import normbench.model.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
+import normbench.norm.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
 from normbench.errors import ConfigError
 from normbench.model.combinations import check_combination
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
-from normbench.model.norm_api import Norm, norm_class, register_norm
 from normbench.model.normfree import NORM_FREE, NormFreeGPT
 from normbench.model.simplegpt import SimpleGPT
+from normbench.norm.norm_api import Norm, norm_class, register_norm
 
 __all__ = [
     "GPT",

@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.norms import build_norm, upcast
 from normbench.model.stabilizers import head_logit_max
+from normbench.norm.norms import build_norm, upcast
 
 
 def rope_cache(

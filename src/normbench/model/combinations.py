@@ -1,6 +1,6 @@
-"""The model's part of the one validation pass (train/validation.validate): arch x norm combinations.
+"""The model's part of the one validation pass (normbench.validation.validate): arch x norm combinations.
 
-Each check asks what a norm or a placement declares (model/norm_api.py, model/placement.py
+Each check asks what a norm or a placement declares (norm/norm_api.py, model/placement.py
 ``PlacementTraits``), never a list of names. The values an arch forces (config/recipes.py) are
 already applied when these checks run.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
-from normbench.model.norm_api import gain_norms, norm_class, statistics_free_norms
 from normbench.model.normfree import NORM_FREE
-from normbench.model.norms import site_alphas
 from normbench.model.placement import placement_traits
 from normbench.model.simplegpt import SIMPLENORM_NORMS
+from normbench.norm.norm_api import gain_norms, norm_class, statistics_free_norms
+from normbench.norm.norms import site_alphas
 
 
 def check_combination(cfg) -> list[str]:

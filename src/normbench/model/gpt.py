@@ -38,8 +38,8 @@ from normbench.config.schema import init_std_of
 from normbench.model import mup
 from normbench.model.attention import Attention, rope_cache
 from normbench.model.kinds import norm_internal
-from normbench.model.norms import EmbedScale, build_norm, offset_gain, upcast
 from normbench.model.placement import BlockSpec, SublayerSpec, block_specs, deepnorm_beta
+from normbench.norm.norms import EmbedScale, build_norm, offset_gain, upcast
 
 
 class MLP(nn.Module):
@@ -208,7 +208,7 @@ class GPT(CausalLM, nn.Module):
 
     def make_block(self, index: int, spec: BlockSpec, mcfg, arch, norm_cfg) -> nn.Module:
         """Block ``index`` of the stack; a model whose blocks have their own geometry overrides this
-        (model/simplegpt.py, model/normfree.py). Called once per block, before the weights are initialised."""
+        (model/simplegpt.py, normfree.py). Called once per block, before the weights are initialised."""
         return Block(spec, mcfg, norm_cfg, default_d_ff(mcfg), getattr(arch, "attn_gate", "none"))
 
     # ----- init -----

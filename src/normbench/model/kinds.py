@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from normbench.model.norm_api import Norm
+from normbench.norm.norm_api import Norm
 
 KINDS = ("matrix", "head", "embed", "norm_in", "norm_out", "bias", "scalar")
 DECLARABLE = ("matrix", "head", "embed", "norm", "bias", "scalar")
@@ -46,7 +46,7 @@ def own_kinds(module: nn.Module) -> dict[str, str]:
 
 
 def is_norm(module: nn.Module) -> bool:
-    """A norm layer: a :class:`~normbench.model.norm_api.Norm`, or a class that declares a ``norm`` gain
+    """A norm layer: a :class:`~normbench.norm.norm_api.Norm`, or a class that declares a ``norm`` gain
     (also when built without one, affine=False)."""
     return isinstance(module, Norm) or "norm" in own_kinds(module).values()
 

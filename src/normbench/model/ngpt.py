@@ -17,7 +17,7 @@ Deviations from the reference, on purpose:
 - Standard rotate-half RoPE (the reference's rotary is not a true rotation, NVIDIA/ngpt#10).
 - L2 normalizations use ``F.normalize`` in at least fp32 (fp64 for fp64 weights) with an eps (the
   reference has no eps, NVIDIA/ngpt#7); in eager fp32 on CPU its bit-identical lean backward
-  (:mod:`normbench.model.lean_grads`).
+  (:mod:`normbench.norm.lean_grads`).
 - Weights are fp32 masters (the reference stores Linear weights in bf16).
 - As the reference code (not the paper, which rescales only v): both SwiGLU halves u and v are
   multiplied by ``s_uv * sqrt(d)``; the factor on u is removed by the normalization after the MLP.
@@ -40,8 +40,8 @@ import torch.nn.functional as F
 
 from normbench.model.attention import apply_rope, cached_attention, record_attention_stats
 from normbench.model.gpt import CausalLM, LMHead
-from normbench.model.lean_grads import l2_normalize
-from normbench.model.norms import upcast
+from normbench.norm.lean_grads import l2_normalize
+from normbench.norm.norms import upcast
 
 
 class ScaledVector(nn.Module):

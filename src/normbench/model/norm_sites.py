@@ -18,7 +18,7 @@ For a sublayer function f (attention A, MLP F), block index l = 1..L:
   normal truncated at 3 std; we use the plain normal (0.27% of draws differ).
 - ``sandwich``: Gemma 2/3 (google/gemma_pytorch ``Gemma2DecoderLayer``): input and output norm on each
   sublayer, ``h = x + N_out(A(N_in(x)))``, final norm, every gain stored as ``1 + w`` with w = 0 at init
-  (``arch.gain_offset``, :func:`~normbench.model.norms.offset_gain`). Not part of it here: Gemma's
+  (``arch.gain_offset``, :func:`~normbench.norm.norms.offset_gain`). Not part of it here: Gemma's
   sqrt(d) embedding multiplier, logit soft-caps and ``query_pre_attn_scalar`` (model choices, not norm
   placement); Gemma 3's per-head QK-norm is ``arch.qk_norm=head``. Gemma multiplies the gain in fp32
   before casting back; normbench casts first (identical in fp32).

@@ -107,7 +107,7 @@ class PlacementTraits:
     without norms is ``pre_ln norm=none``; the norm-free and SimpleNorm archs check the norm themselves).
     ``gain_init``: it initialises the norm gains (what, for the refusal), so the norm needs a gain vector.
     ``extra_norms``: norm sites per layer beyond Pre-LN's two (each saves its input and output for backward:
-    train/memory.py's estimate).
+    runtime/memory.py's estimate).
     """
 
     needs_norm: bool = True

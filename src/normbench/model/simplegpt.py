@@ -48,8 +48,8 @@ import torch.nn.functional as F
 
 from normbench.model.attention import apply_rope, cached_attention, record_attention_stats
 from normbench.model.gpt import GPT, Sublayer, default_d_ff
-from normbench.model.norms import build_norm
 from normbench.model.placement import BlockSpec, SublayerSpec, register_placement
+from normbench.norm.norms import build_norm
 
 # The norm layers SimpleNorm may use: the reference's create_norm offers RMSNorm and LayerNorm.
 SIMPLENORM_NORMS = ("rmsnorm", "layernorm")

@@ -21,7 +21,7 @@ The pieces, for code that builds on them (e.g. a ``reproduce`` command):
 - :mod:`.tables`, :mod:`.figures` (with :mod:`.curve_figures`, :mod:`.layer_figures`) format them;
   :mod:`.page` renders Markdown and HTML; :mod:`.build` writes the report.
 
-Outcomes and per-layer statistics are defined in :mod:`normbench.train.outcomes`.
+Outcomes and per-layer statistics are defined in :mod:`normbench.diag.outcomes`.
 """
 
 from normbench.report.build import build_report, main, make_report

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from normbench.diag.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 from normbench.errors import ConfigError
 from normbench.report import curve_figures, figures, layer_figures, tables, verdicts
 from normbench.report.loading import (
@@ -20,7 +21,6 @@ from normbench.report.loading import (
 from normbench.report.page import to_html, to_markdown
 from normbench.report.setup import setup_rows
 from normbench.report.stats import default_targets, eval_spacing
-from normbench.train.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 
 DASH = "—"
 

@@ -17,6 +17,7 @@ import math
 import statistics
 from pathlib import Path
 
+from normbench.diag.outcomes import finite
 from normbench.report.figures import (
     DEFAULT_OUT,
     LOSS_LABEL,
@@ -36,7 +37,6 @@ from normbench.report.figures import (
 )
 from normbench.report.loading import Group, Run, finite_series, series
 from normbench.report.stats import curve, healthy
-from normbench.train.outcomes import finite
 
 DEPTH_LABEL = "depth l"  # 0: the embedding output, l: after block l (the captions say it)
 DEPTH = {  # metric -> (file, y label, caption, x label, first position: 0 for the stream, 1 for blocks)

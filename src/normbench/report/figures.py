@@ -26,10 +26,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.model import norm_class
 from normbench.report.loading import Group, Run, is_lr_key, setting
 from normbench.report.stats import LEARNED, learned_everywhere
-from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
 ARCH_COLORS = {
     "pre_ln": "tab:blue",
@@ -147,7 +147,7 @@ def setup_caption(groups: list[Group]) -> str:
 
 
 def norm_styles(norms: list[str]) -> dict[str, object]:
-    """Each norm's line style: the one its class declares (``line_style``, model/norm_api.py), else one of
+    """Each norm's line style: the one its class declares (``line_style``, norm/norm_api.py), else one of
     :data:`LINE_STYLES` that no declared norm in the figure has, so a new norm never shares LayerNorm's."""
     declared = {v: style for v in norms if (style := norm_class(v).line_style) is not None}
     free = [s for s in LINE_STYLES if s not in declared.values()] or list(LINE_STYLES)

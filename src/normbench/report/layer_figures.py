@@ -1,5 +1,5 @@
 """Figures of the per-layer diagnostics over training: layer x step heatmaps (``grad_norm_layer``,
-``var_resid``) and the per-layer statistics of :mod:`normbench.train.outcomes` against steps. The
+``var_resid``) and the per-layer statistics of :mod:`normbench.diag.outcomes` against steps. The
 conventions are :mod:`normbench.report.figures`'s: blocks 1..L, depth 0 (embedding) .. L.
 
 The massive-activation panel draws its threshold only when some run comes within a factor 3 of it;
@@ -13,6 +13,7 @@ import math
 import statistics
 from pathlib import Path
 
+from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.report.figures import (
     DEFAULT_OUT,
     STEP_LABEL,
@@ -32,7 +33,6 @@ from normbench.report.figures import (
 )
 from normbench.report.loading import Group, Run, series
 from normbench.report.stats import healthy, run_layer_series
-from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
 HEATMAPS = {  # key -> (file, colour label, y label, first row's number, what the colour shows, the rows)
     "grad_norm_layer": ("grad_norm_layer_heatmap.png", "‖grad‖ of block l", "block l", 1,

@@ -16,11 +16,11 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from normbench.diag.outcomes import classify, finite
 from normbench.errors import ConfigError
 from normbench.run.reader import RunReader, load_yaml, read_metrics  # noqa: F401 - load_yaml, read_metrics: report's API
 from normbench.run.resume import BOOKKEEPING_KEYS
 from normbench.run.rundir import UNREADABLE, RunDir
-from normbench.train.outcomes import classify, finite
 
 SUMMARY_FIRST = ("arch", "norm", "optim", "seed")  # the run itself wrote these into summary.json
 
@@ -58,7 +58,7 @@ class Run:
 
     @property
     def outcome(self) -> str | None:
-        """learned / unstable / stuck / diverged (normbench.train.outcomes), or None: no outcome yet
+        """learned / unstable / stuck / diverged (normbench.diag.outcomes), or None: no outcome yet
         (running, failed, interrupted) or not known (a summary from before outcomes, without a baseline)."""
         s = self.summary or {}
         if self.status == "diverged":

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from normbench.diag.outcomes import finite
 from normbench.report.loading import Group, Run, setting
-from normbench.train.outcomes import finite
 
 DASH = "—"
 

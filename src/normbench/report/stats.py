@@ -20,9 +20,9 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from normbench.diag.outcomes import OUTCOMES, finite, layer_series, layer_stats
 from normbench.report import numbers
 from normbench.report.loading import Group, Run, finite_series, setting
-from normbench.train.outcomes import OUTCOMES, finite, layer_series, layer_stats
 
 STATUS_ORDER = ("completed", "diverged", "failed", "interrupted", "running")
 OUTCOME_ORDER = (*OUTCOMES, "unknown", "interrupted", "running", "failed")

@@ -8,6 +8,7 @@ import statistics
 
 import yaml
 
+from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.model import norm_class
 from normbench.report import numbers
 from normbench.report.loading import Group, Run, setting
@@ -24,7 +25,6 @@ from normbench.report.stats import (
     target_for,
     time_to_target,
 )
-from normbench.train.outcomes import MASSIVE_THRESHOLD, finite
 
 DASH = "—"
 
@@ -64,7 +64,7 @@ class _NormSettings:
 
 def leaked(run: Run) -> bool:
     """A run trained with a forward that sees later positions, as its norm class declares (``leaks``,
-    model/norm_api.py): norm=batchnorm, or powernorm with a batch-statistic warmup (both train only with
+    norm/norm_api.py): norm=batchnorm, or powernorm with a batch-statistic warmup (both train only with
     norm.allow_leak=true; docs/architectures.md §2)."""
     norm = setting(run, "norm")
     return norm is not None and norm_class(norm).leaks(_NormSettings(run))
@@ -137,7 +137,7 @@ def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[
 
 
 def layer_table(groups: list[Group]) -> tuple[list[str], list[list[str]]] | None:
-    """End-of-run per-layer statistics (normbench.train.outcomes.layer_stats), mean ± std over the
+    """End-of-run per-layer statistics (normbench.diag.outcomes.layer_stats), mean ± std over the
     completed runs; None when no run has diagnostics."""
     header = ["group", "outcomes", "variance growth (last/first block)", "grad spread (first/last block)",
               "grad CV across blocks", "peak massive ratio", f"first step massive ratio > {MASSIVE_THRESHOLD:g}",

@@ -26,11 +26,12 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
   --dry-run   print the sweeps that would run, run nothing
   --no-run    launch nothing: judge and report the runs already there (unfinished ones count as such)
   ladder=true the sweep at 3 model widths (d_model 64/128/256, or the claim's own rungs): DIR/ID/ladder.json
-              and DIR/ID/ladder.png, the effect against the size (reproduce/ladder.py); under muP with
+              and DIR/ID/ladder.png, the effect against the size (reproduce/ladders/scale.py); under muP with
               the claim's LR transferred (docs/mup.md), or ladder_param=sp: one LR, ladder_sp.{json,png}
   duration=ladder
               the sweep at 1, 5 and 20 tokens per parameter (the top rung is the verdict's own sweep):
-              DIR/ID/duration.json and DIR/ID/duration.png, the effect against the length (reproduce/duration.py)
+              DIR/ID/duration.json and DIR/ID/duration.png, the effect against the length
+              (reproduce/ladders/duration.py)
   duration=branch
               the same from one warmup-stable-decay trunk with a 20% cooldown branched off at each shorter
               rung: DIR/ID/duration_branch.json and .png
@@ -175,7 +176,7 @@ def _run_claim(claim, req: _Request) -> dict | None:
 
 
 def _duration(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
-    from normbench.reproduce.duration import run_duration
+    from normbench.reproduce.ladders.duration import run_duration
 
     rungs = [float(r) for r in opts["rungs"].split(",")] if opts["rungs"] else None
     result = run_duration(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]),
@@ -200,7 +201,7 @@ def _tests_line(rung: dict) -> str:
 
 
 def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
-    from normbench.reproduce.ladder import ladder_name, run_ladder
+    from normbench.reproduce.ladders.scale import ladder_name, run_ladder
 
     ladder = run_ladder(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
                         launch=launch, param=opts["ladder_param"])  # fmt: skip

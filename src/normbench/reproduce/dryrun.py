@@ -58,7 +58,7 @@ def sweep_estimate(claim: Claim, scale: str, overrides: list[str], grid: dict[st
 
     from normbench.reproduce.estimate import SWEEP_START_S, job_seconds, spoken
     from normbench.reproduce.shared import compose
-    from normbench.train.validation import to_config
+    from normbench.validation import to_config
 
     fixed = claim.settings(scale, overrides)
     keys = [k for k in grid if k != "seed"]

@@ -1,6 +1,6 @@
 """A rough time for a planned sweep, for ``reproduce --dry-run``: FLOPs over this machine's speed.
 
-Per job: the training FLOPs (``6 N + 12 L d T`` per token, :mod:`normbench.train.flops`, times the
+Per job: the training FLOPs (``6 N + 12 L d T`` per token, :mod:`normbench.runtime.flops`, times the
 tokens of ``trainer.max_steps`` steps, plus a third of that per token for the evaluations' forward
 passes) over a sustained rate, plus a start-up cost. The rate on a GPU is 35% of its bf16 peak (a
 typical MFU for these models); on a CPU it is the fp32 matrix-multiply speed measured here once
@@ -41,7 +41,7 @@ def cpu_rate() -> float:
 def _rate(cfg) -> tuple[float, str]:
     import torch
 
-    from normbench.train.flops import gpu_peak_flops
+    from normbench.runtime.flops import gpu_peak_flops
 
     if cfg.device != "cpu" and torch.cuda.is_available():
         peak = cfg.peak_flops or gpu_peak_flops(torch.cuda.get_device_name(0)) or 100e12
@@ -51,8 +51,8 @@ def _rate(cfg) -> tuple[float, str]:
 
 def job_seconds(cfg) -> tuple[float, str]:
     """(seconds, "CPU"/"GPU") one job of the composed config ``cfg`` takes here, roughly."""
-    from normbench.train.length import run_steps
-    from normbench.train.memory import count_params
+    from normbench.runtime.length import run_steps
+    from normbench.runtime.memory import count_params
 
     m, t = cfg.model, cfg.trainer
     vocab = m.vocab_size or cfg.data.vocab_size or VOCAB.get(str(cfg.data.tokenizer), 50257)

@@ -13,7 +13,7 @@ nothing is pinned; ``trainer.tokens_per_param=R`` as an override resolves per jo
 the sides' lengths would differ.
 
 The execution mode is pinned the same way (:func:`pin_compile`): ``compile=auto`` decides from each
-model's FLOPs and the run's length (train/compiling.py), so two sides could land in different modes
+model's FLOPs and the run's length (runtime/compiling.py), so two sides could land in different modes
 (nGPT's step is costlier than Pre-LN's). Where a job would get ``compile=auto``, it is decided once,
 against the baseline job, and every job gets that ``compile=true|false``: a comparison never sets
 compiled losses against eager ones.
@@ -31,7 +31,7 @@ class Pinned:
     ratio: float
     steps: int
     tokens: int
-    params: int  # the reference model's weight-matrix parameters (train/length.py)
+    params: int  # the reference model's weight-matrix parameters (runtime/length.py)
     reference: dict  # the baseline job's swept values
 
     @property
@@ -49,7 +49,7 @@ class Pinned:
 def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None, jobs=None) -> Pinned | None:
     """The scale's ``tokens_per_param`` (or ``ratio``: a duration rung's) as steps for every job, or None (no
     ratio, or the user set a length). ``jobs``: the claim's jobs composed for ``overrides`` already."""
-    from normbench.train import length
+    from normbench.runtime import length
 
     ratio = ratio if ratio is not None else claim.sweep(scale).get("tokens_per_param")
     if ratio is None or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
@@ -99,9 +99,9 @@ def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | Non
 
     from normbench.model import build_model
     from normbench.reproduce.shared import compose_jobs
-    from normbench.train import length
+    from normbench.runtime import length
+    from normbench.runtime.compiling import decide
     from normbench.train.build import resolve_device
-    from normbench.train.compiling import decide
 
     if not _asks_auto(claim, scale, overrides):
         return None

@@ -8,6 +8,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from normbench.diag.outcomes import finite
 from normbench.report.loading import Run, canonical_value, norm_value, setting
 from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rule, shared with report
     FINISHED,
@@ -22,7 +23,6 @@ from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rul
 from normbench.reproduce import verdict as V
 from normbench.reproduce.claims import Claim, Test
 from normbench.reproduce.skip_eval import read_skip
-from normbench.train.outcomes import finite
 
 
 def select(runs: list[Run], where: dict) -> list[Run]:

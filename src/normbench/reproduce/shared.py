@@ -24,7 +24,7 @@ from normbench.errors import ConfigError
 from normbench.reproduce.claims import Claim, Test, as_str, override_key
 
 INIT = "init_std"
-TOKENS = "tokens"  # the tokens a job trains (train/length.py): one length per comparison
+TOKENS = "tokens"  # the tokens a job trains (runtime/length.py): one length per comparison
 
 
 def _spell(value) -> str:
@@ -135,7 +135,7 @@ def _check_pair(claim: Claim, test: Test, g, b, about: set[str], declared: set[s
 
 def run_tokens(cfg) -> int:
     """The tokens a composed job trains: its steps (trainer.tokens_per_param resolved) x tokens per step."""
-    from normbench.train import length
+    from normbench.runtime import length
 
     return length.run_steps(cfg) * length.tokens_per_step(cfg)
 

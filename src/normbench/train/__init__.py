@@ -1,1 +1,1 @@
-"""The training loop and its stateful parts: build, state, checkpoint, signals, optimizers, diagnostics."""
+"""The training loop and its state: trainer, loop_parts, build, state, checkpoint, signals."""

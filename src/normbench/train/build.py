@@ -20,16 +20,16 @@ import torch
 from normbench.config.schema import as_dict
 from normbench.data.batches import Batches, fixed_batches
 from normbench.data.corpus import load_data
+from normbench.diag.diagnostics import Diagnostics
 from normbench.errors import ConfigError
 from normbench.model import build_model, padded_vocab, weight_init_std
 from normbench.model.stabilizers import QKClip
+from normbench.optim.optimizers import build_optimizer
 from normbench.run.rundir import RunDir
-from normbench.train import distributed as dist_utils
-from normbench.train import length, memory
-from normbench.train.diagnostics import Diagnostics
-from normbench.train.flops import model_flops_per_token, peak_flops
-from normbench.train.optim import build_optimizer
-from normbench.train.validation import validate
+from normbench.runtime import distributed as dist_utils
+from normbench.runtime import length, memory
+from normbench.runtime.flops import model_flops_per_token, peak_flops
+from normbench.validation import validate
 
 log = logging.getLogger("normbench")
 
@@ -96,7 +96,7 @@ class Components:
     max_steps: int
     tokens_per_step: int
     n_params: int
-    length_params: int  # N of tokens_per_param: the weight matrices (train/length.py)
+    length_params: int  # N of tokens_per_param: the weight matrices (runtime/length.py)
     init_std: float  # the std the plain matrices and embedding started from (model.weight_init_std)
     flops_per_token: float
     peak_flops: float | None

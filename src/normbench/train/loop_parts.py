@@ -3,7 +3,7 @@
 - :class:`Evaluation`: when the val loss is measured, its last and best value, and an evaluation a
   stop signal cut short (the resume does it into that step's record);
 - :class:`Checkpoints`: when a checkpoint is written between log steps (the trainer writes the last one);
-- :class:`DiagSchedule`: when the diagnostics (train/diagnostics.py) run;
+- :class:`DiagSchedule`: when the diagnostics (diag/diagnostics.py) run;
 - :class:`LossWatch`: the per-step losses, kept on the device until a log step or a checkpoint needs
   them (a host sync per step would stall the GPU), then checked for divergence and loss spikes.
 
@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from normbench.train.diagnostics import Diagnostics, SpikeDetector
+from normbench.diag.diagnostics import Diagnostics, SpikeDetector
 
 
 class Evaluation:

@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 
 from normbench.errors import ConfigError
+from normbench.optim.optimizers import lr_factor
 from normbench.run.resume import check_resume_config, flat_config
+from normbench.runtime import distributed as dist_utils
+from normbench.runtime.throughput import Throughput
 from normbench.train import checkpoint as ckpt
-from normbench.train import distributed as dist_utils
 from normbench.train.loop_parts import Evaluation, LossWatch
-from normbench.train.optim import lr_factor
-from normbench.train.throughput import Throughput
 
 log = logging.getLogger("normbench")
 

@@ -1,7 +1,7 @@
 """The training loop: causal-LM pretraining with the run directory of docs/contract.md §3.
 
 Laid out as torchtitan's trainer: :func:`normbench.train.build.build` makes the components,
-:class:`normbench.train.state.TrainState` is what a checkpoint holds, :class:`normbench.train.throughput.
+:class:`normbench.train.state.TrainState` is what a checkpoint holds, :class:`normbench.runtime.throughput.
 Throughput` times the steps, the loop's stateful parts (train/loop_parts.py: evaluation, checkpoints,
 diagnostics, loss watching) each say when they are due, all of it held as one :class:`Loop`, and
 :meth:`Trainer.fit` is the algorithm: set the LR, forward/backward over micro-batches, clip, step,
@@ -26,21 +26,21 @@ from pathlib import Path
 
 import torch
 
+from normbench.diag.diagnostics import SpikeDetector
+from normbench.diag.recorder import Recorder
 from normbench.errors import ConfigError, first_line
+from normbench.optim.optimizers import lr_factor, set_lr
 from normbench.run.lock import RunLock
 from normbench.run.rundir import RunDir
+from normbench.runtime import distributed as dist_utils
+from normbench.runtime.flops import mfu, peak_memory_gb
+from normbench.runtime.throughput import Throughput
 from normbench.train import build as builder
 from normbench.train import checkpoint as ckpt
-from normbench.train import distributed as dist_utils
-from normbench.train.diagnostics import SpikeDetector
-from normbench.train.flops import mfu, peak_memory_gb
 from normbench.train.loop_parts import Checkpoints, DiagSchedule, Evaluation, LossWatch
-from normbench.train.optim import lr_factor, set_lr
-from normbench.train.recorder import Recorder
 from normbench.train.signals import STOP, RunSignals, StopVotes
 from normbench.train.state import TrainState
-from normbench.train.throughput import Throughput
-from normbench.train.validation import prepare
+from normbench.validation import prepare
 
 log = logging.getLogger("normbench")
 

@@ -41,10 +41,10 @@ import torch.nn.functional as F
 
 from normbench.config.norm_keys import NormKeys, PointwiseKeys
 from normbench.errors import ConfigError
-from normbench.model import lean_grads
-from normbench.model.norm_api import NORMS, Norm, norm_class, register_norm
+from normbench.norm import lean_grads
+from normbench.norm.norm_api import NORMS, Norm, norm_class, register_norm
 
-__all__ = ["NORMS", "Norm", "register_norm"]  # the registry lives in model/norm_api.py; read here too
+__all__ = ["NORMS", "Norm", "register_norm"]  # the registry lives in norm/norm_api.py; read here too
 
 # Sites a norm can sit at; DyT/Derf take their initial alpha from the site.
 SITES = ("attn", "ffn", "final", "embed")
@@ -189,7 +189,7 @@ class NoNorm(Norm):
 
 
 # ``norm=`` names (docs/architectures.md §2): a norm registers its class (or a builder with the class that
-# declares it) with register_norm, here or from anywhere (model/norm_api.py says what a class declares).
+# declares it) with register_norm, here or from anywhere (norm/norm_api.py says what a class declares).
 register_norm("layernorm", LayerNorm)(
     lambda cfg, dim, alpha: LayerNorm(dim, eps=cfg.eps, affine=cfg.affine, bias=cfg.bias)
 )

@@ -10,7 +10,7 @@ the **outcome** says what training achieved, for runs that ended on their own:
   split, the loss of the best predictor that ignores context (:func:`baseline_loss`);
 - ``unstable``: learned, but had loss spikes (``n_spikes`` > 0; a spike is a train
   loss above ``diag.spike_factor`` x the median of the last ``diag.spike_window``
-  losses, :class:`normbench.train.diagnostics.SpikeDetector`);
+  losses, :class:`normbench.diag.diagnostics.SpikeDetector`);
 - ``learned``: everything else that completed.
 
 Failed, interrupted and running runs have no outcome (``None``).

@@ -11,11 +11,11 @@ import logging
 import math
 import socket
 
+from normbench.diag import outcomes
+from normbench.diag.wandb_logger import WandbLogger
 from normbench.run.provenance import code_commit
-from normbench.train import outcomes
-from normbench.train.flops import mfu, peak_memory_gb
-from normbench.train.throughput import Eta, fmt, fmt_time
-from normbench.train.wandb_logger import WandbLogger
+from normbench.runtime.flops import mfu, peak_memory_gb
+from normbench.runtime.throughput import Eta, fmt, fmt_time
 
 log = logging.getLogger("normbench")
 

@@ -119,7 +119,7 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
         log(f"note: parallel={cfg.parallel} ignored in a single process (launch with torchrun --nproc_per_node=N)")
     if mode != "none" and cfg.parallel == "none":
         log(f"note: WORLD_SIZE={world_size()} with parallel=none: using DDP")
-    from normbench.train.compiling import decide
+    from normbench.runtime.compiling import decide
 
     decision = decide(cfg, model, device)
     if cfg.compile == "auto":

@@ -21,11 +21,11 @@ Each registers its ``norm=`` name with :func:`register_norm` and declares its pa
   ``<x, beta>`` taken from the raw x, one per token (or per contiguous slice with ``norm.seed_heads``).
   Init gamma = 1, beta = 0, alpha = 1: exactly RMSNorm at init. The paper does not say whether the
   final norm was replaced; ``norm.seed_final=false`` (default, our choice on a measurement) keeps
-  RMSNorm there (``SeeDNorm.final_norm``, read by model/norms.py build_norm), ``true`` puts SeeDNorm there too.
+  RMSNorm there (``SeeDNorm.final_norm``, read by norm/norms.py build_norm), ``true`` puts SeeDNorm there too.
 - BatchNorm: the PowerNorm paper's baseline (sIncerass/powernorm ``MaskSyncBatchNorm``): a per-token
   RMS scaling, then batch statistics over batch x time (momentum 0.05, eps 1e-5). Its training forward
   lets a token see the future (the batch mean and variance include later positions), so training with
-  it is refused unless ``norm.allow_leak=true`` (its class declares ``leaks``: model/norm_api.py).
+  it is refused unless ``norm.allow_leak=true`` (its class declares ``leaks``: norm/norm_api.py).
 - PowerNorm: Shen et al. 2020 (arXiv:2003.07845), sIncerass/powernorm ``MaskPowerNorm``: per-token
   group RMS scaling, then ``z = x / sqrt(phi + eps)`` with the running quadratic mean phi and the
   approximate backward. Causal-safe form: the reference's warmup (``warmup_iters`` steps dividing by
@@ -44,8 +44,8 @@ import torch.nn.functional as F
 from normbench.config.norm_keys import BatchNormKeys, NormKeys, PowerNormKeys, SeeDNormKeys
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
-from normbench.model.norm_api import LEAK, Norm
-from normbench.model.norms import gain, register_norm, upcast
+from normbench.norm.norm_api import LEAK, Norm
+from normbench.norm.norms import gain, register_norm, upcast
 
 
 def _refuse_qk_norm(cfg) -> None:
@@ -112,7 +112,7 @@ class SeeDNorm(Norm):
     """
 
     PARAM_KINDS = {"weight": "norm", "seed_alpha": "scalar", "seed_beta": "scalar"}
-    has_gain = True  # gamma is a per-channel gain: arch.gain_offset stores it as 1 + w (model/norms.offset_gain)
+    has_gain = True  # gamma is a per-channel gain: arch.gain_offset stores it as 1 + w (norm/norms.offset_gain)
     unit_offset = 0.0
     keys = SeeDNormKeys
 

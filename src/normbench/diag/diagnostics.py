@@ -63,7 +63,7 @@ Per-block lists are indexed by block ``l`` (0-based, ``n_layer`` entries);
   own list: ``norm_alpha_<site>_in`` / ``_out`` / ``_post`` / ``_qk`` (q/k/v norms' mean),
   e.g. Peri-LN's input and output norms, which drift apart in training;
   ``norm_shift_attn`` / ``norm_shift_mlp`` the same for Derf's shift (in general ``norm_<name>_<site>`` for
-  each learned scalar a norm class declares in ``diag_scalars``, model/norm_api.py; the per-position
+  each learned scalar a norm class declares in ``diag_scalars``, norm/norm_api.py; the per-position
   lists and the final/embedding entries for its first one);
   ``norm_alpha_final`` (scalar, the final norm's alpha), ``norm_alpha_embed`` (scalar,
   embedding norm), ``embed_scale`` (scalar, the DyT/Derf LLM recipe's embedding
@@ -104,7 +104,7 @@ _NGPT_ATTN = ("c_attn", "att_c_proj", "attn_alpha", "sqk")
 
 
 def _scalars(module) -> tuple[str, ...]:
-    """The learned scalars a norm declares for the diagnostics (``diag_scalars``, model/norm_api.py) that it
+    """The learned scalars a norm declares for the diagnostics (``diag_scalars``, norm/norm_api.py) that it
     holds: DyT's alpha, Derf's alpha and shift, a plugin norm's own."""
     if module is None or not is_norm(module):
         return ()

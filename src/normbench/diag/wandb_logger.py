@@ -7,7 +7,7 @@ status of a run that did not complete), name = the job's overrides, and the full
 resolved config plus where the job sits in its sweep (``hydra.*``). At ``finish()``
 the run summary gets summary.json's status, outcome (learned/unstable/stuck/diverged),
 reason, losses and per-layer statistics; every diag record also logs those statistics
-as ``layer_stats/<name>`` scalars (:func:`normbench.train.outcomes.step_stats`).
+as ``layer_stats/<name>`` scalars (:func:`normbench.diag.outcomes.step_stats`).
 
 Per-layer lists become flat keys in sections (``grad_norm_layer`` ->
 ``grad_norm_layer/layer_03``), so W&B draws one panel group per metric. For the
@@ -38,9 +38,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from normbench.config.schema import as_dict
+from normbench.diag.outcomes import step_stats
 from normbench.run.reader import RunReader
 from normbench.run.resume import BOOKKEEPING_KEYS
-from normbench.train.outcomes import step_stats
 
 log = logging.getLogger("normbench")
 

@@ -89,7 +89,7 @@ def run_duration(claim: Claim, scale: str, seeds, overrides, out: Path, min_seed
     duration = {"claim": claim.id, "statement": claim.claim, "scale": scale, "mode": mode, "rungs": rungs,
                 "seconds": round(time.perf_counter() - start, 1),
                 "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1)}  # fmt: skip
-    from normbench.reproduce.ladder import write_ladder
+    from normbench.reproduce.ladders.scale import write_ladder
 
     title = "effect against training length" + (" (WSD branches)" if mode == "branch" else "")
     name = "duration" if mode == "ladder" else "duration_branch"
@@ -99,7 +99,7 @@ def run_duration(claim: Claim, scale: str, seeds, overrides, out: Path, min_seed
 
 
 def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: float | None = None) -> dict:
-    from normbench.reproduce.ladder import _rung as rung_tests
+    from normbench.reproduce.ladders.scale import _rung as rung_tests
 
     entry = {"tokens_per_param": ratio, "steps": (result.get("length") or {}).get("steps"),
              "verdict_json": str(where / claim.id / "verdict.json"), **rung_tests(result)}  # fmt: skip

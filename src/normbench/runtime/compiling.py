@@ -7,7 +7,7 @@ it when the run is long enough for the per-step saving to repay that time:
     compile  <=>  steps x (estimated eager step time) x SAVING  >  COMPILE_S
 
 - estimated eager step time = model FLOPs per optimizer step (``6N + 12LdT`` per token,
-  :mod:`normbench.train.flops`, times tokens per step) / the eager FLOP/s the device reaches;
+  :mod:`normbench.runtime.flops`, times tokens per step) / the eager FLOP/s the device reaches;
 - ``SAVING``: the fraction of the eager step time compile removes;
 - ``COMPILE_S``: seconds of compiling (both graphs) before the run reaches its steady state.
 
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 import torch
 
-from normbench.train import length
-from normbench.train.flops import model_flops_per_token, peak_flops
+from normbench.runtime import length
+from normbench.runtime.flops import model_flops_per_token, peak_flops
 
 CHOICES = (True, False, "auto")
 

@@ -7,7 +7,7 @@ Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``
 - ``lion``: no torch implementation, so :class:`Lion` is written out here from its paper
   (Chen et al. 2023, arXiv:2302.06675, Algorithm 2): ``c = b1*m + (1-b1)*g``,
   ``p -= lr*(sign(c) + wd*p)``, ``m = b2*m + (1-b2)*g``.
-- ``muon``: :class:`normbench.train.muon.Muon`, torch.optim.Muon's update written out on torch's public
+- ``muon``: :class:`normbench.optim.muon.Muon`, torch.optim.Muon's update written out on torch's public
   API (Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/; the formulas, references and
   deviations are in its module), on the 2-D hidden matrices only; embeddings, the LM head, norm
   gains, biases and scalars go to AdamW (``optim.adamw_lr``), as in KellerJordan/Muon's README and
@@ -65,8 +65,8 @@ from normbench.model.gpt import MLP
 from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
 from normbench.model.mup import ONE, param_scales
 from normbench.model.ngpt import NGPTBlock
-from normbench.train.distributed import is_dtensor
-from normbench.train.muon import Muon
+from normbench.optim.muon import Muon
+from normbench.runtime.distributed import is_dtensor
 
 
 def fused_splits(model: nn.Module) -> dict[str, int]:
@@ -188,7 +188,7 @@ class OptimizerSpec:
     matrices_apart: bool = False
 
 
-# The optimizer registry: ``optim=<name>``, validation, error messages and ``list`` read it (train/validation.py).
+# The optimizer registry: ``optim=<name>``, validation, error messages and ``list`` read it (normbench/validation.py).
 OPTIMIZERS: dict[str, OptimizerSpec] = {}
 
 

@@ -41,8 +41,8 @@ from normbench.config.schema import (
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
 from normbench.model import mup, stabilizers
-from normbench.train import distributed as dist_utils
-from normbench.train import length
+from normbench.runtime import distributed as dist_utils
+from normbench.runtime import length
 
 
 def archs() -> tuple[str, ...]:
@@ -53,16 +53,16 @@ def archs() -> tuple[str, ...]:
 
 
 def norms() -> tuple[str, ...]:
-    """``norm=`` names: model/norms.py's registry (model/__init__ imports the modules that register)."""
+    """``norm=`` names: norm/norms.py's registry (model/__init__ imports the modules that register)."""
     import normbench.model  # noqa: F401
-    from normbench.model.norms import NORMS as registry
+    from normbench.norm.norms import NORMS as registry
 
     return tuple(registry)
 
 
 def optims() -> tuple[str, ...]:
     """``optim=`` names: optim.py's registry."""
-    from normbench.train.optim import OPTIMIZERS
+    from normbench.optim.optimizers import OPTIMIZERS
 
     return tuple(OPTIMIZERS)
 
@@ -171,7 +171,7 @@ def _check_model(m: Any, a: Any) -> None:
 
 def _check_norm(cfg: Any) -> None:
     """``norm.*``: a leak the config does not allow, each keys class's limits, the norm class's own checks."""
-    from normbench.model.norm_api import norm_class
+    from normbench.norm.norm_api import norm_class
 
     n = cfg.norm
     cls = norm_class(n.name)
@@ -213,7 +213,7 @@ def _check_schedule(cfg: Any) -> None:
 
 
 def _check_length(cfg: Any) -> None:
-    """The run's length (train/length.py) and a warmup shorter than it."""
+    """The run's length (runtime/length.py) and a warmup shorter than it."""
     s, t = cfg.sched, cfg.trainer
     steps = length.run_steps(cfg)
     what = f"trainer.max_steps={t.max_steps}"

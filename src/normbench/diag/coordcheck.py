@@ -39,8 +39,8 @@ def measure(overrides: list[str], steps: int, seed: int, lr: float, data=None) -
     from normbench.data.corpus import load_data
     from normbench.model import build_model, padded_vocab
     from normbench.model.gpt import Sublayer
-    from normbench.train.optim import build_optimizer
-    from normbench.train.validation import prepare
+    from normbench.optim.optimizers import build_optimizer
+    from normbench.validation import prepare
 
     cfg, _ = prepare(compose_config([*overrides, f"optim.lr={lr}", f"seed={seed}", "sched=constant"]))
     data = data if data is not None else load_data(cfg.data, log=lambda *_: None)

@@ -1,0 +1,1 @@
+"""The norm layers and what each declares about itself (the ``norm=`` registry)."""

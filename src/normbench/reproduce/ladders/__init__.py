@@ -1,0 +1,1 @@
+"""The ladders: one claim at several model sizes (scale) or training lengths (duration)."""
