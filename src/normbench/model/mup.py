@@ -188,9 +188,9 @@ def branch_params(model: nn.Module) -> set[int]:
     branch multiplier L_base / L scales their gradients, so their Adam eps takes the depth factor too. The
     embedding, the final norm, the head and NormFormer's residual scale sit outside every branch: their
     gradients do not shrink with depth and their eps is divided by m only (EleutherAI/nanoGPT-mup, docs/mup.md)."""
-    from normbench.model.gpt import Sublayer  # gpt.py imports this module
-
-    subs = [mod for mod in model.modules() if isinstance(mod, Sublayer)]
+    # A sublayer is found by its ``branch()`` method, not its class: gpt.py imports this module, and
+    # importing gpt.Sublayer here would close an import circle (tests/test_house.py).
+    subs = [mod for mod in model.modules() if callable(getattr(mod, "branch", None))]
     return {id(p) for sub in subs for part in sub.branch() for p in part.parameters()}
 
 
