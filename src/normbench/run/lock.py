@@ -105,10 +105,8 @@ class RunLock:
         return f"{text}; {self._goes_on_from()}"
 
     def _goes_on_from(self) -> str:
-        from normbench.train.checkpoint import step_of  # lazily: the lock's other users need no torch
-
         path = self.run.checkpoint_path
-        step = step_of(path) if path.is_file() else None
+        step = self.run.checkpoint_step() if path.is_file() else None
         if path.is_file() and step is None:
             return f"its checkpoint {path} cannot be read"
         if self.resume is False:

@@ -113,6 +113,23 @@ class RunDir:
         """The last step ``metrics.jsonl`` holds (past the last checkpoint when the run was killed); None if none."""
         return max((r["step"] for r in read_jsonl(self.metrics_path) if type(r.get("step")) is int), default=None)
 
+    def checkpoint_step(self) -> int | None:
+        """The step of ``checkpoints/last.pt``, its tensors left unread (memory-mapped); None when there is
+        none or it cannot be read. For a notice only: no CRC-32 check (train/checkpoint.py's ``load``
+        refuses a damaged file in its own line)."""
+        import warnings
+
+        import torch  # here: the lock's other users (the CLI's checks) need no torch
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # noqa: BLE001 - missing, truncated, corrupt, foreign: the resume says why
+            return None
+        step = state.get("step") if isinstance(state, dict) else None
+        return step if type(step) is int else None
+
     # ---------------------------------------------------------------------------- temp files
     def stale_temp_files(self) -> list[Path]:
         """Temp files of atomic writes (``summary.json``, ``metrics.jsonl``, checkpoints) whose writer is not

@@ -117,19 +117,6 @@ def verify(path: Path) -> None:
         )
 
 
-def step_of(path: Path) -> int | None:
-    """The step of the checkpoint at ``path``, its tensors left unread (memory-mapped); None when it cannot
-    be read (no check of its CRC-32s: for a notice only; :func:`load` refuses a damaged file)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # noqa: BLE001 - truncated, corrupt, foreign: the resume says why in its own line
-        return None
-    step = state.get("step") if isinstance(state, dict) else None
-    return step if type(step) is int else None
-
-
 def load(path: Path) -> dict:
     """The state dict of a normbench checkpoint; :class:`ConfigError` (one line, naming the file) otherwise."""
     path = Path(path)
