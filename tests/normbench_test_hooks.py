@@ -12,6 +12,8 @@ works in-process):
 - ``NORMBENCH_TEST_SLOW_LOG=s``: each metrics record is followed by an s-second sleep (a signal lands mid-run);
 - ``NORMBENCH_TEST_FAIL_AT_STEP=n``: writing the record of step n raises RuntimeError (a crash mid-run);
 - ``NORMBENCH_TEST_SLOW_CKPT=s``: a checkpoint write stops halfway for s seconds (kill -9 mid-write);
+- ``NORMBENCH_TEST_SLOW_WRITE=name:s``: an atomic write of ``name`` (``summary.json``, ``metrics.jsonl``)
+  waits s seconds with its temp file written, before the rename (kill -9 mid-write);
 - ``NORMBENCH_TEST_MEMORY_LIMIT_GB=g``: the device appears to have g GB (memory.check's refusal).
 """
 
@@ -78,6 +80,19 @@ def install() -> None:
         time.sleep(float(_env("NORMBENCH_TEST_SLOW_CKPT")))
         f.write(data[len(data) // 2 :])
 
+    write_atomic = metrics.write_atomic
+
+    def write_atomic_hooked(path, write, binary=False):
+        name, _, seconds = _env("NORMBENCH_TEST_SLOW_WRITE").partition(":")
+
+        def write_then_wait(f):
+            write(f)
+            f.flush()
+            time.sleep(float(seconds))
+
+        slow = name and os.path.basename(path) == name
+        return write_atomic(path, write_then_wait if slow else write, binary)
+
     available = memory.available
 
     def available_hooked(device):
@@ -89,6 +104,7 @@ def install() -> None:
     trainer.Trainer.eval_loss = eval_loss_hooked
     metrics.JsonlWriter.write = write_hooked
     checkpoint.serialize = serialize_hooked
+    metrics.write_atomic = write_atomic_hooked
     memory.available = available_hooked
 
 

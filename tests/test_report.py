@@ -204,7 +204,12 @@ def test_sweep_report_table(sweep):
     assert run[BEST] == f"{best_so_far:.4f} (partial)"
     assert rows["arch=mix_ln"]["status"] == "1 failed" and "no data" in rows["arch=mix_ln"]["notes"]
     killed = rows["arch=hybridnorm"]
-    assert killed["status"] == "1 failed" and "stopped at step 40 without finishing" in killed["notes"]
+    # killed: resumable, not a failure; its note says how far it got and the command that resumes it
+    assert killed["status"] == "1 stopped" and killed["outcomes"] == "1 stopped"
+    assert "stopped: died without a word after logging step 40" in killed["notes"]
+    assert (
+        f"resume with: python -m normbench train arch=hybridnorm seed=0 hydra.run.dir={root / '7'}" in killed["notes"]
+    )
 
     # sorted by best val loss; groups without one come last
     bests = [rows[label][BEST].split(" ")[0] for label in rows]
@@ -323,9 +328,9 @@ def test_optimizer_sweep_is_not_an_lr_sweep_and_lr_stability_needs_a_learned_run
         make_run(root / str(job), [f"optim.lr={lr}", f"seed={seed}"], config(seed=seed, lr=lr), recs, summary)
     md = report.make_report(root).read_text()
     row = table(md.split("Largest learning rate at which every seed learned")[1], "group")["arch=pre_ln norm=layernorm"]
-    # the running one's lock is gone: failed. A crash says nothing about the lr: 1e-2 has no outcome at all
-    assert row["outcomes by learning rate"] == "0.001: 1 learned, 1 failed; 0.01: 1 failed"
-    assert row["largest lr where every seed learned"] == "0.001 (1 failed)"
+    # the running one has no live process: stopped. A crash says nothing about the lr: 1e-2 has no outcome at all
+    assert row["outcomes by learning rate"] == "0.001: 1 learned, 1 stopped; 0.01: 1 failed"
+    assert row["largest lr where every seed learned"] == "0.001 (1 stopped)"
 
 
 def test_depth_plot_draws_a_group_whose_runs_all_diverged(tmp_path):

@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
-import shlex
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +20,7 @@ from omegaconf import OmegaConf
 
 from normbench.config.files import config_dir, user_config_dirs
 from normbench.errors import ConfigError, error, first_line
+from normbench.run import commands
 from normbench.run.rundir import job_dir_name
 
 # sweep job directories: hydra.sweep.subdir in conf/config.yaml (registered here, at import, so that a
@@ -148,26 +147,14 @@ def _run_hydra(app, argv: list[str]) -> int:
 _REFUSED: list[str] = []  # run_job notes a refused single run here
 _JOB_STARTED: list[bool] = []  # run_job notes here that Hydra got as far as a job
 _ARGV: list[str] = []  # the train command's arguments, for the resume command printed at an interrupt
-_SAFE_VALUE = re.compile(r"[A-Za-z0-9_./:+@%-]*")
-
-
-def _hydra_value(value: str) -> str:
-    """``value`` as Hydra's grammar reads it back (quoted when it holds special characters)."""
-    if _SAFE_VALUE.fullmatch(value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def resume_command(run_dir: Path, sweep_dir: Path | None = None) -> str:
     """The command that resumes this run (or, with ``sweep_dir``, the whole sweep)."""
-    drop = ("trainer.resume=", "hydra.run.dir=", "hydra.sweep.dir=")
-    args = [a for a in _ARGV if not a.startswith(drop)]
-    key, path = ("hydra.sweep.dir", sweep_dir) if sweep_dir else ("hydra.run.dir", run_dir)
-    where = f"{key}={_hydra_value(str(path))}"
-    prefix = ["python", "-m", "normbench", "train"]
+    prefix = commands.TRAIN
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:
-        prefix = ["torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', 1)}", "-m", "normbench", "train"]
-    return " ".join(shlex.quote(a) for a in [*prefix, *args, where, "trainer.resume=true"])
+        prefix = ("torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', 1)}", "-m", "normbench", "train")
+    return commands.resume_command(_ARGV, run_dir, sweep_dir, prefix)
 
 
 def run_job(cfg) -> float:

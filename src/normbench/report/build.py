@@ -21,6 +21,7 @@ from normbench.report.loading import (
 from normbench.report.page import to_html, to_markdown
 from normbench.report.setup import setup_rows
 from normbench.report.stats import default_targets, eval_spacing
+from normbench.report.unstarted import unstarted_jobs
 
 DASH = "—"
 
@@ -46,7 +47,7 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     and ``<title>`` (default: the sweep's, :func:`sweep_title`); ``head``: blocks before the answer (the
     claim page of ``reproduce``: its claim, verdict and figure)."""
     dirs = [Path(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
-    runs, groups = _grouped_runs(dirs, filters, group_by)
+    runs, groups, missing = _grouped_runs(dirs, filters, group_by)
     for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
         if key:
             check_key(runs, key, flag)
@@ -58,7 +59,8 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     chosen = (base[0], base[1][0]) if base else None
     title = title or sweep_title(dirs, runs, groups)
     blocks = [("h", 1, title), *head, _answer(groups, chosen, metric, target, defaults)]
-    blocks += _overview(dirs, runs, groups, filters, target, defaults) + _layer_section(groups)
+    blocks += _unstarted_section(missing) + _overview(dirs, runs, groups, filters, target, defaults)
+    blocks += _layer_section(groups)
     if base:
         blocks += _baseline_section(groups, baseline, base, target, defaults)
     sweep = tables.lr_sweep(groups)
@@ -115,8 +117,9 @@ def _answer(groups, chosen, metric: str, target, defaults) -> tuple:
     return ("boxes", [("Verdict", verdict), ("Setup", [("table", ["held fixed", "value"], setup_rows(groups))])])
 
 
-def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list]:
-    """The runs below ``dirs`` that pass the filters, and their groups; no run at all is an error."""
+def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list, list]:
+    """The runs below ``dirs`` that pass the filters, their groups, and the sweeps' jobs that never started
+    (:mod:`.unstarted`, said on the console too); no run at all is an error."""
     runs = load_runs(dirs)
     if not runs:
         raise ConfigError(
@@ -124,8 +127,11 @@ def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list]:
         )
     for line in unreadable_summaries(runs):  # listed, never trusted: say which file, once, on the console
         print(f"normbench: warning: {line}", file=sys.stderr)
+    missing = unstarted_jobs(dirs, runs)
+    for sweep in missing:
+        print(f"normbench: note: {sweep.line()}", file=sys.stderr)
     runs = filter_runs(runs, filters)
-    return runs, group_runs(runs, group_by)
+    return runs, group_runs(runs, group_by), missing
 
 
 def _baseline(baseline: str | None, groups) -> tuple | None:
@@ -154,13 +160,27 @@ def _overview(dirs, runs, groups, filters, target, defaults) -> list[tuple]:
                "loss, which is not a ranking (the verdict box above says which differences are detectable). "
                f"**Outcomes**: `learned` beat the no-context baseline (unigram entropy of the validation split) "
                f"by more than {STUCK_MARGIN:g} nats, `unstable` learned with loss spikes, `stuck` did not beat it, "
-               "`diverged` was stopped by the trainer; running/failed runs have none yet. "
+               "`diverged` was stopped by the trainer; running, interrupted, stopped (killed: resumable) and "
+               "failed runs have none yet. "
                f"Target val loss: {_target_text(target, defaults)}.")),
         ("table", *tables.main_table(groups, target, defaults)),
         ("h", 2, "Time to target"),
         ("p", _target_note(groups, target, defaults)),
         ("table", *tables.target_table(groups, target, defaults)),
     ]  # fmt: skip
+
+
+def _unstarted_section(missing) -> list[tuple]:
+    """The jobs of each half-finished sweep that never started (no directory, so in no table above)."""
+    if not missing:
+        return []
+    blocks: list[tuple] = [("h", 2, "Jobs not started")]
+    for sweep in missing:
+        names = ", ".join(f"`{job}`" for job in sweep.jobs)
+        blocks.append(("p", f"Sweep `{sweep.sweep}`: {len(sweep.jobs)} of its {sweep.total} jobs never started "
+                            f"({names}). Finish the sweep (its stopped and interrupted jobs resume, completed ones "
+                            f"stay) with: `{sweep.command}`"))  # fmt: skip
+    return blocks
 
 
 def _target_note(groups, target, defaults) -> str:
@@ -207,7 +227,7 @@ def _baseline_section(groups, baseline: str, base: tuple, target, defaults) -> l
 def _lr_section(sweep) -> list[tuple]:
     return [("h", 2, "Largest learning rate at which every seed learned"),
             ("p", "A learning rate counts when every run there with an outcome `learned` (not unstable, "
-                  "stuck or diverged); runs without an outcome (running, failed) are named in brackets."),
+                  "stuck or diverged); runs without an outcome (running, stopped, failed) are named in brackets."),
             ("table", *tables.lr_table(sweep))]  # fmt: skip
 
 

@@ -3,8 +3,11 @@
 Each run directory is read by :class:`normbench.run.reader.RunReader`, the one reader of a run
 (``.hydra/{config,overrides}.yaml``, ``metrics.jsonl``, ``summary.json``, ``.lock``). Anything may
 be missing or half-written (a sweep still running, a job killed mid-write): nothing here raises
-on a damaged run; it shows up as ``failed``/``running`` with a reason, and a ``summary.json`` that
-cannot be parsed as ``unreadable`` (:func:`unreadable_summaries` names each such file, for a warning).
+on a damaged run; it shows up as ``failed``/``running``/``stopped`` with a reason, and a ``summary.json``
+that cannot be parsed as ``unreadable`` (:func:`unreadable_summaries` names each such file, for a warning).
+A run whose process died without a word (kill -9, out of memory, a lost node: ``summary.json`` still says
+``running`` and no live process holds its ``.lock``) is ``stopped``: resumable, not a failure; its reason
+holds the command that resumes it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from normbench.diag.outcomes import classify, finite
 from normbench.errors import ConfigError
+from normbench.run.commands import resume_command
 from normbench.run.reader import RunReader, load_yaml, read_metrics  # noqa: F401 - load_yaml, read_metrics: report's API
 from normbench.run.resume import BOOKKEEPING_KEYS
 from normbench.run.rundir import UNREADABLE, RunDir
@@ -44,6 +48,7 @@ class Run:
     summary: dict | None
     records: list[dict]
     live: bool = False  # a live process holds the run's .lock
+    lock_left: bool = False  # a .lock file is there (held by a live run, or left by one that died)
     root: Path | None = None  # the directory it was found under (for display)
 
     @property
@@ -53,8 +58,9 @@ class Run:
             return status
         if self.live:
             return "running"
-        # no process trains it and it never finished: killed (or died at start)
-        return "failed"
+        if status == "running" or self.records or self.lock_left:
+            return "stopped"  # it died without a word after it started: resumable (docs/reliability.md)
+        return "failed"  # nothing written at all (e.g. refused before it could)
 
     @property
     def outcome(self) -> str | None:
@@ -103,9 +109,16 @@ class Run:
         if self.live:
             where = _remote_holder(self.path)
             return (f"no summary yet, at step {step}" if step is not None else "starting") + where
-        if self.records or self.summary:
-            return f"stopped at step {step} without finishing (killed?)"
+        if self.status == "stopped":
+            at = f"after logging step {step}" if self.records else "before logging a step"
+            why = "killed, out of memory or a lost node?"
+            return f"died without a word {at} ({why}); resume with: {self.resume_command}"
         return "no data"
+
+    @property
+    def resume_command(self) -> str:
+        """The command that resumes this run where it is, from its own overrides (.hydra/overrides.yaml)."""
+        return resume_command(self.overrides, run_dir=self.path.resolve())
 
 
 def _remote_holder(run_dir: Path) -> str:
@@ -128,6 +141,7 @@ def load_run(path: Path, root: Path | None = None) -> Run:
         summary=run.summary,  # damaged: status "unreadable", never mistaken for "failed"
         records=run.metrics,
         live=run.live,
+        lock_left=run.dir.lock_path.exists(),
         root=root,
     )
 

@@ -24,8 +24,9 @@ from normbench.diag.outcomes import OUTCOMES, finite, layer_series, layer_stats
 from normbench.report import numbers
 from normbench.report.loading import Group, Run, finite_series, setting
 
-STATUS_ORDER = ("completed", "diverged", "failed", "interrupted", "running")
-OUTCOME_ORDER = (*OUTCOMES, "unknown", "interrupted", "running", "failed")
+STATUS_ORDER = ("completed", "diverged", "failed", "interrupted", "stopped", "running")
+OUTCOME_ORDER = (*OUTCOMES, "unknown", "interrupted", "stopped", "running", "failed")
+UNFINISHED = ("running", "interrupted", "stopped")  # partial losses, resumable (report/loading.py: Run.status)
 LEARNED = ("learned", "unstable")  # the run beat the no-context baseline
 FINISHED = ("completed", "diverged")  # a run that ended by itself
 LAYER_KEYS = ("var_growth", "grad_spread", "grad_cv", "massive_ratio_peak", "massive_ratio_step", "logit_maxabs")
@@ -48,17 +49,17 @@ def status_counts(runs: list[Run]) -> str:
 
 def loss_pool(group: Group) -> tuple[list[Run], bool]:
     """Runs whose losses are averaged: completed ones (learned, unstable and stuck: all are
-    measured losses); if none yet, running/interrupted ones (marked partial). Diverged losses
+    measured losses); if none yet, running/interrupted/stopped ones (marked partial). Diverged losses
     are meaningless and never averaged."""
     done = [r for r in group.runs if r.status == "completed"]
-    return done or [r for r in group.runs if r.status in ("running", "interrupted")], not done
+    return done or [r for r in group.runs if r.status in UNFINISHED], not done
 
 
 def healthy(runs: list[Run]) -> list[Run]:
     """Runs drawn as a group's mean line: completed and not stuck (stuck and diverged runs are
-    drawn one by one); if none, the running/interrupted ones."""
+    drawn one by one); if none, the running/interrupted/stopped ones."""
     done = [r for r in runs if r.status == "completed" and r.outcome != "stuck"]
-    return done or [r for r in runs if r.status in ("running", "interrupted")]
+    return done or [r for r in runs if r.status in UNFINISHED]
 
 
 def mean_std(xs: list[float], fmt: str = ".4f", suffix: str = "") -> str:
@@ -156,7 +157,7 @@ def run_layer_stats(run: Run) -> dict:
 
 def run_layer_series(run: Run) -> dict[str, list[list[float]]]:
     s = (run.summary or {}).get("layer_series")
-    return s if isinstance(s, dict) and s and run.status != "running" else layer_series(run.records)
+    return s if isinstance(s, dict) and s and run.status not in ("running", "stopped") else layer_series(run.records)
 
 
 # ----------------------------------------------------------------------------- metrics and comparisons
@@ -272,7 +273,7 @@ def compare(groups: list[Group], key: str, value: str, metric: str, target=None,
 
 def learned_everywhere(runs: list[Run]) -> bool:
     """Every run with an outcome learned (no spikes, not stuck, not diverged), and there is one.
-    Runs without an outcome (running, failed: a crash says nothing about the lr) are not counted."""
+    Runs without an outcome (running, stopped, failed: a crash says nothing about the lr) are not counted."""
     judged = [r for r in runs if r.outcome is not None]
     return bool(judged) and all(r.outcome == "learned" for r in judged)
 

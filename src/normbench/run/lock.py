@@ -28,12 +28,17 @@ class RunLock:
     hosts on every network filesystem, so a run that looks alive is refused. On a filesystem
     without flock the owner's pid decides: dead on this host -> taken over; alive, or on
     another host -> refused (remove the file if that run is gone).
+
+    The holder owns the directory, so taking the lock and leaving it also sweep the temp files of
+    atomic writes that a killed writer left (:meth:`RunDir.remove_stale_temp_files`). ``resume``
+    (``trainer.resume``; None: not known) lets the take-over notice say where this run goes on from.
     """
 
     FRESH_S = 120.0
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, resume: bool | None = None):
         self.run = RunDir(run_dir)
+        self.resume = resume
         self.path = self.run.lock_path
         self.fd: int | None = None
         self.held = False
@@ -68,6 +73,7 @@ class RunLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, me.encode(), 0)
             self.fd, self.held = fd, True
+            self.run.remove_stale_temp_files()
             return
         raise self._in_use()
 
@@ -85,16 +91,30 @@ class RunLock:
             gone = f"on another host, no longer holding it{where}"
         else:
             gone = f"process {pid} is gone{where}"
-        status = self._summary_note()
         logging.getLogger("normbench").warning(
-            "note: stale lock in %s from %s (%s%s): taken over", self.path.parent, owner, gone, status
+            "note: stale lock in %s from %s (%s): taken over; %s", self.path.parent, owner, gone, self._left_note()
         )
 
-    def _summary_note(self) -> str:
-        summary = self.run.read_summary() or {}
-        if summary.get("status") == "running":
-            return f"; it died at step {summary.get('step')} without a word (killed, or out of memory?)"
-        return ""
+    def _left_note(self) -> str:
+        """What the dead owner left: the last step it logged (metrics.jsonl, which runs past the last
+        checkpoint) and the step this run goes on from (the checkpoint's, not summary.json's)."""
+        status = (self.run.read_summary() or {}).get("status")
+        died = "it died without a word (killed, or out of memory?) " if status in (None, "running") else ""
+        logged = self.run.last_logged_step()
+        text = died + ("before logging a step" if logged is None else f"after logging step {logged} (metrics.jsonl)")
+        return f"{text}; {self._goes_on_from()}"
+
+    def _goes_on_from(self) -> str:
+        path = self.run.checkpoint_path
+        step = self.run.checkpoint_step() if path.is_file() else None
+        if path.is_file() and step is None:
+            return f"its checkpoint {path} cannot be read"
+        if self.resume is False:
+            kept = "" if step is None else f" (its checkpoint of step {step} is set aside)"
+            return f"trainer.resume=false: this run starts over from step 0{kept}"
+        if step is None:
+            return "no checkpoint: this run starts from step 0" if self.resume else "no checkpoint yet"
+        return f"this run resumes from its checkpoint at step {step}" if self.resume else f"its checkpoint: step {step}"
 
     def check_free(self) -> None:
         """Raise RunDirInUse if a live process holds the lock (without taking it)."""
@@ -124,6 +144,7 @@ class RunLock:
             self._take_over(owner)
         self.path.write_text(me)  # stale (its process is dead) or ours
         self.held = True
+        self.run.remove_stale_temp_files()
 
     def _in_use(self) -> RunDirInUse:
         return RunDirInUse(
@@ -133,6 +154,7 @@ class RunLock:
 
     def release(self) -> None:
         if self.held:
+            self.run.remove_stale_temp_files()  # still the owner: none can be a live writer's
             self.path.unlink(missing_ok=True)  # before the flock goes, so no one locks a removed file
             if self.fd is not None:
                 os.close(self.fd)

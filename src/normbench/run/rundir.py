@@ -20,9 +20,10 @@ import socket
 import time
 from pathlib import Path
 
-from normbench.run.metrics import JsonlWriter, write_json_atomic
+from normbench.run.metrics import JsonlWriter, read_jsonl, write_json_atomic
 
 UNREADABLE = "unreadable"  # the status of a run whose summary.json exists but cannot be parsed
+TMP_MARK = ".tmp."  # metrics.write_atomic's temp files: .<name>.tmp.<pid>
 
 
 class RunDir:
@@ -107,6 +108,41 @@ class RunDir:
     # ---------------------------------------------------------------------------- metrics
     def metrics_writer(self, resume_step: int | None = None) -> JsonlWriter:
         return JsonlWriter(self.metrics_path, resume_step=resume_step)
+
+    def last_logged_step(self) -> int | None:
+        """The last step ``metrics.jsonl`` holds (past the last checkpoint when the run was killed); None if none."""
+        return max((r["step"] for r in read_jsonl(self.metrics_path) if type(r.get("step")) is int), default=None)
+
+    def checkpoint_step(self) -> int | None:
+        """The step of ``checkpoints/last.pt``, its tensors left unread (memory-mapped); None when there is
+        none or it cannot be read. For a notice only: no CRC-32 check (train/checkpoint.py's ``load``
+        refuses a damaged file in its own line)."""
+        import warnings
+
+        import torch  # here: the lock's other users (the CLI's checks) need no torch
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # noqa: BLE001 - missing, truncated, corrupt, foreign: the resume says why
+            return None
+        step = state.get("step") if isinstance(state, dict) else None
+        return step if type(step) is int else None
+
+    # ---------------------------------------------------------------------------- temp files
+    def stale_temp_files(self) -> list[Path]:
+        """Temp files of atomic writes (``summary.json``, ``metrics.jsonl``, checkpoints) whose writer is not
+        this process: a writer killed mid-write (kill -9, out of memory) cannot remove its own."""
+        found = [*self.path.glob(f".summary.json{TMP_MARK}*"), *self.path.glob(f".metrics.jsonl{TMP_MARK}*")]
+        found += self.checkpoint_path.parent.glob(f".*.pt{TMP_MARK}*")
+        mine = str(os.getpid())  # ours may be in flight (the watchdog's exit write, or the main thread's)
+        return [p for p in found if p.name.rsplit(TMP_MARK, 1)[1].split(".")[0] != mine]
+
+    def remove_stale_temp_files(self) -> None:
+        """Only the run holding the lock calls this (run/lock.py): no other live writer can own them."""
+        for stale in self.stale_temp_files():
+            stale.unlink(missing_ok=True)
 
     # ---------------------------------------------------------------------------- lock
     def lock_owner(self) -> tuple[str, str]:

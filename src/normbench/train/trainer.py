@@ -336,7 +336,7 @@ def run(cfg, run_dir: Path) -> dict:
     builder.setup_logging(run_dir, rank)
     if rank == 0:
         log.info("run directory: %s", run_dir.resolve())
-    lock = RunLock(run_dir)
+    lock = RunLock(run_dir, resume=bool(cfg.trainer.resume))
     if rank == 0:
         lock.acquire()
     trainer = Trainer(cfg, run_dir)
