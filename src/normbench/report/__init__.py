@@ -18,7 +18,8 @@ The pieces, for code that builds on them (e.g. a ``reproduce`` command):
   interval rule shared with ``reproduce`` (``interval``, ``seed_pairs``);
 - :mod:`.verdicts` and :mod:`.setup`: the two boxes at the top; :mod:`.numbers`: rounding to the
   spread;
-- :mod:`.tables`, :mod:`.figures` (with :mod:`.curve_figures`, :mod:`.layer_figures`) format them;
+- :mod:`.tables` and :mod:`.figures` (a package: its common parts, :mod:`.figures.curves`,
+  :mod:`.figures.layers`) format them;
   :mod:`.page` renders Markdown and HTML; :mod:`.build` writes the report.
 
 Outcomes and per-layer statistics are defined in :mod:`normbench.diag.outcomes`.

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 from normbench.errors import ConfigError
-from normbench.report import curve_figures, figures, layer_figures, tables, verdicts
+from normbench.report import figures, tables, verdicts
+from normbench.report.figures import curves as curve_figures
+from normbench.report.figures import layers as layer_figures
 from normbench.report.loading import (
     check_key,
     filter_runs,

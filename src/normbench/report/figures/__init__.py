@@ -1,6 +1,6 @@
 """The report's figures: shared conventions, saving, and the learning-rate figure (matplotlib, no
-pyplot: no global state, no GUI backend). Loss and depth figures: :mod:`.curve_figures`; heatmaps and
-per-layer statistics: :mod:`.layer_figures`.
+pyplot: no global state, no GUI backend). Loss and depth figures: :mod:`.curves`; heatmaps and
+per-layer statistics: :mod:`.layers`.
 
 Conventions, the same in every figure: one colour per value of one factor (``arch`` when it
 varies: a fixed colour per architecture) and one line style per value of a second (``norm``
