@@ -68,7 +68,7 @@ CASES = [
     (["hydra/launcher=nope"], ["hydra/launcher=nope is not an option", "joblib"]),
     (["norm=rmsnrom"], ["norm=rmsnrom is not an option (did you mean rmsnorm?); choose one of:"]),
     (["hydra/launcher=jobib"], ["hydra/launcher=jobib is not an option (did you mean joblib?)"]),
-    (["optim.lr=abc"], ["optim.lr=abc is not a number: optim.lr takes a number (e.g. optim.lr=0.002)"]),
+    (["optim.lr=abc"], ["optim.lr=abc is not allowed; choose auto or a number >= 0"]),  # auto: the carried LR
     (["trainer.max_steps=1.5"], ["trainer.max_steps=1.5 is not a whole number", "(e.g. trainer.max_steps=600)"]),
     # a comma list without -m is a sweep: one line saying so (Hydra's own text was 5 lines, exit 1)
     (["model=tiny,small"], ["model=tiny,small is a sweep (one job per value): add -m", "model=[tiny,small]"]),

@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from normbench.config.lr_rule import resolve as resolve_lr
 from normbench.config.norm_keys import check_norm_keys, positive
 from normbench.config.recipes import apply_recipe
 from normbench.config.schema import (
@@ -97,7 +98,7 @@ def validate(cfg: Any) -> list[str]:
     _check_model(cfg.model, cfg.arch)
     _check_norm(cfg)
     stabilizers.check_config(cfg)
-    _check_optim(cfg.optim, cfg.arch)
+    _check_optim(cfg.optim, cfg.arch, cfg.model)
     _check_schedule(cfg)
     check_data(cfg.data)
     for key in ("every", "batch", "spike_factor", "spike_window"):
@@ -181,8 +182,9 @@ def _check_norm(cfg: Any) -> None:
     cls.check(cfg)
 
 
-def _check_optim(o: Any, a: Any) -> None:
-    _positive("optim.lr", o.lr, zero_ok=True)  # lr 0: a no-training control run (its outcome is stuck)
+def _check_optim(o: Any, a: Any, m: Any) -> None:
+    # auto: refused where no rule carries it (config/lr_rule.py); lr 0: a no-training control run (stuck)
+    _positive("optim.lr", resolve_lr(o, m), zero_ok=True)
     _positive("optim.eps", o.eps, zero_ok=True)
     _positive("optim.ns_steps", o.ns_steps)
     if not 0.0 <= o.momentum < 1.0:

@@ -27,6 +27,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from normbench.config.lr_rule import LR_REF, LR_REF_WIDTH
 from normbench.config.norm_keys import (
     PLUGIN_KEYS,
     BatchNormKeys,
@@ -141,7 +142,9 @@ def schema_node() -> Config:
 @dataclass
 class OptimConfig:
     name: str = "adamw"
-    lr: float = 1e-3
+    lr: Any = 1e-3  # a number, or auto: lr_ref carried from lr_ref_width to this width (config/lr_rule.py)
+    lr_ref: float = LR_REF  # auto's reference recipe: GPT-2 124M's AdamW LR ...
+    lr_ref_width: int = LR_REF_WIDTH  # ... at its width (docs/init.md)
     weight_decay: float = 0.1
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     eps: float = 1e-8

@@ -11,6 +11,7 @@ import logging
 import math
 import socket
 
+from normbench.config import lr_rule
 from normbench.diag import outcomes
 from normbench.diag.wandb_logger import WandbLogger
 from normbench.run.provenance import code_commit
@@ -54,6 +55,9 @@ class Recorder:
             n_params=c.n_params,
             length_params=c.length_params,
             init_std=c.init_std,
+            lr=lr_rule.resolve(cfg.optim, cfg.model),  # optim.lr's number (auto resolved; config/lr_rule.py)
+            lr_source=lr_rule.source(cfg.optim, cfg.model),
+            lr_resolved=c.optimizer.kind_lrs,  # {parameter kind: peak LR}, muP's multipliers applied
             arch=cfg.arch.name,
             norm=cfg.norm.name,
             optim=cfg.optim.name,

@@ -1,6 +1,7 @@
 """Optimizers, the weight-decay policy, and LR schedules.
 
-Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``):
+Optimizers (``optim=``; defaults and measured LR ranges in ``conf/optim/*.yaml``; ``optim.lr: auto``, the
+reference recipe's LR carried to the width, is resolved by config/lr_rule.py):
 
 - ``adamw``: ``torch.optim.AdamW``, fused kernels on CUDA, foreach elsewhere (``optim.fused``).
 - ``sgd``: ``torch.optim.SGD`` with (Nesterov) momentum. Its weight decay is torch's coupled L2 term.
@@ -59,6 +60,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from normbench.config import lr_rule
 from normbench.model import mup
 from normbench.model.attention import Attention
 from normbench.model.gpt import MLP
@@ -141,6 +143,7 @@ class OptimizerList:
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]):
         self.optimizers = optimizers
+        self.kind_lrs: dict = {}  # {parameter kind: its peak LR}, set by build_optimizer (config/lr_rule.py)
 
     @property
     def param_groups(self) -> list[dict]:
@@ -252,7 +255,7 @@ def base_shapes(model: nn.Module, cfg) -> dict[str, tuple[int, ...]]:
 
 def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
     """The configured optimizer with its weight-decay groups; logs one line per group."""
-    ocfg = cfg.optim
+    ocfg = lr_rule.Resolved(cfg.optim, cfg.model)  # optim.lr: auto as its number
     name = ocfg.name
     kinds = param_kinds(model)
     params = dict(model.named_parameters())
@@ -307,7 +310,7 @@ def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
                 g["eps"] = g["eps"] * scale.eps
             g["base_lr"] = g["lr"]
         _keep_config_hparams(opt)
-    return OptimizerList(optimizers)
+    return lr_rule.record_kind_lrs(OptimizerList(optimizers), kinds, params)
 
 
 def warmup_steps(scfg, max_steps: int) -> int:

@@ -1,7 +1,7 @@
 """The report's setup box: what the compared runs held fixed, resolved from each run's files.
 
 Each line is read per run (``.hydra/config.yaml`` for the settings, ``summary.json`` for what the
-run resolved and measured: parameters, tokens, init std, device, commit) and shown once when every
+run resolved and measured: parameters, tokens, init std, per-kind LRs, device, commit) and shown once when every
 run agrees; a line that differs between runs says so and lists the values. Tokens per parameter is
 ``tokens / n_params`` from summary.json, so runs from before ``tokens_per_param`` existed get it too.
 """
@@ -54,6 +54,17 @@ def _optim(r: Run) -> str | None:
     return f"{name}, " + ", ".join(b for b in bits if not b.endswith("None"))
 
 
+def _lr(r: Run) -> str | None:
+    """The peak LR per parameter kind the run resolved (summary's ``lr_resolved``), one number when all share it."""
+    kinds, source = (r.summary or {}).get("lr_resolved"), (r.summary or {}).get("lr_source")
+    if not kinds:
+        return None
+    shown = {k: "/".join(f"{x:.4g}" for x in v) if isinstance(v, list) else f"{v:.4g}" for k, v in kinds.items()}
+    one = len(set(shown.values())) == 1
+    text = next(iter(shown.values())) if one else ", ".join(f"{k} {v}" for k, v in shown.items())
+    return text + (f" ({source})" if source else "")
+
+
 def _sched(r: Run) -> str | None:
     name = setting(r, "sched")
     if name is None:
@@ -101,6 +112,7 @@ LINES: tuple[tuple[str, Callable[[Run], str | None]], ...] = (
     ("tokens per parameter", _tokens_per_param),
     ("steps", _steps),
     ("optimizer", _optim),
+    ("peak LR", _lr),
     ("LR schedule", _sched),
     ("init", _init),
     ("data", _data),

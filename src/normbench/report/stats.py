@@ -279,11 +279,13 @@ def learned_everywhere(runs: list[Run]) -> bool:
 
 
 def lr_of(run: Run) -> float | None:
+    """The run's peak ``optim.lr``; ``auto`` as the number the run resolved it to (its summary's ``lr``)."""
     value = setting(run, "optim.lr")
     try:
         return float(value) if value is not None else None
     except ValueError:
-        return None
+        lr = (run.summary or {}).get("lr")
+        return float(lr) if isinstance(lr, (int, float)) else None
 
 
 def curve(runs: list[Run], key: str) -> tuple[list[int], list[float], list[float], list[float]]:

@@ -10,7 +10,8 @@ scale with a few keys changed, :func:`_derived`) and
 ``transform`` (log), ``target`` (a val loss, for *_to_target metrics) and ``tune`` (a key, e.g.
 ``optim.lr``: each side is judged at its own best value of it, see :func:`.measure.tuned`). ``requires`` names what
 the code still lacks: such a claim refuses to run and says so. ``part_of_claim`` maps a key the compared groups
-may differ in without sweeping it (``init_std``: an arch's own init) to the reason (:mod:`.shared`).
+may differ in without sweeping it (``init_std``: an arch's own init) to the reason (:mod:`.shared`). ``lr``
+says in words the LR the claim is judged at and why (the recipe's carried LR, ``optim.lr=auto``, by default).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Claim:
     requires: str | None = None
     notes: str = ""
     part_of_claim: dict = field(default_factory=dict)  # {key: why}: keys the compared groups may differ in
+    lr: str = ""  # the LR the claim is judged at and why (docs/init.md, "The learning rate")
 
     def sweep(self, scale: str) -> dict:
         if scale not in self.scales:
@@ -174,4 +176,5 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
         requires=raw.get("requires"),
         notes=str(raw.get("notes") or "").strip(),
         part_of_claim={str(k): str(v).strip() for k, v in part.items()},
+        lr=str(raw.get("lr") or "").strip(),
     )

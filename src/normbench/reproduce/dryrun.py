@@ -50,6 +50,21 @@ def sides_line(claim: Claim, test, inits: dict[str, list[float]], jobs, fixed: l
     return f"test '{test.name}': {group} against {base}, {init}"
 
 
+def lr_line(claim: Claim, jobs: list) -> str:
+    """``hidden-matrix lr 0.0072 on every run (optim.lr=auto (0.0006 x 768/64))``: the peak LR the claim's
+    composed ``jobs`` ((values, config) pairs) give their hidden matrices, and where it came from."""
+    from normbench.config import lr_rule
+
+    lrs = sorted({lr_rule.matrix_lr(cfg) for _, cfg in jobs})
+    sources = sorted({lr_rule.source(cfg.optim, cfg.model) for _, cfg in jobs})
+    where = (
+        f" ({sources[0]})" if len(sources) == 1 else f" (optim.lr: {', '.join(sources)})" if len(sources) < 4 else ""
+    )
+    if len(lrs) == 1:
+        return f"hidden-matrix lr {lrs[0]:.4g} on every run{where}"
+    return f"hidden-matrix lr {', '.join(f'{x:.4g}' for x in lrs)} across the runs{where}"
+
+
 def sweep_estimate(claim: Claim, scale: str, overrides: list[str], grid: dict[str, list[str]],
                    n_runs: int) -> tuple[str, float]:  # fmt: skip
     """(``about 40 s on this machine's CPU (estimate)``, seconds) for one sweep: each grid point composed

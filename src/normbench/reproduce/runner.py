@@ -135,7 +135,8 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
 def _pinned(claim: Claim, scale: str, overrides: list[str], log):
     """The scale's tokens_per_param as one number of steps for every job (.length), and compile=auto as one
     mode for every job (reproduce/length.py), added to the overrides; and every job composed with them
-    (composed once: the pins set their key in the composed configs, shared.with_pin)."""
+    (composed once: the pins set their key in the composed configs, shared.with_pin). Logs the length, the
+    mode and the jobs' hidden-matrix LR."""
     users = [o for o in overrides if not o.startswith("hydra")]
     jobs = compose_jobs(claim, scale, users)
     pinned = pin(claim, scale, users, jobs=jobs)
@@ -148,6 +149,7 @@ def _pinned(claim: Claim, scale: str, overrides: list[str], log):
         log(f"normbench: {claim.id}: {mode.reason}; {mode.override} for every job")
         jobs = with_pin(claim, scale, users, jobs, mode.override, mode.compile)
         overrides = [*overrides, mode.override]
+    log(f"normbench: {claim.id}: {dryrun.lr_line(claim, jobs)}")  # the LR every job trains at, beside the length
     return pinned, mode, overrides, jobs
 
 

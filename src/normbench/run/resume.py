@@ -74,6 +74,8 @@ _ADDED_KEYS: dict[str, object] = {
     "model.mup_head_dim": 16,
     "optim.mup_decay": "width",
     "optim.mup_eps": "fixed",
+    "optim.lr_ref": 6.0e-4,  # config/lr_rule.py: read only under optim.lr=auto, which no older run had
+    "optim.lr_ref_width": 768,
 }
 
 
@@ -91,9 +93,10 @@ def __getattr__(name: str):  # ADDED_KEYS: read when asked (a plugin norm may re
 def _canonical(flat: dict) -> dict:
     """Old spellings in their current form: a boolean ``arch.qk_norm`` (true -> head, false -> none);
     ``norm.width_init`` as the ``model.init_std`` it computed (config.upgrade_legacy); ``model.init_std:
-    auto`` as the number it resolves to, so an old run that drew that number resumes under ``auto``; the
-    values the arch forces (config/recipes.py: nGPT's warmup and weight decay), which a checkpoint made
-    before they were applied to the config still holds as given."""
+    auto`` and ``optim.lr: auto`` as the numbers they resolve to, so an old run made at those numbers
+    resumes under ``auto``; the values the arch forces (config/recipes.py: nGPT's warmup and weight decay),
+    which a checkpoint made before they were applied to the config still holds as given."""
+    from normbench.config.lr_rule import flat_resolved
     from normbench.config.schema import init_std_of, qk_norm_mode, upgrade_legacy
 
     out = upgrade_legacy(flat)
@@ -102,6 +105,8 @@ def _canonical(flat: dict) -> dict:
         out["model.init_std"] = init_std_of(out["model.init_std"], out["model.d_model"])
     if "arch.qk_norm" in out:
         out["arch.qk_norm"] = qk_norm_mode(out["arch.qk_norm"])
+    if "optim.lr" in out:
+        out["optim.lr"] = flat_resolved(out)
     return out
 
 

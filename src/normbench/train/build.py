@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from normbench.config import lr_rule
 from normbench.config.schema import as_dict
 from normbench.data.batches import Batches, fixed_batches
 from normbench.data.corpus import load_data
@@ -134,6 +135,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
     if world > 1:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
+    log.info("%s", lr_rule.describe(optimizer.kind_lrs, cfg.optim, cfg.model))  # beside the init and the length
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
     batches, val_batches, diag = _batches_and_diagnostics(cfg, data, raw_model, device)
     return Components(
