@@ -15,7 +15,7 @@ from normbench.model import build_model
 from normbench.reproduce.claims import load_claim
 from normbench.reproduce.shared import check_claim
 from normbench.run.resume import config_diff, flat_config
-from normbench.train import optim
+from normbench.optim import optimizers as optim
 from normbench.validation import validate
 
 from conftest import compose, run_cli
