@@ -89,14 +89,21 @@ def _answer(groups, chosen, metric: str, target, defaults) -> tuple:
     if len(groups) < 2:
         verdict = [("p", "One group: nothing was varied to compare (group the runs with `--group-by`).")]
     else:
-        header, rows, ranks = verdicts.verdict_rows(groups, chosen, metric, target, defaults)
+        box = verdicts.verdict_box(groups, chosen, metric, target, defaults)
         bases = ", ".join(f"`{k}={v}`" for k, v in verdicts.baselines(groups, chosen).items())
-        verdict = [("p", f"Effect on the **{metric}** (lower is better) of each value against the baseline "
-                         f"({bases}; `--baseline` picks another), within each setting of the other factors; "
-                         "95% interval paired over seeds where both sides ran the same seeds, else Welch's. "
-                         "An interval that contains 0: **no detectable difference**."),
-                   ("table", header, rows)]  # fmt: skip
-        verdict += [("p", f"Ranking, only where the intervals separate: {r}") for r in ranks]
+        verdict = [("p", f"**{box.no_verdict}**")] if box.no_verdict else []
+        verdict += [("p", f"Effect on the **{metric}** (lower is better) of each value against the baseline "
+                          f"({bases}; `--baseline` picks another), within each setting of the other factors and "
+                          "pooled with the **seed as the unit**: per seed, the difference averaged over those "
+                          "settings, then the 95% t-interval over seeds (paired where both sides ran the same "
+                          "seeds, else Welch's over the per-seed means). The box makes "
+                          f"**{box.comparisons} comparisons** (every pair of values within a factor); a difference "
+                          "is called, and ranked, only where it survives Holm's adjustment for all of them. An "
+                          "interval that contains 0: **no detectable difference**."),
+                    ("table", box.header, box.rows)]  # fmt: skip
+        verdict += [
+            ("p", f"Ranking, only where the intervals separate after Holm's adjustment: {r}") for r in box.ranks
+        ]
     return ("boxes", [("Verdict", verdict), ("Setup", [("table", ["held fixed", "value"], setup_rows(groups))])])
 
 
