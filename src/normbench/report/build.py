@@ -121,15 +121,23 @@ def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list]:
 
 
 def _baseline(baseline: str | None, groups) -> tuple | None:
-    """``--baseline KEY=VALUE`` parsed, once it names a grouping key and a value some group has."""
+    """``--baseline KEY=VALUE`` parsed, once it names a grouping key and a value some group has; a near miss
+    (``arch=preln``) is one line with the closest name and the allowed ones."""
+    import difflib
+
     base = parse_assignment(baseline, "--baseline") if baseline else None
     if base and base[0] not in groups[0].settings:
-        keys = ", ".join(groups[0].settings) or "nothing"
-        raise ConfigError(f"--baseline {baseline}: {base[0]!r} is not a grouping key (grouped by: {keys}; add it "
-                          "with --group-by)")  # fmt: skip
+        keys = list(groups[0].settings)
+        near = difflib.get_close_matches(base[0], keys, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ConfigError(f"--baseline {baseline}: {base[0]!r} is not a grouping key{hint} (grouped by: "
+                          f"{', '.join(keys) or 'nothing'}; add it with --group-by)")  # fmt: skip
     if base and not any(g.settings.get(base[0]) == base[1][0] for g in groups):
         seen = sorted({g.settings.get(base[0]) for g in groups})
-        raise ConfigError(f"--baseline {baseline}: no group has {base[0]}={base[1][0]} (values: {', '.join(seen)})")
+        near = difflib.get_close_matches(base[1][0], seen, n=1, cutoff=0.6)
+        hint = f" (did you mean {base[0]}={near[0]}?)" if near else ""
+        raise ConfigError(f"--baseline {baseline}: no group has {base[0]}={base[1][0]}{hint}; choose one of: "
+                          f"{', '.join(seen)}")  # fmt: skip
     return base
 
 
