@@ -39,10 +39,15 @@ def make_run(path, arch: str, norm: str, seed: int, n_params: int = 1000, eval_e
     best = best_loss(arch, norm, seed) if best is None else best
     (path / ".hydra").mkdir(parents=True)
     cfg = {"seed": seed, "precision": "fp32", "model": {"name": "tiny", "n_layer": 2, "d_model": 64, "n_head": 4,
-           "seq_len": 64}, "arch": {"name": arch}, "norm": {"name": norm},
-           "optim": {"name": "adamw", "lr": 0.002, "weight_decay": 0.1},
-           "sched": {"name": "cosine", "warmup_steps": None, "min_lr_ratio": 0.1}, "data": {"name": "kjv",
-           "tokenizer": "byte"}, "trainer": {"max_steps": 150, "batch_size": 16, "eval_every": eval_every}}  # fmt: skip
+           "seq_len": 64, "init_std": "auto", "tie_embeddings": True, "vocab_size": None, "pad_vocab_to": 64},
+           "arch": {"name": arch, "scaled_init": True}, "norm": {"name": norm},
+           "optim": {"name": "adamw", "lr": 0.002, "weight_decay": 0.1, "betas": [0.9, 0.95], "eps": 1e-8,
+                     "decay_norm_in": False, "decay_norm_out": False, "decay_bias": False, "decay_embed": False,
+                     "decay_scalars": False},
+           "sched": {"name": "cosine", "warmup_steps": None, "min_lr_ratio": 0.1},
+           "data": {"name": "kjv", "tokenizer": "byte", "vocab_size": None, "val_fraction": 0.05},
+           "trainer": {"max_steps": 150, "batch_size": 16, "eval_every": eval_every, "grad_clip": 1.0,
+                       "eval_batches": 8}}  # fmt: skip
     (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
     (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"arch={arch}", f"norm={norm}", f"seed={seed}"]))
     records = []
@@ -60,6 +65,7 @@ def make_run(path, arch: str, norm: str, seed: int, n_params: int = 1000, eval_e
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     summary = {"status": "completed", "reason": None, "step": 150, "tokens": 153_600, "final_val_loss": best,
                "best_val_loss": best, "tokens_per_s": 50_000.0, "n_params": n_params, "init_std": 0.06928,
+               "tokens_per_param": 2.5, "max_steps": 150,
                "arch": arch, "norm": norm, "optim": "adamw", "seed": seed, "device": "cpu", "precision": "fp32",
                "spikes": 0, "baseline_loss": 3.0, "outcome": outcome, "compiled": False}  # fmt: skip
     (path / "summary.json").write_text(json.dumps(summary))
@@ -255,15 +261,39 @@ def test_setup_box_says_what_was_held_fixed(tmp_path):
     assert setup["runs"] == "8 in 4 groups" and setup["seeds"] == "0, 1"
     assert setup["model"] == "tiny (2 blocks, d_model 64, 4 heads, seq 64)"
     assert setup["tokens trained"] == "153,600 (1,024 per step)"
-    # tokens / n_params from summary.json: 153600 / 1000 and / 1064 (LayerNorm's biases)
-    assert setup["tokens per parameter"] == f"{153_600 / 1064:.3g} to {153_600 / 1000:.3g} (differs between groups)"
+    # as summary.json records it (tokens over the weight matrices): 2.5 at every run, though n_params differs
+    assert setup["tokens per parameter"] == "2.5"
     assert setup["parameters"] == "1,000 to 1,064 (differs between groups)"
     assert setup["steps"] == "150, batch 16, eval every 50"
-    assert setup["optimizer"] == "adamw, lr 0.002, weight decay 0.1"
-    assert setup["LR schedule"] == "cosine, warmup auto, min lr ratio 0.1"
-    assert setup["init"] == "std 0.06928" and setup["data"] == "kjv, tokenizer byte"
+    assert setup["optimizer"] == "adamw, lr 0.002, weight decay 0.1, betas (0.9, 0.95), eps 1e-08"
+    assert setup["weight decay"] == ("hidden matrices and an untied head decayed; not decayed: input-norm gains, "
+                                     "output-norm gains, biases, embeddings, scalars")  # fmt: skip
+    assert setup["grad clip"] == "global norm 1"
+    assert setup["LR schedule"] == "cosine, warmup 15 steps (null: 10% of 150), min lr ratio 0.1"
+    # auto at d_model 64: 0.02 x sqrt(768 / 64) = 0.06928
+    assert setup["init"] == ("std 0.06928 (model.init_std=auto: 0.02 x sqrt(768 / d_model), GPT-2's gain at this "
+                             "width); output projections / sqrt(2 x n_layer)")  # fmt: skip
+    assert setup["embeddings"] == "tied (the head is the embedding)" and setup["data"] == "kjv, tokenizer byte"
+    assert setup["vocab"] == "256 (byte)"  # 256 is already a multiple of 64: no padding
+    assert setup["validation"] == "last 5% of the corpus held out; 8 batches per evaluation"
     assert setup["precision"] == "fp32" and setup["device"] == "cpu" and setup["mode"] == "eager"
     assert setup["commit"] == "not recorded by these runs"
+
+
+def test_setup_box_says_where_the_groups_differ_and_resolves_what_the_arch_forces(tmp_path):
+    root = make_sweep(tmp_path / "sweep", archs=("pre_ln", "post_ln"), seeds=(0, 1))
+    make_run(root / "9_arch=ngpt", "ngpt", "rmsnorm", 0, best=2.1)  # nGPT's recipe: no warmup, no weight decay
+    for i, run in enumerate(sorted(root.iterdir())):  # the recorded ratio differs: shown as recorded, a range
+        summary = json.loads((run / "summary.json").read_text())
+        summary["init_std"] = 64**-0.5 if "ngpt" in run.name else summary["init_std"]  # nGPT's own init
+        (run / "summary.json").write_text(json.dumps({**summary, "tokens_per_param": 2.48 if i % 2 else 2.49}))
+    setup = dict(box_table(report.make_report(root, figures_too=False).read_text(), "held fixed"))
+    assert setup["tokens per parameter"] == "2.48 to 2.49 (differs between groups)"
+    assert setup["LR schedule"].startswith("differs: cosine, warmup 15 steps (null: 10% of 150)")
+    assert "cosine, warmup 0 steps (ngpt's recipe)" in setup["LR schedule"]
+    assert "weight decay 0 (ngpt's recipe)" in setup["optimizer"]
+    assert "std 0.125 (model.init_std=auto: 0.02 x sqrt(768 / d_model), GPT-2's gain at this width; the arch's own " \
+           "rule replaced it)" in setup["init"]  # fmt: skip
 
 
 def test_time_to_target_states_its_spacing_and_warns_when_coarse(tmp_path):
