@@ -271,8 +271,8 @@ def test_setup_box_says_what_was_held_fixed(tmp_path):
     assert setup["grad clip"] == "global norm 1"
     assert setup["LR schedule"] == "cosine, warmup 15 steps (null: 10% of 150), min lr ratio 0.1"
     # auto at d_model 64: 0.02 x sqrt(768 / 64) = 0.06928
-    assert setup["init"] == ("std 0.06928 (model.init_std=auto: 0.02 x sqrt(768 / d_model), GPT-2's gain at this "
-                             "width); output projections / sqrt(2 x n_layer)")  # fmt: skip
+    assert setup["init"] == "std 0.06928 (model.init_std=auto: 0.02 x sqrt(768 / d_model), GPT-2's gain at this width)"
+    assert setup["output projections' init"] == "std / sqrt(2 x n_layer)"
     assert setup["embeddings"] == "tied (the head is the embedding)" and setup["data"] == "kjv, tokenizer byte"
     assert setup["vocab"] == "256 (byte)"  # 256 is already a multiple of 64: no padding
     assert setup["validation"] == "last 5% of the corpus held out; 8 batches per evaluation"

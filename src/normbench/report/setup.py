@@ -115,7 +115,7 @@ INIT_MEANS = {"auto": "0.02 x sqrt(768 / d_model), GPT-2's gain at this width", 
 
 def _init(r: Run) -> str | None:
     """The std the run recorded, with what ``model.init_std`` says (``auto``: GPT-2's gain at this width) and
-    whether the arch's own rule replaced it; output projections shrink by sqrt(2 L) with ``arch.scaled_init``."""
+    whether the arch's own rule replaced it."""
     from normbench.config.schema import init_std_of
 
     std, given, d = _num(r, "init_std"), setting(r, "model.init_std"), _int(setting(r, "model.d_model"))
@@ -129,9 +129,13 @@ def _init(r: Run) -> str | None:
         except ValueError:
             own = False
         text += f" (model.init_std={given}: {means}" + ("; the arch's own rule replaced it" if own else "") + ")"
-    if setting(r, "arch.scaled_init") == "true":
-        text += "; output projections / sqrt(2 x n_layer)"
     return text
+
+
+def _scaled(r: Run) -> str | None:
+    """GPT-2's scaled init of the output projections (``arch.scaled_init``; some archs turn it off)."""
+    scaled = setting(r, "arch.scaled_init")
+    return None if scaled is None else ("std / sqrt(2 x n_layer)" if scaled == "true" else "the init's std")
 
 
 def _embeddings(r: Run) -> str | None:
@@ -199,6 +203,7 @@ LINES: tuple[tuple[str, Callable[[Run], str | None]], ...] = (
     ("grad clip", _grad_clip),
     ("LR schedule", _sched),
     ("init", _init),
+    ("output projections' init", _scaled),
     ("embeddings", _embeddings),
     ("data", _data),
     ("vocab", _vocab),
