@@ -136,6 +136,14 @@ def test_holm_adjustment_by_hand():
     # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept at 0.06
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    from normbench.report.contrasts import Contrast
+    from normbench.report.verdicts import Effect
+
+    # clear of 0 at 95% but not after the adjustment: not called (the sweep had peri_ln at p 0.013 -> 0.051)
+    clear = Contrast(0.15, 0.11, 0.18, 0.013)
+    assert Effect("arch", "peri_ln", "pre_ln", clear, p_holm=0.051).word == (
+        "not detectable after Holm's adjustment (p 0.013 → 0.051)")  # fmt: skip
+    assert Effect("arch", "peri_ln", "pre_ln", clear, p_holm=0.03).word == "peri_ln worse (higher)"
 
 
 def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
@@ -151,7 +159,7 @@ def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
     m, lo, hi = paired_interval(per_seed)
     assert lo < 0 < hi
     norm = rows[("norm", "layernorm − rmsnorm")]
-    assert norm[2] == numbers.interval(m, lo, hi) and norm[4].startswith("paired over 3 seeds, each averaged over 3")
+    assert norm[2] == numbers.interval(m, lo, hi) and norm[4].startswith("paired, 3 seeds x 3 settings; p ")
     assert norm[5] == "no detectable difference"
     # the norm effect at each arch: that arch's three per-seed differences
     at_pre = paired_interval([NORM_DELTA[("pre_ln", s)] for s in (0, 1, 2)])
@@ -169,8 +177,8 @@ def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
     ps = [ttest_1samp(d, 0).pvalue for d in (post, peri, [a - b for a, b in zip(post, peri)], per_seed)]
     adjusted = holm_by_hand(ps)
     assert "The box makes **4 comparisons**" in md
-    assert rows[("arch", "post_ln − pre_ln")][4] == (f"paired over 3 seeds, each averaged over 2 settings; "
-                                                     f"p {ps[0]:.2g}, Holm-adjusted {adjusted[0]:.2g}")  # fmt: skip
+    shown = f"paired, 3 seeds x 2 settings; p {ps[0]:.2g} (Holm {adjusted[0]:.2g})"
+    assert rows[("arch", "post_ln − pre_ln")][4] == shown
     assert adjusted[0] < 0.05 and rows[("arch", "post_ln − pre_ln")][5] == "post_ln worse (higher)"
     # peri_ln is 0.01 above post_ln on average, but its seeds scatter by 0.02: the two do not separate
     assert adjusted[2] > 0.05
@@ -193,7 +201,7 @@ def test_two_seeds_two_norms_give_an_interval_with_one_degree_of_freedom(tmp_pat
     post = rows[("arch", "post_ln − pre_ln")]
     # by hand: per seed, post_ln - pre_ln averaged over the norms: seed 0 (0.17 + 0.19) / 2 = 0.18, seed 1
     # 0.22; mean 0.20, se = |0.22 - 0.18| / 2 = 0.02, t(0.975, 1 dof) = 12.706: 0.20 ± 0.254
-    assert post[2] == "+0.20 [-0.05, +0.45]" and post[4].startswith("paired over 2 seeds, each averaged over 2")
+    assert post[2] == "+0.20 [-0.05, +0.45]" and post[4].startswith("paired, 2 seeds x 2 settings; p ")
     assert post[5] == "no detectable difference"  # pooled as 4 pairs (3 dof) it was [+0.159, +0.241]
     # per norm: 0.17, 0.21 -> 0.19 ± 0.254; 0.19, 0.23 -> 0.21 ± 0.254
     assert post[3] == "norm=layernorm: +0.19 [-0.06, +0.44]; norm=rmsnorm: +0.21 [-0.04, +0.46]"
@@ -204,8 +212,8 @@ def test_two_seeds_two_norms_give_an_interval_with_one_degree_of_freedom(tmp_pat
     groups = report.group_runs(report.load_runs([root]))
     lines = verdict_lines(groups)
     assert lines[0] == "4 comparisons, Holm-adjusted together; the seed is the unit"
-    assert ("arch: post_ln − pre_ln: +0.20 [-0.05, +0.45] nats, no detectable difference (paired over 2 seeds, "
-            "each averaged over 2 settings)") in lines  # fmt: skip
+    assert ("arch: post_ln − pre_ln: +0.20 [-0.05, +0.45] nats, no detectable difference (paired, 2 seeds x "
+            "2 settings)") in lines  # fmt: skip
 
 
 def test_verdict_box_says_where_the_settings_disagree(tmp_path):
@@ -236,7 +244,7 @@ def test_verdict_box_falls_back_to_welch_over_seeds_and_takes_the_baseline_asked
     rows = {(r[0], r[1]): r for r in box_table(md, "factor")}
     norm = rows[("norm", "rmsnorm − layernorm")]  # --baseline turns the comparison round
     # post_ln ran seeds 0, 1 with rmsnorm: the seeds differ, so Welch's interval between the per-seed means
-    assert norm[4].startswith("Welch over per-seed means, 3 vs 3 seeds, each averaged over 2 settings")
+    assert norm[4].startswith("Welch, 3 vs 3 seeds x 2 settings; p ")
     xs = [statistics.fmean(best_loss(a, "rmsnorm", s) for a in ("pre_ln", "post_ln") if (a, s) != ("post_ln", 2))
           for s in (0, 1, 2)]  # seed 2: pre_ln's alone  # fmt: skip
     bs = [statistics.fmean(best_loss(a, "layernorm", s) for a in ("pre_ln", "post_ln")) for s in (0, 1, 2)]

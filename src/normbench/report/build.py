@@ -96,7 +96,8 @@ def _answer(groups, chosen, metric: str, target, defaults) -> tuple:
                           f"({bases}; `--baseline` picks another), within each setting of the other factors and "
                           "pooled with the **seed as the unit**: per seed, the difference averaged over those "
                           "settings, then the 95% t-interval over seeds (paired where both sides ran the same "
-                          "seeds, else Welch's over the per-seed means). The box makes "
+                          "seeds, else Welch's over the per-seed means; `2 seeds x 2 settings`: each seed's "
+                          "difference is the mean over 2 settings). The box makes "
                           f"**{box.comparisons} comparisons** (every pair of values within a factor); a difference "
                           "is called, and ranked, only where it survives Holm's adjustment for all of them. An "
                           "interval that contains 0: **no detectable difference**."),

@@ -31,7 +31,7 @@ class Contrast:
     low: float | None = None  # its 95% interval; None with fewer than 2 seeds a side
     high: float | None = None
     p: float | None = None  # two-sided, unadjusted
-    how: str = ""  # "paired over 2 seeds, each averaged over 2 settings", "Welch over per-seed means, 3 vs 2 seeds"
+    how: str = ""  # "paired, 2 seeds x 2 settings" (each seed's difference averaged over 2), "Welch, 3 vs 2 seeds"
 
     @property
     def separated(self) -> bool:
@@ -50,15 +50,15 @@ def contrast(cells: list[Cell], get) -> Contrast:
     sides = [(seed_means(c.group.runs, get), seed_means(c.base.runs, get)) for c in cells]
     complete = all(get(r) is not None for c in cells for r in c.group.runs + c.base.runs)
     seeds = set(sides[0][0]) if sides else set()
-    over = f", each averaged over {len(cells)} settings" if len(cells) > 1 else ""
+    over = f" x {len(cells)} settings" if len(cells) > 1 else ""  # each seed: the mean over the settings
     if complete and len(seeds) >= 2 and all(set(g) == seeds == set(b) for g, b in sides):
         per_seed = [statistics.fmean(g[s] - b[s] for g, b in sides) for s in seed_order(seeds)]
         low, high = one_sample_interval(per_seed)
         diff = statistics.fmean(per_seed)
         return Contrast(diff, low, high, t_pvalue(diff, low, high, len(per_seed) - 1),
-                        f"paired over {len(per_seed)} seeds{over}")  # fmt: skip
+                        f"paired, {len(per_seed)} seeds{over}")  # fmt: skip
     xs, bs = _pooled([g for g, _ in sides]), _pooled([b for _, b in sides])
-    how = f"Welch over per-seed means, {len(xs)} vs {len(bs)} seeds{over}" if cells else "no setting ran both"
+    how = f"Welch, {len(xs)} vs {len(bs)} seeds{over}" if cells else "no setting ran both"
     if not xs or not bs:
         return Contrast(how=how)
     d = welch_interval(xs, bs)

@@ -85,7 +85,7 @@ class Effect:
         if not c.separated:
             return "no detectable difference"
         if not self.called:
-            return f"no detectable difference after Holm's adjustment (p {c.p:.2g}, adjusted {self.p_holm:.2g})"
+            return f"not detectable after Holm's adjustment (p {c.p:.2g} → {self.p_holm:.2g})"
         return f"{self.value} better (lower)" if c.high < 0 else f"{self.value} worse (higher)"
 
 
@@ -235,7 +235,7 @@ def _shown(c: Contrast) -> str:
 
 def _row(e: Effect) -> list[str]:
     per = "; ".join(f"{label}: {_shown(c)}" for label, c in e.per_setting) or "— (one setting)"
-    how = e.pooled.how + (f"; p {e.pooled.p:.2g}, Holm-adjusted {e.p_holm:.2g}" if e.p_holm is not None else "")
+    how = e.pooled.how + (f"; p {e.pooled.p:.2g} (Holm {e.p_holm:.2g})" if e.p_holm is not None else "")
     if e.left_out:
         more = ", ..." if len(e.left_out) > 2 else ""
         how += f"; left out: {len(e.left_out)} runs ({', '.join(e.left_out[:2])}{more})"
