@@ -159,11 +159,11 @@ def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
     m, lo, hi = paired_interval(per_seed)
     assert lo < 0 < hi
     norm = rows[("norm", "layernorm − rmsnorm")]
-    assert norm[2] == numbers.interval(m, lo, hi) and norm[4].startswith("paired, 3 seeds x 3 settings; p ")
-    assert norm[5] == "no detectable difference"
+    assert norm[2] == numbers.interval(m, lo, hi) and norm[5].startswith("paired, 3 seeds x 3 settings; p ")
+    assert norm[3] == "no detectable difference"
     # the norm effect at each arch: that arch's three per-seed differences
     at_pre = paired_interval([NORM_DELTA[("pre_ln", s)] for s in (0, 1, 2)])
-    assert norm[3].startswith(f"arch=pre_ln: {numbers.interval(*at_pre)}; arch=post_ln: ")
+    assert norm[4].startswith(f"arch=pre_ln: {numbers.interval(*at_pre)}; arch=post_ln: ")
     # arch: post_ln - pre_ln per seed: 0.2 + jitter, plus half the norm deltas' part (the layernorm setting)
     norm_part = {s: NORM_DELTA[("post_ln", s)] - NORM_DELTA[("pre_ln", s)] for s in (0, 1, 2)}
     post = [0.2 + ARCH_JITTER["post_ln"][s] + norm_part[s] / 2 for s in (0, 1, 2)]
@@ -178,8 +178,8 @@ def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
     adjusted = holm_by_hand(ps)
     assert "The box makes **4 comparisons**" in md
     shown = f"paired, 3 seeds x 2 settings; p {ps[0]:.2g} (Holm {adjusted[0]:.2g})"
-    assert rows[("arch", "post_ln − pre_ln")][4] == shown
-    assert adjusted[0] < 0.05 and rows[("arch", "post_ln − pre_ln")][5] == "post_ln worse (higher)"
+    assert rows[("arch", "post_ln − pre_ln")][5] == shown
+    assert adjusted[0] < 0.05 and rows[("arch", "post_ln − pre_ln")][3] == "post_ln worse (higher)"
     # peri_ln is 0.01 above post_ln on average, but its seeds scatter by 0.02: the two do not separate
     assert adjusted[2] > 0.05
     assert "`arch`, lower best val loss first: pre_ln < post_ln ≈ peri_ln" in md
@@ -201,10 +201,10 @@ def test_two_seeds_two_norms_give_an_interval_with_one_degree_of_freedom(tmp_pat
     post = rows[("arch", "post_ln − pre_ln")]
     # by hand: per seed, post_ln - pre_ln averaged over the norms: seed 0 (0.17 + 0.19) / 2 = 0.18, seed 1
     # 0.22; mean 0.20, se = |0.22 - 0.18| / 2 = 0.02, t(0.975, 1 dof) = 12.706: 0.20 ± 0.254
-    assert post[2] == "+0.20 [-0.05, +0.45]" and post[4].startswith("paired, 2 seeds x 2 settings; p ")
-    assert post[5] == "no detectable difference"  # pooled as 4 pairs (3 dof) it was [+0.159, +0.241]
+    assert post[2] == "+0.20 [-0.05, +0.45]" and post[5].startswith("paired, 2 seeds x 2 settings; p ")
+    assert post[3] == "no detectable difference"  # pooled as 4 pairs (3 dof) it was [+0.159, +0.241]
     # per norm: 0.17, 0.21 -> 0.19 ± 0.254; 0.19, 0.23 -> 0.21 ± 0.254
-    assert post[3] == "norm=layernorm: +0.19 [-0.06, +0.44]; norm=rmsnorm: +0.21 [-0.04, +0.46]"
+    assert post[4] == "norm=layernorm: +0.19 [-0.06, +0.44]; norm=rmsnorm: +0.21 [-0.04, +0.46]"
     # peri_ln - pre_ln: 0.105, 0.130 -> 0.1175 ± 12.706 x 0.0125
     assert rows[("arch", "peri_ln − pre_ln")][2] == numbers.interval(0.1175, 0.1175 - 0.158826, 0.1175 + 0.158826)
     assert "Ranking" not in md  # nothing separates: no order is printed
@@ -224,7 +224,7 @@ def test_verdict_box_says_where_the_settings_disagree(tmp_path):
     root = make_sweep(tmp_path / "sweep", archs=("pre_ln", "post_ln"), losses=losses)
     rows = {(r[0], r[1]): r for r in box_table(report.make_report(root, figures_too=False).read_text(), "factor")}
     post = rows[("arch", "post_ln − pre_ln")]
-    assert post[5] == ("no detectable difference; depends on the setting: intervals do not overlap (norm=layernorm "
+    assert post[3] == ("no detectable difference; depends on the setting: intervals do not overlap (norm=layernorm "
                        "vs norm=rmsnorm); signs differ (norm=layernorm vs norm=rmsnorm)")  # fmt: skip
 
 
@@ -232,7 +232,7 @@ def test_a_sweep_whose_runs_all_got_stuck_has_no_verdict(tmp_path):
     root = make_sweep(tmp_path / "sweep", archs=("pre_ln", "post_ln"), outcome="stuck")
     md = report.make_report(root, figures_too=False).read_text()
     assert "**No verdict can be made: every run got stuck or diverged (12 stuck)" in md
-    assert {r[5] for r in box_table(md, "factor")} == {"no verdict: every compared run got stuck or diverged"}
+    assert {r[3] for r in box_table(md, "factor")} == {"no verdict: every compared run got stuck or diverged"}
     assert "no detectable difference" not in md.split("## Setup")[0].split("| factor |")[1]
     lines = verdict_lines(report.group_runs(report.load_runs([root])))
     assert len(lines) == 1 and lines[0].startswith("No verdict can be made: every run got stuck or diverged")
@@ -244,12 +244,12 @@ def test_verdict_box_falls_back_to_welch_over_seeds_and_takes_the_baseline_asked
     rows = {(r[0], r[1]): r for r in box_table(md, "factor")}
     norm = rows[("norm", "rmsnorm − layernorm")]  # --baseline turns the comparison round
     # post_ln ran seeds 0, 1 with rmsnorm: the seeds differ, so Welch's interval between the per-seed means
-    assert norm[4].startswith("Welch, 3 vs 3 seeds x 2 settings; p ")
+    assert norm[5].startswith("Welch, 3 vs 3 seeds x 2 settings; p ")
     xs = [statistics.fmean(best_loss(a, "rmsnorm", s) for a in ("pre_ln", "post_ln") if (a, s) != ("post_ln", 2))
           for s in (0, 1, 2)]  # seed 2: pre_ln's alone  # fmt: skip
     bs = [statistics.fmean(best_loss(a, "layernorm", s) for a in ("pre_ln", "post_ln")) for s in (0, 1, 2)]
     d = report.welch_interval(xs, bs)
-    assert norm[2] == numbers.interval(d.diff, d.low, d.high) and norm[5] == "no detectable difference"
+    assert norm[2] == numbers.interval(d.diff, d.low, d.high) and norm[3] == "no detectable difference"
     assert "Ranking" not in md  # two values per factor: the rows say it all
 
 

@@ -215,8 +215,8 @@ def ranking(family: dict, key: str, values: list[str], base: str) -> str | None:
 def verdict_box(groups: list[Group], chosen=None, metric: str = "best val loss", target=None, defaults=None) -> Box:
     """One row per factor value against its baseline, with the effect at each setting of the other factors."""
     unit = UNITS.get(metric, "")
-    header = ["factor", "compared", f"Δ {metric} [95% CI] ({unit})", "per setting of the other factors",
-              "interval", "verdict"]  # fmt: skip
+    header = ["factor", "compared", f"Δ {metric} [95% CI] ({unit})", "verdict", "per setting of the other factors",
+              "interval"]  # fmt: skip
     family = comparisons(groups, chosen, metric, target, defaults)
     rows, ranks = [], []
     for key, base in baselines(groups, chosen).items():
@@ -240,7 +240,7 @@ def _row(e: Effect) -> list[str]:
         more = ", ..." if len(e.left_out) > 2 else ""
         how += f"; left out: {len(e.left_out)} runs ({', '.join(e.left_out[:2])}{more})"
     word = e.word + (f"; depends on the setting: {e.note}" if e.note and not e.failed else "")
-    return [e.key, f"{e.value} − {e.base}", _shown(e.pooled), per, how, word]
+    return [e.key, f"{e.value} − {e.base}", _shown(e.pooled), word, per, how]  # the answer first, its workings after
 
 
 def _no_verdict(groups: list[Group]) -> str | None:
@@ -261,7 +261,7 @@ def verdict_lines(groups: list[Group], metric: str = "best val loss") -> list[st
         return [box.no_verdict]
     unit = UNITS.get(metric, "")
     lines = [f"{box.comparisons} comparisons, Holm-adjusted together; the seed is the unit"]
-    lines += [f"{r[0]}: {r[1]}: {r[2]} {unit}, {r[5]} ({r[4].split('; p ')[0]})" for r in box.rows]
+    lines += [f"{r[0]}: {r[1]}: {r[2]} {unit}, {r[3]} ({r[5].split('; p ')[0]})" for r in box.rows]
     return lines + [r.replace("`", "") for r in box.ranks]
 
 
