@@ -238,6 +238,17 @@ def test_a_sweep_whose_runs_all_got_stuck_has_no_verdict(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("No verdict can be made: every run got stuck or diverged")
 
 
+def test_a_setting_whose_runs_all_got_stuck_is_marked_and_left_out_of_the_disagreement(tmp_path):
+    root = make_sweep(tmp_path / "sweep", archs=("pre_ln", "post_ln"))
+    for run in root.glob("*arch=post_ln*"):  # Post-LN learned nothing: its norm effect compares stuck losses
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "outcome": "stuck"}))
+    rows = {(r[0], r[1]): r for r in box_table(report.make_report(root, figures_too=False).read_text(), "factor")}
+    norm = rows[("norm", "layernorm − rmsnorm")]
+    assert "arch=pre_ln: " in norm[4] and "; arch=post_ln (all stuck or diverged): " in norm[4]
+    assert rows[("arch", "post_ln − pre_ln")][3] == "post_ln worse (higher)"  # pre_ln learned: a real difference
+
+
 def test_verdict_box_falls_back_to_welch_over_seeds_and_takes_the_baseline_asked_for(tmp_path):
     root = make_sweep(tmp_path / "sweep", archs=("pre_ln", "post_ln"), skip={("post_ln", "rmsnorm", 2)})
     md = report.make_report(root, figures_too=False, baseline="norm=layernorm").read_text()

@@ -149,12 +149,23 @@ def effect(groups: list[Group], key: str, value: str, base: str, metric: str = "
             if b is not None:
                 cells.append(Cell(" ".join(f"{k}={v}" for k, v in g.settings.items() if k != key), g, b))
     out = Effect(key, value, base, contrast(cells, get), per_cell(cells, get))
-    out.note = disagreement(out.per_setting)
+    out.note = disagreement([(label, c) for (label, c), cell in zip(out.per_setting, cells) if not _failed(cell)])
+    out.per_setting = [(label + (" (all stuck or diverged)" if _failed(cell) else ""), c)
+                       for (label, c), cell in zip(out.per_setting, cells)]  # fmt: skip
     runs = [r for c in cells for r in c.group.runs + c.base.runs]
     out.left_out = [f"{r.name} ({r.outcome_label})" for r in runs if get(r) is None]
-    judged = [r for r in runs if r.outcome is not None]
-    out.failed = bool(judged) and all(r.outcome in ("stuck", "diverged") for r in judged)
+    out.failed = _all_failed(runs)
     return out
+
+
+def _all_failed(runs: list[Run]) -> bool:
+    """Every run with an outcome got stuck or diverged (and there is one): their losses compare nothing learned."""
+    judged = [r for r in runs if r.outcome is not None]
+    return bool(judged) and all(r.outcome in ("stuck", "diverged") for r in judged)
+
+
+def _failed(cell: Cell) -> bool:
+    return _all_failed(cell.group.runs + cell.base.runs)
 
 
 def _values(group: Group, get) -> list[float]:
