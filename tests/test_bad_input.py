@@ -71,7 +71,15 @@ CASES = [
     (["optim.lr=abc"], ["optim.lr=abc is not allowed; choose auto or a number >= 0"]),  # auto: the carried LR
     (["trainer.max_steps=1.5"], ["trainer.max_steps=1.5 is not a whole number", "(e.g. trainer.max_steps=600)"]),
     # a comma list without -m is a sweep: one line saying so (Hydra's own text was 5 lines, exit 1)
-    (["model=tiny,small"], ["model=tiny,small is a sweep (one job per value): add -m", "model=[tiny,small]"]),
+    # a config group takes one option, so -m is the fix (no list value); a plain key may take a list
+    (
+        ["model=tiny,small"],
+        [
+            "model=tiny,small is a sweep (one job per value): add -m (python -m normbench "
+            "train -m model=tiny,small ...); model is a config group, so a single run takes one "
+            "of its options"
+        ],
+    ),
     # what only Hydra finds (a launcher key without that launcher, a missing primary config): one line too
     (["hydra.launcher.n_jobs=2"], ["Could not override 'hydra.launcher.n_jobs'", "(from Hydra, before any job"]),
     (["trainer.resume=maybe"], ["trainer.resume", "bool"]),
@@ -116,6 +124,16 @@ CASES = [
 ]
 if not torch.cuda.is_available():
     CASES.append((["device=cuda"], ["device=cuda but no CUDA GPU", "device=cpu or device=auto"]))
+
+
+def test_a_sweep_without_m_suggests_a_list_only_for_a_plain_key():
+    from normbench.cli.overrides import sweep_without_m
+
+    group = sweep_without_m("Ambiguous value for argument 'norm=layernorm,rmsnorm'")
+    assert "add -m" in group and "[" not in group and "norm is a config group" in group
+    plain = sweep_without_m("Ambiguous value for argument 'trainer.save_at=10,20'")
+    assert "add -m" in plain and "write trainer.save_at=[10,20]" in plain
+    assert sweep_without_m("some other message") is None
 
 
 @pytest.mark.parametrize("overrides,needles", CASES, ids=[" ".join(c[0]) for c in CASES])

@@ -591,6 +591,11 @@ def test_report_merges_two_sweep_dirs_filters_and_groups(tmp_path):
         (["--filter", "arch"], ["KEY=VALUE"]),
         (["--group-by", "nope"], ["--group-by", "'nope'"]),
         (["--baseline", "arch=deepnorm"], ["no group has arch=deepnorm", "post_ln, pre_ln"]),
+        (
+            ["--baseline", "arch=preln"],
+            ["no group has arch=preln (did you mean arch=pre_ln?); choose one of: post_ln, pre_ln"],
+        ),
+        (["--baseline", "ach=pre_ln"], ["'ach' is not a grouping key (did you mean arch?)"]),
         (["--baseline", "norm=layernorm"], ["'norm' is not a grouping key", "arch"]),
         (["--color-by", "colour"], ["--color-by", "'colour'"]),
     ]:

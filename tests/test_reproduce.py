@@ -7,6 +7,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 import subprocess
 
 import pytest
@@ -183,6 +184,25 @@ def test_runs_give_a_verdict_and_stuck_or_diverged_runs_are_named(tmp_path):
     assert res["verdict"] == V.INCONCLUSIVE
     assert "1 diverged of 4" in res["reason"] and "1 stuck of 4" in res["reason"]
     assert res["groups"]["arch=pre_ln"]["outcomes"] == {"learned": 3, "diverged": 1}
+
+
+def test_a_side_pooled_over_another_key_counts_each_seed_once(tmp_path):
+    """Two norms per (arch, seed) and a test that fixes only the arch: per seed, the norms' values are averaged
+    first, so the interval is over 3 seeds (2 dof), paired, not over 6 runs."""
+    claim = write_claim(tmp_path / "claims", [{**VAR_TEST, "transform": None, "threshold": 1.0}])
+    runs_dir = tmp_path / "runs"
+    pre = {(0, "layernorm"): 40, (0, "rmsnorm"): 42, (1, "layernorm"): 44, (1, "rmsnorm"): 48,
+           (2, "layernorm"): 36, (2, "rmsnorm"): 36}  # fmt: skip
+    for (seed, norm), v in pre.items():
+        fake_run(runs_dir / f"pre{seed}{norm}", "pre_ln", seed, var_growth=v, extra=(f"norm={norm}",))
+        fake_run(runs_dir / f"peri{seed}{norm}", "peri_ln", seed, var_growth=v / 4, extra=(f"norm={norm}",))
+    res = judge_claim(claim, find_runs(runs_dir), "cpu")["tests"][0]
+    # per seed: pre 41, 46, 36 and peri a quarter of them: differences -30.75, -34.5, -27
+    assert res["groups"]["arch=pre_ln"]["values"] == [41, 46, 36] and res["interval"] == "paired"
+    diffs = [-30.75, -34.5, -27.0]
+    half = 4.302653 * statistics.stdev(diffs) / math.sqrt(3)  # t(0.975, 2 dof)
+    assert res["effect"] == pytest.approx(-30.75) and res["n_seeds"] == 3
+    assert res["ci"] == pytest.approx([-30.75 - half, -30.75 + half], rel=1e-5)
 
 
 def test_outcome_claim_counts_diverged_runs(tmp_path):

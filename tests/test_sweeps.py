@@ -226,7 +226,7 @@ def test_sweep_jobs_say_k_of_n_and_the_sweep_ends_with_its_leaderboard(tmp_path)
     assert "sweep job 1/2: norm=layernorm seed=0" in out
     assert re.search(r"sweep job 2/2 \(1 done in \dm\d\ds; sweep ETA \dm\d\ds\): norm=rmsnorm seed=0", out), out
     end = out.split("sweep finished: 2 jobs in ")[1]
-    assert "best val loss, best groups first" in end and "1. norm=" in end and "2. norm=" in end
-    # one seed a side: the verdict box's line says there is no interval yet
-    assert "norm: layernorm − rmsnorm:" in end and "no interval (needs 2 runs a side)" in end
-    assert end.index("no interval") < end.index("sweep directory:")  # before the closing sweep-directory line
+    assert "best val loss, top 2 of 2 groups, best first" in end and "1. norm=" in end and "2. norm=" in end
+    # two steps learn nothing: the verdict box's line says no verdict can be made, not "no difference"
+    assert "No verdict can be made: every run got stuck or diverged (2 stuck)" in end
+    assert end.index("No verdict") < end.index("sweep directory:")  # before the closing sweep-directory line

@@ -247,10 +247,10 @@ def sweep_without_m(message: str) -> str | None:
         return None
     o = found.group(1)
     key, _, value = o.partition("=")
-    return (
-        f"{o} is a sweep (one job per value): add -m (python -m normbench train -m {o} ...); "
-        f"for one value that is a list write {key}=[{value}], for a string quote it: \"{key}='{value}'\""
-    )
+    sweep = f"{o} is a sweep (one job per value): add -m (python -m normbench train -m {o} ...)"
+    if key.lstrip("+~") in GROUPS or key.startswith("hydra/"):  # a config group takes one option: -m is the fix
+        return f"{sweep}; {key} is a config group, so a single run takes one of its options"
+    return f"{sweep}; for one value that is a list write {key}=[{value}], for a string quote it: \"{key}='{value}'\""
 
 
 def _check_output_dir_writable(argv: list[str]) -> None:

@@ -110,6 +110,8 @@ def leaderboard_lines(sweep_dir: Path) -> list[str]:
     if not runs:
         return []
     groups = group_runs(runs)
-    lines = ["best val loss, best groups first (mean ± std over seeds):", *leaderboard(groups, n=3)]
+    top = leaderboard(groups, n=3)
+    lines = [f"best val loss, top {len(top)} of {len(groups)} groups, best first (mean ± std over seeds):", *top]
     verdict = verdict_lines(groups)
-    return lines + (["verdict (each factor against its default; 95% interval):", *verdict] if verdict else [])
+    head = "verdict (each factor against its default; 95% intervals over seeds):"
+    return lines + ([head, *verdict] if verdict else [])

@@ -15,9 +15,9 @@ The pieces, for code that builds on them (e.g. a ``reproduce`` command):
   :func:`setting` (a run's value for a key), :func:`read_metrics`;
 - :mod:`.stats`: :func:`time_to_target`, :func:`default_targets`, :func:`group_metric`,
   :func:`welch_interval` and :func:`compare` (difference from a baseline group, 95% CI), and the
-  interval rule shared with ``reproduce`` (``interval``, ``seed_pairs``);
-- :mod:`.verdicts` and :mod:`.setup`: the two boxes at the top; :mod:`.numbers`: rounding to the
-  spread;
+  interval rule shared with ``reproduce`` (``interval``, ``seed_means``, ``seed_pairs``);
+- :mod:`.verdicts` and :mod:`.setup`: the two boxes at the top (:mod:`.contrasts`: the verdict box's
+  contrasts, the seed as the unit, and Holm's adjustment); :mod:`.numbers`: rounding to the spread;
 - :mod:`.tables` and :mod:`.figures` (a package: its common parts, :mod:`.figures.curves`,
   :mod:`.figures.layers`) format them;
   :mod:`.page` renders Markdown and HTML; :mod:`.build` writes the report.

@@ -108,14 +108,22 @@ def _answer(groups, chosen, metric: str, target, defaults) -> tuple:
     if len(groups) < 2:
         verdict = [("p", "One group: nothing was varied to compare (group the runs with `--group-by`).")]
     else:
-        header, rows, ranks = verdicts.verdict_rows(groups, chosen, metric, target, defaults)
+        box = verdicts.verdict_box(groups, chosen, metric, target, defaults)
         bases = ", ".join(f"`{k}={v}`" for k, v in verdicts.baselines(groups, chosen).items())
-        verdict = [("p", f"Effect on the **{metric}** (lower is better) of each value against the baseline "
-                         f"({bases}; `--baseline` picks another), within each setting of the other factors; "
-                         "95% interval paired over seeds where both sides ran the same seeds, else Welch's. "
-                         "An interval that contains 0: **no detectable difference**."),
-                   ("table", header, rows)]  # fmt: skip
-        verdict += [("p", f"Ranking, only where the intervals separate: {r}") for r in ranks]
+        verdict = [("p", f"**{box.no_verdict}**")] if box.no_verdict else []
+        verdict += [("p", f"Effect on the **{metric}** (lower is better) of each value against the baseline "
+                          f"({bases}; `--baseline` picks another), within each setting of the other factors and "
+                          "pooled with the **seed as the unit**: per seed, the difference averaged over those "
+                          "settings, then the 95% t-interval over seeds (paired where both sides ran the same "
+                          "seeds, else Welch's over the per-seed means; `2 seeds x 2 settings`: each seed's "
+                          "difference is the mean over 2 settings). The box makes "
+                          f"**{box.comparisons} comparisons** (every pair of values within a factor); a difference "
+                          "is called, and ranked, only where it survives Holm's adjustment for all of them. An "
+                          "interval that contains 0: **no detectable difference**."),
+                    ("table", box.header, box.rows)]  # fmt: skip
+        verdict += [
+            ("p", f"Ranking, only where the intervals separate after Holm's adjustment: {r}") for r in box.ranks
+        ]
     return ("boxes", [("Verdict", verdict), ("Setup", [("table", ["held fixed", "value"], setup_rows(groups))])])
 
 
@@ -137,15 +145,23 @@ def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list, list
 
 
 def _baseline(baseline: str | None, groups) -> tuple | None:
-    """``--baseline KEY=VALUE`` parsed, once it names a grouping key and a value some group has."""
+    """``--baseline KEY=VALUE`` parsed, once it names a grouping key and a value some group has; a near miss
+    (``arch=preln``) is one line with the closest name and the allowed ones."""
+    import difflib
+
     base = parse_assignment(baseline, "--baseline") if baseline else None
     if base and base[0] not in groups[0].settings:
-        keys = ", ".join(groups[0].settings) or "nothing"
-        raise ConfigError(f"--baseline {baseline}: {base[0]!r} is not a grouping key (grouped by: {keys}; add it "
-                          "with --group-by)")  # fmt: skip
+        keys = list(groups[0].settings)
+        near = difflib.get_close_matches(base[0], keys, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ConfigError(f"--baseline {baseline}: {base[0]!r} is not a grouping key{hint} (grouped by: "
+                          f"{', '.join(keys) or 'nothing'}; add it with --group-by)")  # fmt: skip
     if base and not any(g.settings.get(base[0]) == base[1][0] for g in groups):
         seen = sorted({g.settings.get(base[0]) for g in groups})
-        raise ConfigError(f"--baseline {baseline}: no group has {base[0]}={base[1][0]} (values: {', '.join(seen)})")
+        near = difflib.get_close_matches(base[1][0], seen, n=1, cutoff=0.6)
+        hint = f" (did you mean {base[0]}={near[0]}?)" if near else ""
+        raise ConfigError(f"--baseline {baseline}: no group has {base[0]}={base[1][0]}{hint}; choose one of: "
+                          f"{', '.join(seen)}")  # fmt: skip
     return base
 
 

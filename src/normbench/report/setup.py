@@ -1,9 +1,13 @@
 """The report's setup box: what the compared runs held fixed, resolved from each run's files.
 
 Each line is read per run (``.hydra/config.yaml`` for the settings, ``summary.json`` for what the
-run resolved and measured: parameters, tokens, init std, per-kind LRs, device, commit) and shown once when every
-run agrees; a line that differs between runs says so and lists the values. Tokens per parameter is
-``tokens / n_params`` from summary.json, so runs from before ``tokens_per_param`` existed get it too.
+run resolved and measured: parameters, tokens, tokens per parameter, steps, init std, per-kind LRs, device,
+commit)
+and shown once when every run agrees; a line that differs between runs says so and lists the values
+(a range for numbers). Nothing is recomputed that the run recorded: tokens per parameter is summary.json's
+``tokens_per_param`` (tokens over the weight-matrix parameters, runtime/length.py), not ``tokens / n_params``.
+What a null or ``auto`` setting means is resolved as the trainer resolves it: warmup null is 10% of the
+run's steps, ``model.init_std: auto`` is GPT-2's gain at the run's width.
 """
 
 from __future__ import annotations
@@ -42,16 +46,48 @@ def _tokens(r: Run) -> str | None:
 
 
 def _tokens_per_param(r: Run) -> str | None:
-    tokens, params = _num(r, "tokens"), _num(r, "n_params")
-    return f"{tokens / params:.3g}" if tokens is not None and params else None
+    ratio = _num(r, "tokens_per_param")
+    return f"{ratio:.4g}" if ratio is not None else None
+
+
+def _forced(r: Run, key: str):
+    """The value the run's arch forces for ``key`` whatever the config said (nGPT: no warmup, no decay)."""
+    from normbench.config.recipes import recipe_values
+
+    return recipe_values(setting(r, "arch")).get(key)
 
 
 def _optim(r: Run) -> str | None:
     name = setting(r, "optim")
     if name is None:
         return None
-    bits = [f"lr {setting(r, 'optim.lr')}", f"weight decay {setting(r, 'optim.weight_decay')}"]
-    return f"{name}, " + ", ".join(b for b in bits if not b.endswith("None"))
+    wd = _forced(r, "optim.weight_decay")
+    wd = f"{wd:g} ({setting(r, 'arch')}'s recipe)" if wd is not None else setting(r, "optim.weight_decay")
+    betas = (setting(r, "optim.betas") or "").strip("[]()") or None
+    bits = [f"lr {setting(r, 'optim.lr')}", f"weight decay {wd}"]
+    if name in ("adamw", "lion"):
+        bits += [f"betas ({betas})"] + ([f"eps {setting(r, 'optim.eps')}"] if name == "adamw" else [])
+    elif name == "muon":
+        bits += [f"momentum {setting(r, 'optim.momentum')}", f"AdamW side: lr {setting(r, 'optim.adamw_lr') or 'lr'}, "
+                 f"betas ({betas}), eps {setting(r, 'optim.eps')}"]  # fmt: skip
+    elif name == "sgd":
+        bits.append(f"momentum {setting(r, 'optim.momentum')}")
+    return f"{name}, " + ", ".join(b for b in bits if "None" not in b and "()" not in b)
+
+
+def _decay(r: Run) -> str | None:
+    """Which parameter kinds weight decay skips (optim.decay_*; train/optim.py's policy)."""
+    kinds = (("norm_in", "input-norm gains"), ("norm_out", "output-norm gains"), ("bias", "biases"),
+             ("embed", "embeddings"), ("scalars", "scalars"))  # fmt: skip
+    flags = {k: setting(r, f"optim.decay_{k}") for k, _ in kinds}
+    if any(v is None for v in flags.values()):
+        return None
+    if setting(r, "arch") == "ngpt" or setting(r, "optim.weight_decay") in ("0", "0.0"):
+        return "nothing is decayed (weight decay 0)"
+    skipped = [what for k, what in kinds if flags[k] != "true"]
+    decayed = [what for k, what in kinds if flags[k] == "true"]
+    return ("hidden matrices and an untied head decayed" + (f", also {', '.join(decayed)}" if decayed else "")
+            + (f"; not decayed: {', '.join(skipped)}" if skipped else ""))  # fmt: skip
 
 
 def _lr(r: Run) -> str | None:
@@ -66,20 +102,83 @@ def _lr(r: Run) -> str | None:
 
 
 def _sched(r: Run) -> str | None:
+    """The schedule with its warmup resolved: null is 10% of the run's steps (train/optim.warmup_steps)."""
     name = setting(r, "sched")
     if name is None:
         return None
-    warm = setting(r, "sched.warmup_steps")
-    warm = f"{warm} steps" if warm is not None else "auto"
-    return f"{name}, warmup {warm}, min lr ratio {setting(r, 'sched.min_lr_ratio')}"
+    warm, forced = setting(r, "sched.warmup_steps"), _forced(r, "sched.warmup_steps")
+    steps = _num(r, "max_steps") or _int(setting(r, "trainer.max_steps"))
+    if forced is not None:
+        warm = f"{forced} steps ({setting(r, 'arch')}'s recipe)"
+    elif warm is not None:
+        warm = f"{warm} steps"
+    else:
+        warm = f"{int(0.1 * steps)} steps (null: 10% of {int(steps)})" if steps else "10% of the run (null)"
+    extra = f", decay over the last {setting(r, 'sched.decay_fraction')} of the run" if name == "wsd" else ""
+    return f"{name}, warmup {warm}, min lr ratio {setting(r, 'sched.min_lr_ratio')}{extra}"
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+INIT_MEANS = {"auto": "0.02 x sqrt(768 / d_model), GPT-2's gain at this width", "fan_in": "d_model^-0.5"}
 
 
 def _init(r: Run) -> str | None:
-    std = _num(r, "init_std")
-    given = setting(r, "model.init_std")
-    if std is None and given is None:
+    """The std the run recorded, with what ``model.init_std`` says (``auto``: GPT-2's gain at this width) and
+    whether the arch's own rule replaced it."""
+    from normbench.config.schema import init_std_of
+
+    std, given, d = _num(r, "init_std"), setting(r, "model.init_std"), _int(setting(r, "model.d_model"))
+    if std is None:
+        return given
+    text = f"std {std:.4g}"
+    if given is not None:
+        means = INIT_MEANS.get(given, "given")
+        try:
+            own = d is not None and abs(init_std_of(given, d) - std) > 1e-3 * std  # a rounded record still matches
+        except ValueError:
+            own = False
+        text += f" (model.init_std={given}: {means}" + ("; the arch's own rule replaced it" if own else "") + ")"
+    return text
+
+
+def _scaled(r: Run) -> str | None:
+    """GPT-2's scaled init of the output projections (``arch.scaled_init``; some archs turn it off)."""
+    scaled = setting(r, "arch.scaled_init")
+    return None if scaled is None else ("std / sqrt(2 x n_layer)" if scaled == "true" else "the init's std")
+
+
+def _embeddings(r: Run) -> str | None:
+    tied = setting(r, "model.tie_embeddings")
+    return None if tied is None else ("tied (the head is the embedding)" if tied == "true" else "untied")
+
+
+def _vocab(r: Run) -> str | None:
+    """The embedding rows the model was built with: the tokenizer's vocabulary (or model.vocab_size), padded
+    to a multiple of model.pad_vocab_to (normbench.model.padded_vocab)."""
+    from normbench.data.tokenizer import DEFAULT_BPE_VOCAB
+
+    tok, pad = setting(r, "data.tokenizer"), _int(setting(r, "model.pad_vocab_to"))
+    if tok is None or pad is None:
         return None
-    return f"std {std:.4g}" + (f" (model.init_std={given})" if given is not None else "") if std is not None else given
+    data = {"byte": 256, "gpt2": 50257}.get(tok) or _int(setting(r, "data.vocab_size")) or DEFAULT_BPE_VOCAB
+    vocab = _int(setting(r, "model.vocab_size")) or data
+    rows = pad * -(-vocab // pad)
+    return f"{data:,} ({tok})" + (f", {rows:,} embedding rows (padded to a multiple of {pad})" if rows != data else "")
+
+
+def _validation(r: Run) -> str | None:
+    frac, batches = setting(r, "data.val_fraction"), setting(r, "trainer.eval_batches")
+    if frac is None or batches is None:
+        return None
+    return f"last {float(frac):.0%} of the corpus held out; {batches} batches per evaluation"
+
+
+def _grad_clip(r: Run) -> str | None:
+    clip = setting(r, "trainer.grad_clip")
+    return None if clip is None else ("off" if float(clip) == 0 else f"global norm {clip}")
 
 
 def _data(r: Run) -> str | None:
@@ -113,9 +212,15 @@ LINES: tuple[tuple[str, Callable[[Run], str | None]], ...] = (
     ("steps", _steps),
     ("optimizer", _optim),
     ("peak LR", _lr),
+    ("weight decay", _decay),
+    ("grad clip", _grad_clip),
     ("LR schedule", _sched),
     ("init", _init),
+    ("output projections' init", _scaled),
+    ("embeddings", _embeddings),
     ("data", _data),
+    ("vocab", _vocab),
+    ("validation", _validation),
     ("precision", lambda r: setting(r, "precision") or _summary("precision")(r)),
     ("mode", _mode),
     ("device", _summary("device")),

@@ -9,8 +9,9 @@ The interval is Welch's t-interval for a difference of two means (unequal varian
 Welch-Satterthwaite degrees of freedom; Welch 1947), over seeds: it needs at least two
 runs on each side, and says nothing about effects that seeds do not vary (data order is
 seeded too, so it does). :func:`interval` is the rule ``reproduce`` and the report's verdict box
-share (docs/claims.md): paired over seeds (:func:`seed_pairs`: the one-sample t-interval of the
-per-seed differences) when both sides ran the same seeds, else Welch's.
+share (docs/claims.md): the seed is the unit (runs that share a seed are averaged first,
+:func:`seed_means`), paired over seeds (:func:`seed_pairs`: the one-sample t-interval of the per-seed
+differences) when both sides ran the same seeds, else Welch's over the per-seed means.
 """
 
 from __future__ import annotations
@@ -195,14 +196,12 @@ def welch_interval(xs: list[float], base: list[float], level: float = 0.95) -> D
     d = statistics.fmean(xs) - statistics.fmean(base)
     if n < 2 or m < 2:
         return Difference(d, None, None, n, m)
-    a, b = statistics.variance(xs) / n, statistics.variance(base) / m
-    se = math.sqrt(a + b)
+    se = math.sqrt(statistics.variance(xs) / n + statistics.variance(base) / m)
     if se == 0:
         return Difference(d, d, d, n, m)
     from scipy.stats import t
 
-    df = (a + b) ** 2 / (a * a / (n - 1) + b * b / (m - 1))
-    half = float(t.ppf(0.5 + level / 2, df)) * se
+    half = float(t.ppf(0.5 + level / 2, welch_df(xs, base))) * se
     return Difference(d, d - half, d + half, n, m)
 
 
@@ -233,19 +232,73 @@ def interval(xs: list[float], base: list[float] | float, paired: bool = False) -
     return d.diff, [d.low, d.high]
 
 
+def seed_key(run: Run) -> str:
+    """The unit of every interval over seeds: the run's seed (a run without one is its own unit)."""
+    seed = setting(run, "seed")
+    return seed if seed is not None else f"run {run.path}"
+
+
+def seed_means(runs: list[Run], value, transform: str | None = None) -> dict[str, float]:
+    """seed -> the mean of ``value`` over the runs with that seed that have one (in the log scale under a log
+    transform: a geometric mean). Runs that share a seed share their data order and val batches, so they
+    are one unit of evidence, not several: an interval over seeds counts each seed once."""
+    by_seed: dict[str, list[float]] = {}
+    for r in runs:
+        v = value(r)
+        if v is not None and not (transform == "log" and v <= 0):
+            by_seed.setdefault(seed_key(r), []).append(v)
+    mean = statistics.geometric_mean if transform == "log" else statistics.fmean
+    return {s: vs[0] if len(vs) == 1 else mean(vs) for s, vs in by_seed.items()}  # one run: its value, exactly
+
+
+def seed_order(seeds) -> list[str]:
+    return sorted(seeds, key=lambda s: (0, float(s), "") if _is_number(s) else (1, 0.0, s))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def seed_pairs(g_runs: list[Run], b_runs: list[Run], value, transform: str | None) -> list[tuple] | None:
-    """[(group value, baseline value)] ordered by seed, when both sides ran each seed once and every run has a
-    value (a log transform: a positive one); else None (Welch's interval then). Same seed, same data order and
-    val batches (normbench.data.batches): the pairs share their sampling noise (common random numbers)."""
+    """[(group value, baseline value)] ordered by seed, when both sides ran the same seeds (two or more), every
+    run finished with a value (a log transform: a positive one); else None (Welch's interval then). Runs of
+    a side that share a seed are averaged first (:func:`seed_means`): one pair per seed. Same seed, same data
+    order and val batches (normbench.data.batches): the pairs share their sampling noise (common random numbers)."""
     sides = []
     for runs in (g_runs, b_runs):
-        by_seed = {setting(r, "seed"): value(r) for r in runs if r.status in FINISHED}
-        if len(by_seed) != len(runs) or any(v is None or (transform == "log" and v <= 0) for v in by_seed.values()):
+        values = [value(r) if r.status in FINISHED else None for r in runs]
+        if not runs or any(v is None or (transform == "log" and v <= 0) for v in values):
             return None
-        sides.append(by_seed)
+        sides.append(seed_means(runs, value, transform))
     if set(sides[0]) != set(sides[1]) or len(sides[0]) < 2:
         return None
-    return [(sides[0][s], sides[1][s]) for s in sorted(sides[0], key=lambda s: float(s))]
+    return [(sides[0][s], sides[1][s]) for s in seed_order(sides[0])]
+
+
+def t_pvalue(diff: float, low: float | None, high: float | None, df: float, level: float = 0.95) -> float | None:
+    """The two-sided p-value of ``diff`` against 0, from its t-interval at ``level`` with ``df`` degrees of
+    freedom (the interval's half-width is t * se): what a multiple-comparison adjustment needs."""
+    from scipy.stats import t
+
+    if low is None or high is None:
+        return None
+    half = (high - low) / 2
+    if half <= 0:  # no spread: a nonzero difference is certain, none is none
+        return 0.0 if diff != 0 else 1.0
+    se = half / float(t.ppf(0.5 + level / 2, df))
+    return float(2 * t.sf(abs(diff) / se, df))
+
+
+def welch_df(xs: list[float], base: list[float]) -> float:
+    """Welch-Satterthwaite degrees of freedom of :func:`welch_interval` (both sides with two values or more)."""
+    a, b = statistics.variance(xs) / len(xs), statistics.variance(base) / len(base)
+    if a + b == 0:
+        return float(len(xs) + len(base) - 2)
+    return (a + b) ** 2 / (a * a / (len(xs) - 1) + b * b / (len(base) - 1))
 
 
 def baseline_of(groups: list[Group], key: str, value: str) -> dict[str, Group | None]:

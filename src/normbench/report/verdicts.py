@@ -4,28 +4,33 @@ A factor is a grouping key (``arch``, ``norm``, ``optim.lr``, ...). Its baseline
 ``--baseline KEY=VALUE`` names, else the config group's default (conf/config.yaml's defaults list:
 ``arch=pre_ln``, ``norm=rmsnorm``, ...) when the sweep ran it, else the first value the sweep ran.
 The effect of a value is the mean difference of the metric from the baseline *within each setting of
-the other factors* (e.g. ``post_ln`` minus ``pre_ln`` at each norm), pooled over those settings.
+the other factors* (e.g. ``post_ln`` minus ``pre_ln`` at each norm), pooled over those settings with the
+seed as the unit (:mod:`.contrasts`): per seed, the difference averaged over the settings, then the
+t-interval over seeds (n_seeds − 1 degrees of freedom); Welch's over the per-seed means where the seeds
+differ between the sides. Beside it, the effect at each setting, and a note where those disagree.
 
-The interval is the rule ``reproduce`` uses (docs/claims.md; :func:`normbench.report.stats.interval`
-with :func:`normbench.report.stats.seed_pairs`, which reproduce imports): paired over seeds when every
-compared setting ran the same seeds on both sides (same seed, same data order and val batches), else
-Welch's t-interval.
-An interval that contains zero reads "no detectable difference". A ranking of a factor's values is
-given only where the intervals separate them.
+The box makes every pairwise comparison within each factor (the rows against the baseline, and the pairs a
+ranking needs); their p-values are Holm-adjusted together (:func:`.contrasts.holm`). A difference is called
+(``post_ln worse``) and ranked (``<``) only where it survives that adjustment; an interval that contains
+zero reads "no detectable difference". Where every compared run got stuck or diverged, the losses compare
+nothing that learned: the box says no verdict can be made.
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import yaml
 
 from normbench.report import numbers
+from normbench.report.contrasts import Cell, Contrast, contrast, disagreement, holm, per_cell
 from normbench.report.loading import Group, Run
-from normbench.report.stats import METRICS, interval, loss_pool, outcome_counts, seed_pairs, target_for
+from normbench.report.stats import METRICS, loss_pool, outcome_counts, target_for
 
 METRIC_NAMES = {k.replace(" ", "_"): k for k in METRICS}  # --metric best_val_loss -> "best val loss"
+ALPHA = 0.05  # family-wise, over the box's comparisons
 UNITS = {"best val loss": "nats", "final val loss": "nats", "steps to target": "steps", "seconds to target": "s"}
 
 
@@ -45,30 +50,43 @@ def metric_name(text: str) -> str:
 
 @dataclass
 class Effect:
-    """``value`` minus ``base`` of one factor, pooled over the settings of the other factors."""
+    """``value`` minus ``base`` of one factor, pooled over the settings of the other factors (:mod:`.contrasts`)."""
 
     key: str
     value: str
     base: str
-    diff: float | None = None
-    low: float | None = None
-    high: float | None = None
-    how: str = ""  # "paired over 4 seed pairs", "Welch, 4 vs 4 runs", ...
+    pooled: Contrast = field(default_factory=Contrast)
+    per_setting: list[tuple[str, Contrast]] = field(default_factory=list)  # the interaction; [] for one setting
+    note: str | None = None  # where the settings disagree
     left_out: list[str] = field(default_factory=list)  # runs without a value (diverged, not reached, ...)
+    failed: bool = False  # every compared run with an outcome got stuck or diverged
+    p_holm: float | None = None  # the p-value adjusted over the box's comparisons
+
+    @property
+    def diff(self) -> float | None:
+        return self.pooled.diff
+
+    @property
+    def called(self) -> bool:
+        """The difference is detectable after the box's adjustment (or, outside a box, at 95%)."""
+        if self.p_holm is None:
+            return self.pooled.separated
+        return self.pooled.separated and self.p_holm < ALPHA
 
     @property
     def word(self) -> str:
-        if self.diff is None:
+        c = self.pooled
+        if self.failed:
+            return "no verdict: every compared run got stuck or diverged"
+        if c.diff is None:
             return "no value on one side"
-        if self.low is None:
-            return "no interval (needs 2 runs a side)"
-        if self.low <= 0 <= self.high:
+        if c.low is None:
+            return "no interval (needs 2 seeds a side)"
+        if not c.separated:
             return "no detectable difference"
-        return f"{self.value} better (lower)" if self.high < 0 else f"{self.value} worse (higher)"
-
-    @property
-    def separated(self) -> bool:
-        return self.low is not None and not (self.low <= 0 <= self.high)
+        if not self.called:
+            return f"not detectable after Holm's adjustment (p {c.p:.2g} → {self.p_holm:.2g})"
+        return f"{self.value} better (lower)" if c.high < 0 else f"{self.value} worse (higher)"
 
 
 def config_defaults() -> dict[str, str]:
@@ -121,33 +139,33 @@ def _value_fn(metric: str, target, defaults):
 
 def effect(groups: list[Group], key: str, value: str, base: str, metric: str = "best val loss", target=None,
            defaults=None) -> Effect:  # fmt: skip
-    """``value`` minus ``base`` of ``key``, within each setting of the other keys, pooled."""
+    """``value`` minus ``base`` of ``key``, within each setting of the other keys, pooled with the seed as the unit."""
     by_settings = {tuple(sorted(g.settings.items())): g for g in groups}
     get = _value_fn(metric, target, defaults)
-    cells = []  # (group, its baseline group)
+    cells = []
     for g in groups:
         if g.settings.get(key) == value:
             b = by_settings.get(tuple(sorted({**g.settings, key: base}.items())))
             if b is not None:
-                cells.append((g, b))
-    out = Effect(key, value, base)
-    pairs = [seed_pairs(g.runs, b.runs, get, None) for g, b in cells]
-    left = [r for g, b in cells for r in g.runs + b.runs if get(r) is None]
-    out.left_out = [f"{r.name} ({r.outcome_label})" for r in left]
-    if cells and all(pairs):
-        xs = [x for p in pairs for x, _ in p]
-        bs = [b for p in pairs for _, b in p]
-        out.diff, ci = interval(xs, bs, paired=True)
-        out.low, out.high = ci
-        out.how = f"paired, {len(xs)} seed pairs"
-        return out
-    xs = [v for g, _ in cells for v in _values(g, get)]
-    bs = [v for _, b in cells for v in _values(b, get)]
-    if xs and bs:
-        out.diff, ci = interval(xs, bs)
-        out.low, out.high = ci
-    out.how = f"Welch, {len(xs)} vs {len(bs)} runs" + ("" if cells else "; no setting ran both")
+                cells.append(Cell(" ".join(f"{k}={v}" for k, v in g.settings.items() if k != key), g, b))
+    out = Effect(key, value, base, contrast(cells, get), per_cell(cells, get))
+    out.note = disagreement([(label, c) for (label, c), cell in zip(out.per_setting, cells) if not _failed(cell)])
+    out.per_setting = [(label + (" (all stuck or diverged)" if _failed(cell) else ""), c)
+                       for (label, c), cell in zip(out.per_setting, cells)]  # fmt: skip
+    runs = [r for c in cells for r in c.group.runs + c.base.runs]
+    out.left_out = [f"{r.name} ({r.outcome_label})" for r in runs if get(r) is None]
+    out.failed = _all_failed(runs)
     return out
+
+
+def _all_failed(runs: list[Run]) -> bool:
+    """Every run with an outcome got stuck or diverged (and there is one): their losses compare nothing learned."""
+    judged = [r for r in runs if r.outcome is not None]
+    return bool(judged) and all(r.outcome in ("stuck", "diverged") for r in judged)
+
+
+def _failed(cell: Cell) -> bool:
+    return _all_failed(cell.group.runs + cell.base.runs)
 
 
 def _values(group: Group, get) -> list[float]:
@@ -155,52 +173,107 @@ def _values(group: Group, get) -> list[float]:
     return [v for r in pool if (v := get(r)) is not None]
 
 
-def ranking(groups: list[Group], key: str, base: str, metric: str, target=None, defaults=None) -> str | None:
-    """``pre_ln < post_ln ≈ peri_ln``: the values by effect, ``<`` only where the interval between the
-    neighbouring tiers separates them; None when no two values separate."""
-    values = factor_values(groups)[key]
-    eff = {v: (0.0 if v == base else effect(groups, key, v, base, metric, target, defaults).diff) for v in values}
+@dataclass
+class Box:
+    """The verdict box: its table, the ranking lines, how many comparisons it makes, and a line instead of a
+    verdict when every run got stuck or diverged."""
+
+    header: list[str]
+    rows: list[list[str]]
+    ranks: list[str]
+    comparisons: int
+    no_verdict: str | None
+
+
+def comparisons(groups: list[Group], chosen=None, metric="best val loss", target=None, defaults=None) -> dict:
+    """(key, value, base) -> :class:`Effect` for every pair of values within each factor (the rows put each value
+    against the baseline; a ranking needs the other pairs), their p-values Holm-adjusted together."""
+    out = {}
+    for key, base in baselines(groups, chosen).items():
+        values = factor_values(groups)[key]
+        pairs = [(v, base) for v in values if v != base]
+        if len(values) > 2:
+            pairs += [(a, b) for a, b in combinations([v for v in values if v != base], 2)]
+        for a, b in pairs:
+            out[(key, a, b)] = effect(groups, key, a, b, metric, target, defaults)
+    tested = [e for e in out.values() if e.pooled.p is not None]
+    for e, adjusted in zip(tested, holm([e.pooled.p for e in tested]), strict=True):
+        e.p_holm = adjusted
+    return out
+
+
+def ranking(family: dict, key: str, values: list[str], base: str) -> str | None:
+    """``pre_ln < post_ln ≈ peri_ln``: the values by effect against the baseline, ``<`` only where the
+    neighbouring tiers separate after the box's Holm adjustment; None when no two values separate."""
+    eff = {v: (0.0 if v == base else family[(key, v, base)].diff) for v in values}
     order = sorted((v for v in values if eff[v] is not None), key=lambda v: eff[v])
     if len(order) < 2:
         return None
+
+    def above(v: str, w: str) -> bool:  # v detectably higher than w
+        e = family.get((key, v, w)) or family.get((key, w, v))
+        return e.called and (e.diff > 0) == (e.value == v)
+
     tiers: list[list[str]] = [[order[0]]]
     for v in order[1:]:
-        vs = effect(groups, key, v, tiers[-1][0], metric, target, defaults)
-        if vs.separated and vs.diff > 0:
+        if above(v, tiers[-1][0]):
             tiers.append([v])
         else:
             tiers[-1].append(v)
-    if len(tiers) == 1:
-        return None
-    return " < ".join(" ≈ ".join(t) for t in tiers)
+    return None if len(tiers) == 1 else " < ".join(" ≈ ".join(t) for t in tiers)
 
 
-def verdict_rows(groups: list[Group], chosen=None, metric: str = "best val loss", target=None, defaults=None):
-    """(header, rows, rankings) of the verdict box: one row per factor value against its baseline."""
+def verdict_box(groups: list[Group], chosen=None, metric: str = "best val loss", target=None, defaults=None) -> Box:
+    """One row per factor value against its baseline, with the effect at each setting of the other factors."""
     unit = UNITS.get(metric, "")
-    header = ["factor", "compared", f"Δ {metric} [95% CI] ({unit})", "interval", "verdict"]
+    header = ["factor", "compared", f"Δ {metric} [95% CI] ({unit})", "verdict", "per setting of the other factors",
+              "interval"]  # fmt: skip
+    family = comparisons(groups, chosen, metric, target, defaults)
     rows, ranks = [], []
     for key, base in baselines(groups, chosen).items():
-        for value in factor_values(groups)[key]:
-            if value == base:
-                continue
-            e = effect(groups, key, value, base, metric, target, defaults)
-            shown = numbers.interval(e.diff, e.low, e.high) if e.diff is not None else "—"
-            note = f"; left out: {len(e.left_out)} runs ({', '.join(e.left_out[:2])}" if e.left_out else ""
-            note += ", ...)" if len(e.left_out) > 2 else (")" if e.left_out else "")
-            rows.append([key, f"{value} − {base}", shown, e.how + note, e.word])
-        if len(factor_values(groups)[key]) > 2 and (r := ranking(groups, key, base, metric, target, defaults)):
+        values = factor_values(groups)[key]
+        for value in values:
+            if value != base:
+                rows.append(_row(family[(key, value, base)]))
+        if len(values) > 2 and (r := ranking(family, key, values, base)):
             ranks.append(f"`{key}`, lower {metric} first: {r}")
-    return header, rows, ranks
+    return Box(header, rows, ranks, len(family), _no_verdict(groups))
+
+
+def _shown(c: Contrast) -> str:
+    return numbers.interval(c.diff, c.low, c.high) if c.diff is not None else "—"
+
+
+def _row(e: Effect) -> list[str]:
+    per = "; ".join(f"{label}: {_shown(c)}" for label, c in e.per_setting) or "— (one setting)"
+    how = e.pooled.how + (f"; p {e.pooled.p:.2g} (Holm {e.p_holm:.2g})" if e.p_holm is not None else "")
+    if e.left_out:
+        more = ", ..." if len(e.left_out) > 2 else ""
+        how += f"; left out: {len(e.left_out)} runs ({', '.join(e.left_out[:2])}{more})"
+    word = e.word + (f"; depends on the setting: {e.note}" if e.note and not e.failed else "")
+    return [e.key, f"{e.value} − {e.base}", _shown(e.pooled), word, per, how]  # the answer first, its workings after
+
+
+def _no_verdict(groups: list[Group]) -> str | None:
+    """The box's answer when every run with an outcome got stuck or diverged: their losses compare nothing."""
+    judged = [r for g in groups for r in g.runs if r.outcome is not None]
+    if not judged or any(r.outcome not in ("stuck", "diverged") for r in judged):
+        return None
+    return (f"No verdict can be made: every run got stuck or diverged ({outcome_counts(judged)}), so no value of any "
+            "factor learned anything to compare (train longer, or at another learning rate).")  # fmt: skip
 
 
 def verdict_lines(groups: list[Group], metric: str = "best val loss") -> list[str]:
     """The verdict box in a few console lines (the sweep's closing leaderboard)."""
     if len(groups) < 2:
         return []
-    header, rows, ranks = verdict_rows(groups, None, metric)
-    lines = [f"{r[0]}: {r[1]}: {r[2]} {UNITS.get(metric, '')}, {r[4]} ({r[3]})" for r in rows]
-    return lines + [r.replace("`", "") for r in ranks]
+    box = verdict_box(groups, None, metric)
+    if box.no_verdict:
+        return [box.no_verdict]
+    unit = UNITS.get(metric, "")
+    lines = [f"{box.comparisons} comparisons, Holm-adjusted together; the seed is the unit"]
+    lines += [f"{r[0]}: {r[1]}: {r[2]} {unit}, {r[3]} ({r[5].split('; p ')[0]})" for r in box.rows]
+    return lines + [r.replace("`", "") for r in box.ranks]
 
 
 def leaderboard(groups: list[Group], metric: str = "best val loss", n: int = 5) -> list[str]:

@@ -17,6 +17,9 @@ from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rul
     learned_everywhere,
     lr_of,
     run_layer_stats,
+    seed_key,
+    seed_means,
+    seed_order,
     seed_pairs,
     time_to_target,
 )
@@ -164,7 +167,8 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         res, g_vals, b_vals, n_seeds = _judge_largest_lr(test, sides, min_seeds, probs)
     else:
         res = _judge_values(test, sides, g_vals, b_vals, min_seeds, probs, paired=bool(paired))
-        n_seeds = min(len(sides.g_runs), len(sides.b_runs) if sides.b_runs is not None else len(sides.g_runs))
+        seeds = lambda rs: len({seed_key(r) for r in rs})  # noqa: E731 - the unit, not the runs
+        n_seeds = min(seeds(sides.g_runs), seeds(sides.b_runs) if sides.b_runs is not None else seeds(sides.g_runs))
     res["interval"] = _interval(test.kind, bool(paired), sides.b_runs is not None)
     if tuning:
         res["tuned"] = tuning
@@ -224,7 +228,13 @@ def _side_problems(test: Test, sides: _Sides, tuning_problems: list[str]) -> lis
 
 
 def _finished_values(runs: list[Run], value) -> list[float]:
-    return [v for r in runs if r.status in FINISHED and (v := value(r)) is not None]
+    """The finished runs' values, one per seed (the seed is the unit: runs of a side that share a seed, as a side
+    pooled over a key the test does not fix, are averaged first; :func:`seed_means`)."""
+    finished = [r for r in runs if r.status in FINISHED]
+    if len({seed_key(r) for r in finished}) == len(finished):
+        return [v for r in finished if (v := value(r)) is not None]
+    means = seed_means(finished, value)
+    return [means[s] for s in seed_order(means)]
 
 
 def _value_problems(test: Test, sides: _Sides, value, g_vals: list[float], b_vals) -> list[str]:
