@@ -12,10 +12,10 @@ from normbench.cli import main
 from normbench.config import lr_rule
 from normbench.errors import ConfigError
 from normbench.model import build_model
+from normbench.optim import optimizers as optim
 from normbench.reproduce.claims import load_claim
 from normbench.reproduce.shared import check_claim
 from normbench.run.resume import config_diff, flat_config
-from normbench.optim import optimizers as optim
 from normbench.validation import validate
 
 from conftest import compose, run_cli

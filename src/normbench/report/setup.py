@@ -76,7 +76,7 @@ def _optim(r: Run) -> str | None:
 
 
 def _decay(r: Run) -> str | None:
-    """Which parameter kinds weight decay skips (optim.decay_*; train/optim.py's policy)."""
+    """Which parameter kinds weight decay skips (optim.decay_*; optim/optimizers.py's policy)."""
     kinds = (("norm_in", "input-norm gains"), ("norm_out", "output-norm gains"), ("bias", "biases"),
              ("embed", "embeddings"), ("scalars", "scalars"))  # fmt: skip
     flags = {k: setting(r, f"optim.decay_{k}") for k, _ in kinds}
