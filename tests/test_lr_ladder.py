@@ -95,3 +95,22 @@ def test_lr_ladder_end_to_end(tmp_path):
     assert json.loads(summary.read_text())["lr"] == 2.16e-2  # the rung's runs trained at the rung's LR
     assert (out / "madeup" / "runs").is_dir()  # the 1x rung is the claim's own sweep
     assert (out / "madeup" / "lr_ladder.png").stat().st_size > 1000
+
+
+def test_claims_table_writes_an_lr_ladders_rows(tmp_path, capsys):
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("claims_table", REPO / "scripts" / "claims_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    test = {"name": "var", "verdict": "HOLDS", "effect": -0.5, "ci": [-0.7, -0.3]}
+    rungs = [{"lr": lr, "factor": f, "steps": 200, "verdict": "HOLDS", "tests": [test], "run_time_s": 5}
+             for lr, f in ((2.4e-3, 0.3333), (7.2e-3, 1.0))]  # fmt: skip
+    ladder = {"claim": "peri_variance", "lr": 7.2e-3, "lr_source": "optim.lr=auto", "rungs": rungs, "run_time_s": 10}
+    (tmp_path / "l.json").write_text(json.dumps(ladder))
+    assert table.main(["lr", str(tmp_path / "l.json")]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == "#### peri_variance (LR ladder around 0.0072, optim.lr=auto; 10 s of runs)"
+    assert rows[4] == "| 0.0024 (0.333×) | 200 | **HOLDS** | var: HOLDS -0.5 [-0.7, -0.3] | 5 |"
