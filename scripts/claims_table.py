@@ -4,13 +4,14 @@
     python scripts/claims_table.py duration outputs/reproduce/peri_variance/duration.json
     python scripts/claims_table.py compare A/verdict.json B/verdict.json   # two measurements of one claim
     python scripts/claims_table.py ladder outputs/reproduce/dyt_parity/ladder.json   # a width ladder
+    python scripts/claims_table.py lr outputs/reproduce/peri_variance/lr_ladder.json   # an LR ladder
 
 ``verdict``: one row per claim (each test's verdict, effect, interval and kind; each group's mean and
 outcomes; the CPU seconds of its runs). ``duration``: one row per rung. ``compare``: per test, the two
 effects and intervals side by side and the per-seed differences of each group's values (e.g. a branched
 duration rung against a standalone run of the same length and seeds). ``ladder``: one row per test, one
 column per width rung (effect, interval, verdict), then each group's mean and outcomes per rung (read from
-the rungs' verdict.json).
+the rungs' verdict.json). ``lr``: one row per LR rung (``reproduce ID lr=ladder``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ def duration_rows(path: Path) -> list[str]:
             for r in d["rungs"]]  # fmt: skip
     head = ["| tokens per parameter | steps | verdict | each test | CPU s |", "|---:|---:|---|---|---:|"]
     return [f"#### {d['claim']} ({d['mode']}, {g(d['run_time_s'], '.0f')} s of runs)", "", *head, *rows]
+
+
+def lr_rows(path: Path) -> list[str]:
+    d = json.loads(path.read_text())
+    rows = [f"| {r['lr']:.4g} ({r['factor']:.3g}×) | {r['steps']} | **{r['verdict']}** | "
+            + "<br>".join(_test_short(t) for t in r["tests"]) + f" | {g(r['run_time_s'], '.0f')} |"
+            for r in d["rungs"]]  # fmt: skip
+    head = ["| peak LR (× the claim's) | steps | verdict | each test | CPU s |", "|---:|---:|---|---|---:|"]
+    runs = f"{g(d['run_time_s'], '.0f')} s of runs"
+    title = f"#### {d['claim']} (LR ladder around {d['lr']:.4g}, {d['lr_source']}; {runs})"
+    return [title, "", *head, *rows]
 
 
 def _test_short(t: dict) -> str:
@@ -107,7 +119,7 @@ def _effect(t: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("verdict", "duration", "compare", "ladder"):
+    if len(argv) < 2 or argv[0] not in ("verdict", "duration", "compare", "ladder", "lr"):
         print(__doc__)
         return 2
     paths = [Path(p) for p in argv[1:]]
@@ -117,6 +129,8 @@ def main(argv: list[str]) -> int:
         lines = [line for p in paths for line in duration_rows(p)]
     elif argv[0] == "ladder":
         lines = [line for p in paths for line in ladder_rows(p)]
+    elif argv[0] == "lr":
+        lines = [line for p in paths for line in lr_rows(p)]
     else:
         lines = compare_rows(*paths[:2])
     print("\n".join(lines))

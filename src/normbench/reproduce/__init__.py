@@ -17,7 +17,7 @@ from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|quick|gpu] [seeds=N] [out=DIR]
                                    [min_seeds=N] [ladder=true] [ladder_param=mup|sp] [duration=ladder|branch]
-                                   [--dry-run] [--no-run]
+                                   [lr=ladder] [--dry-run] [--no-run]
                                    [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
@@ -36,6 +36,9 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
               the same from one warmup-stable-decay trunk with a 20% cooldown branched off at each shorter
               rung: DIR/ID/duration_branch.json and .png
   rungs=R,R,.. the duration ladder's tokens per parameter (default 1,5,20, or the claim's own)
+  lr=ladder   the sweep at 1/3x, 1x and 3x the claim's LR (the 1x rung is the verdict's own sweep):
+              DIR/ID/lr_ladder.json and DIR/ID/lr_ladder.png, the effect against the LR (reproduce/lr_ladder.py);
+              refused for a claim that sweeps or tunes optim.lr (no one LR to move)
   scale=quick the claim's 200-step sweep (about 1 token per parameter): quick, and not the verdict
 """
 
@@ -61,6 +64,7 @@ OPTIONS = {
     "duration": "false",
     "rungs": None,
     "ladder_param": "mup",
+    "lr": "false",
 }
 
 
@@ -155,8 +159,11 @@ def _check_options(opts: dict) -> None:
             values = []
         if not values or any(not v > 0 for v in values) or opts["duration"] == "false":
             raise ConfigError(f"rungs={opts['rungs']} must be tokens per parameter (e.g. rungs=1,5,20) with duration=")
-    if opts["duration"] != "false" and opts["ladder"] == "true":
-        raise ConfigError("ladder=true and duration= are two ladders; run them one at a time")
+    if opts["lr"] not in ("false", "ladder"):
+        raise ConfigError(f"lr={opts['lr']} is not allowed; choose one of: ladder, false (an LR itself is optim.lr=)")
+    ladders = [k for k, off in (("ladder", "false"), ("duration", "false"), ("lr", "false")) if opts[k] != off]
+    if len(ladders) > 1:
+        raise ConfigError(f"{ladders[0]}= and {ladders[1]}= are two ladders; run them one at a time")
 
 
 def _run_claim(claim, req: _Request) -> dict | None:
@@ -170,6 +177,9 @@ def _run_claim(claim, req: _Request) -> dict | None:
         return None
     if opts["ladder"] == "true":
         _ladder(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
+        return None
+    if opts["lr"] == "ladder":
+        _lr_ladder(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
         return None
     return reproduce(claim, opts["scale"], req.seeds, req.overrides, Path(opts["out"]), int(opts["min_seeds"]),
                      req.dry, launch=req.launch)  # fmt: skip
@@ -211,3 +221,16 @@ def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: b
         print(f"{claim.id} d_model {r['d_model']}, {r['n_layer']} blocks: {r['verdict']} ({_tests_line(r)})")
     where = Path(opts["out"]) / claim.id / ladder_name(opts["ladder_param"])
     print(f"normbench: {where}.json, figure {where}.png ({ladder['run_time_s']:.0f} s of runs)")
+
+
+def _lr_ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
+    from normbench.reproduce.lr_ladder import NAME, run_lr_ladder
+
+    result = run_lr_ladder(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
+                           launch)  # fmt: skip
+    if result is None:
+        return
+    for r in result["rungs"]:
+        print(f"{claim.id} lr {r['lr']:.4g} ({r['factor']:g}x): {r['verdict']} ({_tests_line(r)})")
+    where = Path(opts["out"]) / claim.id / NAME
+    print(f"normbench: {where}.json, figure {where}.png ({result['run_time_s']:.0f} s of runs)")

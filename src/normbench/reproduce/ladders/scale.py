@@ -145,6 +145,7 @@ def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_m
         _threshold_lines(ax, first)
         ax.set_xscale("log", base=log_base)
         ax.set_xticks([p for p, _ in pts], [f"{p:g}" for p, _ in pts])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # only the rungs are labelled
         ax.set_xlabel(xlabel, fontsize=8)
         ylabel = "effect" + (" (log ratio)" if first.get("transform") == "log" else "")
         ax.set_ylabel(ylabel + (f", {first['interval']} 95% CI" if first.get("interval") else ""), fontsize=8)
