@@ -1,4 +1,4 @@
-"""The LR ladder (reproduce/lr_ladder.py): its rungs, its dry run, its refusals as one line, the files it writes
+"""The LR ladder (reproduce/ladders/lr.py): its rungs, its dry run, its refusals as one line, the files it writes
 (with the verdicts faked, fast) and (slow) a whole ladder of a made-up two-norm claim."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from normbench.cli import main
-from normbench.reproduce import lr_ladder
 from normbench.reproduce.claims import load_claim
+from normbench.reproduce.ladders import lr as lr_ladder
 
 
 def _made_up(tmp_path, seeds=2):

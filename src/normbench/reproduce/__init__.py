@@ -224,7 +224,7 @@ def _ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: b
 
 
 def _lr_ladder(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:
-    from normbench.reproduce.lr_ladder import NAME, run_lr_ladder
+    from normbench.reproduce.ladders.lr import NAME, run_lr_ladder
 
     result = run_lr_ladder(claim, opts["scale"], seeds, overrides, Path(opts["out"]), int(opts["min_seeds"]), dry,
                            launch)  # fmt: skip

@@ -60,7 +60,7 @@ def _factor(f: float) -> str:
 
 def run_lr_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, dry_run: bool = False,
                   launch: bool = True, log=print) -> dict | None:  # fmt: skip
-    from normbench.reproduce.ladder import _rung, write_ladder
+    from normbench.reproduce.ladders.scale import _rung, write_ladder
     from normbench.reproduce.runner import reproduce
 
     out, overrides = Path(out), list(overrides)
