@@ -507,3 +507,61 @@ def test_largest_lr_on_runs_counts_seeds_per_lr_and_draws_the_grid(tmp_path):
 
     png = plot_claim(res, runs, claim, tmp_path / "claim.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- the plan (reproduce/plan.py)
+
+
+def test_a_dry_run_composes_each_job_once(tmp_path, capsys, monkeypatch):
+    """One ``reproduce --dry-run``: every job composed once, through the length and compile pins, the shared
+    check, the sides' run counts and the estimate (before the plan: three compositions per job)."""
+    from normbench.cli import main
+    from normbench.reproduce import shared
+
+    calls = []
+    real = shared.compose
+    monkeypatch.setattr(shared, "compose", lambda *a: calls.append(a[2]) or real(*a))
+    assert main(["reproduce", "ngpt_speed", "compile=auto", f"out={tmp_path}", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    claim = load_claim("ngpt_speed")
+    n_jobs = sum(math.prod(len(v) for v in grid.values()) for grid in claim.sweep("cpu")["sweeps"])
+    assert len(calls) == n_jobs == len({json.dumps(c, sort_keys=True) for c in calls})
+    assert "tokens per parameter of the baseline" in out and "for every job" in out  # both pins ran
+    assert out.count("normbench train -m") == len(claim.sweep("cpu")["sweeps"])
+
+
+def test_the_dry_run_estimate_is_the_plans_configs_timed(tmp_path, monkeypatch):
+    """The estimate of a sweep: each composed job's seconds (estimate.job_seconds) once per seed, plus the
+    sweep's start-up, from the plan's own configs."""
+    from normbench.reproduce import dryrun, estimate
+    from normbench.reproduce.plan import build
+    from normbench.train.validation import to_config
+
+    monkeypatch.setattr(estimate, "cpu_rate", lambda: 4.5e10)
+    p = build(load_claim("rmsnorm_parity"), "cpu", None, [], tmp_path, log=lambda _: None)
+    cfgs = [j.cfg for j in p.sweep_jobs(0)]
+    text, seconds = dryrun.sweep_estimate(cfgs, 6)
+    by_hand = sum(estimate.job_seconds(to_config(c))[0] for c in cfgs) * 3 + estimate.SWEEP_START_S
+    assert seconds == pytest.approx(by_hand) and text.endswith("on this machine's CPU (estimate)")
+    assert {c.trainer.max_steps for c in cfgs} == {p.pinned.steps}  # the pinned length is what is timed
+
+
+def test_the_plans_run_dirs_are_hydras(tmp_path):
+    """Plan.run_dir is the directory Hydra's sweep gives a job: its override_dirname of the swept keys, as
+    the sweeper spells the values (1e-3 -> 0.001, false -> False), the fixed and bookkeeping keys left out."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from normbench.reproduce.plan import Plan, layout
+
+    sweeps = ({"arch": ["pre_ln", "peri_ln"], "optim.lr": [1e-3, 3e-3], "optim.decay_norm_out": [False]},)
+    claim = write_claim(tmp_path / "claims", [VAR_TEST], sweeps=sweeps)
+    p = Plan(claim, "cpu", 2, ["trainer.log_every=5"], tmp_path)
+    root, argvs, expected = layout(claim, "cpu", 2, p.overrides, tmp_path)
+    (exclude,) = [a.split("=[", 1)[1].rstrip("]").split(",") for a in argvs[0] if a.startswith("hydra.job.config")]
+    parser = OverridesParser.create()
+    (batch,) = BasicSweeper.split_arguments(parser.parse_overrides([a for a in argvs[0][1:] if "hydra" not in a]), None)
+    hydras = {root / "sweep0" / get_overrides_dirname(parser.parse_overrides(job), exclude, ",", "=") for job in batch}
+    assert {p.run_dir(run, 0) for run in expected[0]} == hydras and len(hydras) == 8
+    assert p.run_dir(expected[0][0], 0).name == "arch=pre_ln,optim.decay_norm_out=False,optim.lr=0.001,seed=0"
