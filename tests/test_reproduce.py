@@ -565,3 +565,44 @@ def test_the_plans_run_dirs_are_hydras(tmp_path):
     hydras = {root / "sweep0" / get_overrides_dirname(parser.parse_overrides(job), exclude, ",", "=") for job in batch}
     assert {p.run_dir(run, 0) for run in expected[0]} == hydras and len(hydras) == 8
     assert p.run_dir(expected[0][0], 0).name == "arch=pre_ln,optim.decay_norm_out=False,optim.lr=0.001,seed=0"
+
+
+@pytest.mark.slow
+def test_jobs_2_runs_a_sweep_two_at_a_time_with_one_thread_each_and_reuses_it(tmp_path, monkeypatch, capsys):
+    """``jobs=2``: each sweep through Hydra's joblib launcher, two jobs at once, each with OMP_NUM_THREADS=1;
+    the runs land where the basic launcher puts them, so a second call (any launcher) reuses them."""
+    from normbench.reproduce import runner
+    from normbench.reproduce.plan import threads_env
+
+    fixed = ["model=tiny", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.batch_size=4",
+             "trainer.eval_batches=2", "diag=off", "device=cpu"]  # fmt: skip
+    test = {"name": "parity", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
+            "baseline": {"norm": "layernorm"}, "band": [-0.5, 0.5]}  # fmt: skip
+    claim = write_claim(tmp_path / "claims", [test], sweeps=({"norm": ["layernorm", "rmsnorm"]},), fixed=fixed, seeds=2)
+    envs, call = [], subprocess.call
+    monkeypatch.setattr(runner.subprocess, "call", lambda cmd, env: envs.append(env) or call(cmd, env=env))
+    from normbench.reproduce import _launcher
+
+    launch = _launcher(2, [])
+    assert launch == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    res = runner.reproduce(claim, "cpu", None, launch, tmp_path / "out", min_seeds=2, log=lambda *_: None)
+    assert [e["OMP_NUM_THREADS"] for e in envs] == ["1"] and threads_env(["hydra.launcher.n_jobs=1"]) == {}
+    runs = find_runs(tmp_path / "out" / "madeup" / "runs")
+    assert len(runs) == 4 and {r.status for r in runs} == {"completed"} and res["n_runs"] == 4
+    monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
+    again = runner.reproduce(claim, "cpu", None, [], tmp_path / "out", min_seeds=2, log=lambda *_: None)
+    assert again["effect"] == res["effect"] and again["runs_dir"] == res["runs_dir"]
+
+
+def test_jobs_option_is_checked(capsys):
+    from normbench.cli import main
+
+    assert main(["reproduce", "peri_variance", "jobs=0", "--dry-run"]) == 2
+    assert "jobs=0 must be a whole number" in capsys.readouterr().err
+    assert main(["reproduce", "peri_variance", "jobs=2", "hydra/launcher=slurm", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "jobs=2 runs the sweeps through hydra/launcher=joblib; drop hydra/launcher=slurm" in err
+    assert main(["reproduce", "peri_variance", "jobs=2", "out=/nonexistent/x", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python -m normbench train -m" in out
+    assert "hydra/launcher=joblib hydra.launcher.n_jobs=2" in out

@@ -17,7 +17,7 @@ from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|quick|gpu] [seeds=N] [out=DIR]
                                    [min_seeds=N] [ladder=true] [ladder_param=mup|sp] [duration=ladder|branch]
-                                   [--dry-run] [--no-run]
+                                   [jobs=N] [--dry-run] [--no-run]
                                    [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
@@ -35,6 +35,9 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
               the same from one warmup-stable-decay trunk with a 20% cooldown branched off at each shorter
               rung: DIR/ID/duration_branch.json and .png
   rungs=R,R,.. the duration ladder's tokens per parameter (default 1,5,20, or the claim's own)
+  jobs=N      run each sweep's jobs N at a time, one torch thread each (Hydra's joblib launcher,
+              hydra/launcher=joblib hydra.launcher.n_jobs=N, and OMP_NUM_THREADS=1): jobs=2 keeps both
+              cores of a 2-core machine busy; finished runs are reused and unfinished ones resumed as ever
   scale=quick the claim's 200-step sweep (about 1 token per parameter): quick, and not the verdict
 """
 
@@ -60,6 +63,7 @@ OPTIONS = {
     "duration": "false",
     "rungs": None,
     "ladder_param": "mup",
+    "jobs": "1",
 }
 
 
@@ -130,7 +134,19 @@ def _parse(argv: list[str]) -> _Request:
     _check_options(req.opts)
     if not req.ids:
         raise ConfigError("name a claim (or all); list them with --list")
+    req.overrides += _launcher(int(req.opts["jobs"]), req.overrides)
     return req
+
+
+def _launcher(jobs: int, overrides: list[str]) -> list[str]:
+    """jobs=N (N > 1) as Hydra's joblib launcher running N jobs of a sweep at once (runner.train gives each
+    one torch thread); another launcher the user names cannot also take jobs=."""
+    if jobs == 1:
+        return []
+    named = [o for o in overrides if o.split("=", 1)[0] in ("hydra/launcher", "hydra.launcher.n_jobs")]
+    if named:
+        raise ConfigError(f"jobs={jobs} runs the sweeps through hydra/launcher=joblib; drop {named[0]} or jobs=")
+    return ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
 
 
 def _check_options(opts: dict) -> None:
@@ -138,7 +154,7 @@ def _check_options(opts: dict) -> None:
 
     if opts["scale"] not in SCALES:
         raise ConfigError(f"scale={opts['scale']} is not allowed; choose one of: {', '.join(SCALES)}")
-    for key in ("seeds", "min_seeds"):
+    for key in ("seeds", "min_seeds", "jobs"):
         if opts[key] is not None and not (opts[key].isdigit() and int(opts[key]) >= (2 if key == "min_seeds" else 1)):
             raise ConfigError(f"{key}={opts[key]} must be a whole number (min_seeds >= 2)")
     if opts["ladder"] not in ("true", "false"):

@@ -9,8 +9,12 @@ from normbench.reproduce.claims import Claim, override_key
 
 
 def command(argv: list[str]) -> str:
-    """The sweep as a shell command (``${hydra.job.override_dirname}`` and ``[a,b]`` quoted for bash)."""
-    return " ".join(shlex.quote(a) for a in ["python", "-m", "normbench", "train", *argv])
+    """The sweep as a shell command (``${hydra.job.override_dirname}`` and ``[a,b]`` quoted for bash), with
+    the threads setting the runner gives it (plan.threads_env: jobs=N)."""
+    from normbench.reproduce.plan import threads_env
+
+    env = [f"{k}={v}" for k, v in threads_env(argv).items()]
+    return " ".join([*env, *(shlex.quote(a) for a in ["python", "-m", "normbench", "train", *argv])])
 
 
 def _spell(value) -> str:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from normbench.reproduce.claims import Claim, override_key
 
+_ABSENT = object()  # Plan._settable: no value to set (compose instead)
+
 
 @dataclass
 class Job:
@@ -92,17 +94,58 @@ class Plan:
     def set(self, override: str, value) -> None:
         """Rewrite the plan as composing it with ``override`` (``key=...``, whose parsed value is ``value``)
         appended would give it: the key set in each composed config, since a plain value appended last is
-        what Hydra's override does; composed again only where a grid sweeps the key (the override then
-        changes the grid itself). The override joins the sweeps' commands."""
+        what Hydra's override does; composed again where that is not so (:meth:`_settable`). The override
+        joins the sweeps' commands."""
         from omegaconf import OmegaConf
 
-        key = override_key(override)
-        if any(key in grid for grid in self.claim.grids(self.scale, self.users)):
+        if self._settable(override) is _ABSENT:
             self.jobs = compose(self.claim, self.scale, [*self.users, override])
-        else:
+        elif not override.startswith("hydra"):
             for job in self.jobs:
-                OmegaConf.update(job.cfg, key, value, merge=False)
+                OmegaConf.update(job.cfg, override_key(override), value, merge=False)
         self.overrides = [*self.overrides, override]
+
+    def _settable(self, override: str):
+        """The value Hydra parses from ``override`` where setting it in the composed configs is what composing
+        with it appended gives: a plain ``key=value`` of a key every job has and no grid sweeps; else
+        _ABSENT (a config group, ``+key``, ``~key``, ``key=a,b``, a swept or unknown key, a parse error)."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from omegaconf import OmegaConf
+
+        from normbench.config.files import GROUPS
+
+        key = override_key(override)
+        if override.startswith("hydra"):
+            return None
+        if override.startswith(("+", "~")) or key in GROUPS or "/" in key:
+            return _ABSENT
+        if any(key in grid for grid in self.claim.grids(self.scale, self.users)):
+            return _ABSENT  # the override changes the grid itself
+        if any(OmegaConf.select(j.cfg, key, default=_ABSENT) is _ABSENT for j in self.jobs):
+            return _ABSENT
+        try:
+            (parsed,) = OverridesParser.create().parse_overrides([override])
+        except Exception:  # noqa: BLE001 - Hydra's parse error: composing with it names it in one line
+            return _ABSENT
+        return _ABSENT if parsed.is_sweep_override() else parsed.value()
+
+    def add(self, override: str) -> None:
+        """:meth:`set` with the value Hydra parses from the override."""
+        self.set(override, self._settable(override))
+
+    def derived(self, overrides) -> Plan:
+        """A copy of this plan (unpinned) with ``overrides`` added (:meth:`add`): a ladder's rung from the
+        claim's own jobs, composed once for the whole ladder (again, once, where an override needs it)."""
+        import copy
+
+        plan = Plan(self.claim, self.scale, self.seeds, list(self.overrides), self.out, copy.deepcopy(self.jobs))
+        if any(plan._settable(o) is _ABSENT for o in overrides):
+            plan.overrides = [*plan.overrides, *overrides]
+            plan.jobs = compose(self.claim, self.scale, plan.users)
+            return plan
+        for o in overrides:
+            plan.add(o)
+        return plan
 
 
 def compose(claim: Claim, scale: str, overrides=()) -> list[Job]:
@@ -138,11 +181,22 @@ def _pin_mode(plan: Plan, log) -> None:
 PINS = (_pin_length, _pin_mode)
 
 
-def build(claim: Claim, scale: str, seeds: int | None, overrides, out: Path, log=print) -> Plan:
-    """The claim's plan: its jobs composed once, then every pin of :data:`PINS` applied."""
-    overrides = list(overrides)
+def start(claim: Claim, scale: str, seeds: int | None, overrides, out: Path) -> Plan:
+    """The claim's plan before the pins: its jobs composed once for ``overrides``."""
     users = [o for o in overrides if not o.startswith("hydra")]
-    plan = Plan(claim, scale, seeds, overrides, Path(out), compose(claim, scale, users))
+    return Plan(claim, scale, seeds, list(overrides), Path(out), compose(claim, scale, users))
+
+
+def build(claim: Claim, scale: str, seeds: int | None, overrides, out: Path, log=print, base: Plan | None = None):
+    """The claim's plan: its jobs composed once, then every pin of :data:`PINS` applied. ``base``: a plan of
+    the claim (from :func:`start`) whose overrides begin ``overrides``: its jobs with the rest added
+    (:meth:`Plan.derived`), so the rungs of a ladder compose no job again."""
+    overrides = list(overrides)
+    if base is not None and overrides[: len(base.overrides)] == base.overrides:
+        plan = base.derived(overrides[len(base.overrides) :])
+        plan.seeds, plan.out = seeds, Path(out)
+    else:
+        plan = start(claim, scale, seeds, overrides, out)
     for step in PINS:
         step(plan, log)
     return plan
@@ -182,3 +236,12 @@ def hydra_spelling(key: str, value) -> str:
 
     (parsed,) = OverridesParser.create().parse_overrides([f"{key}={value}"])
     return parsed.get_value_element_as_str()
+
+
+def threads_env(argv: list[str]) -> dict[str, str]:
+    """``OMP_NUM_THREADS=1`` (torch's intra-op threads, read at its import in each joblib worker) where a
+    sweep runs more than one job at a time (``hydra.launcher.n_jobs=N``: reproduce's jobs=N); else nothing."""
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.launcher.n_jobs=")]
+    if not given or given[-1] in ("1", "null"):
+        return {}
+    return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

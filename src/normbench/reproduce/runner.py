@@ -24,7 +24,7 @@ from normbench.report.loading import find_runs, norm_value, setting
 from normbench.reproduce import dryrun
 from normbench.reproduce.claims import Claim
 from normbench.reproduce.measure import FINISHED, judge_claim
-from normbench.reproduce.plan import Plan, build, layout
+from normbench.reproduce.plan import Plan, build, layout, threads_env
 from normbench.reproduce.shared import check_claim
 from normbench.reproduce.skip_eval import read_skip, skip_losses
 
@@ -43,10 +43,13 @@ def finished(sweep_dir: Path, expected: list[dict]) -> bool:
 
 
 def train(argv: list[str]) -> int:
-    """One ``normbench train`` in a child process (Hydra's global state and the launcher stay there)."""
+    """One ``normbench train`` in a child process (Hydra's global state and the launcher stay there). Jobs
+    run several at a time (``hydra.launcher.n_jobs=N``, reproduce's jobs=N) get one torch thread each: two
+    one-thread runs use two cores far better than one run on two threads (docs/performance.md)."""
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(threads_env(argv))
     return subprocess.call([sys.executable, "-m", "normbench", "train", *argv], env=env)
 
 
@@ -55,12 +58,14 @@ def needs_skip_eval(claim: Claim) -> bool:
 
 
 def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overrides=(), out=Path("outputs/reproduce"),
-              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True) -> dict | None:  # fmt: skip
-    """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run)."""
+              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True,
+              base: Plan | None = None) -> dict | None:  # fmt: skip
+    """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run). ``base``: the claim's
+    jobs composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``overrides``."""
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
-    p = build(claim, scale, seeds, overrides, out, log)  # every job composed once, the pins set in it
+    p = build(claim, scale, seeds, overrides, out, log, base)  # every job composed once, the pins set in it
     inits = check_claim(claim, scale, p.users, p.pairs)
     for test in claim.tests:  # the two sides of each test, named, with their run counts
         log(f"normbench: {claim.id}: {dryrun.sides_line(claim, test, inits[test.name], p.expected, p.fixed)}")
