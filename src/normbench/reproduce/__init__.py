@@ -98,10 +98,10 @@ def main(argv: list[str]) -> int:
         claims = [load_claim(cid) for cid in (claim_ids() if req.ids == ["all"] else req.ids)]
     except ConfigError as exc:
         return error(str(exc))
-    code = 0
+    code, tally = 0, [] if req.dry and len(claims) > 1 else None
     for c in claims:  # a claim's bad input is reported, and the next claim still runs
         try:
-            result = _run_claim(c, req)
+            result = _run_claim(c, req, tally)
         except ConfigError as exc:
             error(str(exc))
             code = 2
@@ -110,6 +110,10 @@ def main(argv: list[str]) -> int:
             print(verdict_line(result))
             where = Path(req.opts["out"]) / c.id
             print(f"normbench: {where / 'verdict.json'}, report {where / 'report.md'}")
+    if tally:  # the whole suite: each distinct training counted once (reproduce/store.py)
+        from normbench.reproduce.store import tally_line
+
+        print(f"normbench: {' '.join(req.ids) if req.ids != ['all'] else 'all'}: {tally_line(tally)}")
     sys.stdout.flush()
     return code
 
@@ -174,7 +178,7 @@ def _check_options(opts: dict) -> None:
         raise ConfigError("ladder=true and duration= are two ladders; run them one at a time")
 
 
-def _run_claim(claim, req: _Request) -> dict | None:
+def _run_claim(claim, req: _Request, tally: list | None = None) -> dict | None:
     """The claim's verdict from its sweep, run or reused (None on a dry run); with ladder=true its
     ladder instead, printed rung by rung."""
     from normbench.reproduce.runner import reproduce
@@ -187,7 +191,7 @@ def _run_claim(claim, req: _Request) -> dict | None:
         _ladder(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
         return None
     return reproduce(claim, opts["scale"], req.seeds, req.overrides, Path(opts["out"]), int(opts["min_seeds"]),
-                     req.dry, launch=req.launch)  # fmt: skip
+                     req.dry, launch=req.launch, tally=tally)  # fmt: skip
 
 
 def _duration(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:

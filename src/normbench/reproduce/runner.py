@@ -21,7 +21,7 @@ from pathlib import Path
 
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
-from normbench.reproduce import dryrun
+from normbench.reproduce import dryrun, store
 from normbench.reproduce.claims import Claim
 from normbench.reproduce.measure import FINISHED, judge_claim
 from normbench.reproduce.plan import Plan, build, layout, threads_env
@@ -59,9 +59,10 @@ def needs_skip_eval(claim: Claim) -> bool:
 
 def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overrides=(), out=Path("outputs/reproduce"),
               min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True,
-              base: Plan | None = None) -> dict | None:  # fmt: skip
+              base: Plan | None = None, tally: list | None = None) -> dict | None:  # fmt: skip
     """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run). ``base``: the claim's
-    jobs composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``overrides``."""
+    jobs composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``overrides``; ``tally``:
+    a list each planned run is added to (:func:`.store.estimates`: ``reproduce all --dry-run``'s total)."""
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
@@ -70,7 +71,7 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     for test in claim.tests:  # the two sides of each test, named, with their run counts
         log(f"normbench: {claim.id}: {dryrun.sides_line(claim, test, inits[test.name], p.expected, p.fixed)}")
     start = time.perf_counter()
-    if not execute(p, dry_run, launch, log):
+    if not execute(p, dry_run, launch, log, tally):
         return None
     root = p.root
     runs = find_runs(root) if root.is_dir() else []
@@ -96,10 +97,13 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     return result
 
 
-def execute(p: Plan, dry_run: bool = False, launch: bool = True, log=print) -> bool:
-    """Run (or reuse) each sweep of the plan; a dry run prints each one with its estimate instead.
-    False on a dry run (nothing to judge)."""
+def execute(p: Plan, dry_run: bool = False, launch: bool = True, log=print, tally: list | None = None) -> bool:
+    """Run (or reuse) each sweep of the plan, its runs trained once across claims (:mod:`.store`: a run of
+    another claim with the same training serves it); a dry run prints each sweep with its estimate instead,
+    and adds each of its runs to ``tally`` (:func:`.store.estimates`). False on a dry run."""
     cid, root, planned = p.claim.id, p.root, []
+    if not dry_run:
+        store.serve(p, log)
     for i, (argv, expected) in enumerate(zip(p.argvs, p.expected)):
         if finished(root / f"sweep{i}", expected):
             log(f"normbench: {cid}: sweep {i} ({len(expected)} runs) finished already; reused")
@@ -113,18 +117,27 @@ def execute(p: Plan, dry_run: bool = False, launch: bool = True, log=print) -> b
             log(f"normbench: {cid}: sweep {i}: {len(expected)} runs, {text}; to run it yourself:")
             log(f"  {dryrun.command(argv)}")
             continue
-        log(f"normbench: {cid}: sweep {i}: {dryrun.command(argv)}")
-        code = train(argv)
-        if code == 2 and not (root / f"sweep{i}").is_dir():
-            raise ConfigError(f"{cid}: sweep {i} was refused (its error is the line above)")
-        if code != 0:
-            log(f"normbench: {cid}: sweep {i} exited with {code}; judging the runs there are")
+        for one in store.missing_argvs(p, i) if store.shared_dirs(p, i) else [argv]:  # served runs never relaunched
+            _train_sweep(p, i, one, log)
+    if not dry_run:
+        store.register(p)
+    if tally is not None:
+        tally.extend(store.estimates(p))
     if dry_run and len(planned) > 1:
         from normbench.reproduce.estimate import spoken
 
         total = sum(n for n, _ in planned)
         log(f"normbench: {cid}: {total} runs in {len(planned)} sweeps, {spoken(sum(s for _, s in planned))}")
     return not dry_run
+
+
+def _train_sweep(p: Plan, i: int, argv: list[str], log) -> None:
+    log(f"normbench: {p.claim.id}: sweep {i}: {dryrun.command(argv)}")
+    code = train(argv)
+    if code == 2 and not (p.root / f"sweep{i}").is_dir():
+        raise ConfigError(f"{p.claim.id}: sweep {i} was refused (its error is the line above)")
+    if code != 0:
+        log(f"normbench: {p.claim.id}: sweep {i} exited with {code}; judging the runs there are")
 
 
 def _compiled(mode, runs) -> dict:
