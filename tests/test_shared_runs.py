@@ -152,3 +152,30 @@ def test_reproduce_all_dry_run_counts_total_distinct_runs_and_hours(tmp_path, ca
     total, distinct, shared, todo = map(int, m.groups()[1:])
     assert total == 21 and shared == 6 and distinct == todo == 15  # 3 seeds x (2 + 2 + 3 jobs); the baseline once
     assert "of one process on this machine's CPU (estimate)" in line and not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_two_claims_train_their_shared_job_once(tmp_path, monkeypatch):
+    """End to end on tiny runs: A trains its 4 runs; B (its Pre-LN + LayerNorm job is A's LayerNorm one)
+    trains only its 2 Peri-LN runs, is judged on 4, and a second call of B trains nothing."""
+    from normbench.reproduce import runner
+
+    fixed = [
+        *COMMON,
+        "trainer.eval_every=3",
+        "trainer.batch_size=4",
+        "trainer.eval_batches=2",
+        "diag=off",
+        "device=cpu",
+    ]
+    a = _claim(tmp_path / "c", "a", [{"norm": ["layernorm", "rmsnorm"]}], [*fixed, "arch=pre_ln"])
+    b = _claim(tmp_path / "c", "b", [{"arch": ["pre_ln", "peri_ln"]}], [*fixed, "norm=layernorm"])
+    trained, real = [], runner.train
+    monkeypatch.setattr(runner, "train", lambda argv: trained.append(argv) or real(argv))
+    out, quiet = tmp_path / "out", lambda *_: None
+    runner.reproduce(a, "cpu", None, [], out, min_seeds=2, log=quiet)
+    res = runner.reproduce(b, "cpu", None, [], out, min_seeds=2, log=quiet)
+    assert len(trained) == 2 and "arch=peri_ln" in trained[1] and "seed=0,1" in trained[1]
+    assert res["n_runs"] == 4 and all(len(g["values"]) == 2 for g in res["groups"].values())
+    monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
+    assert runner.reproduce(b, "cpu", None, [], out, min_seeds=2, log=quiet)["effect"] == res["effect"]
