@@ -79,14 +79,15 @@ def _runs(p):
 
 
 def _finished(run_dir: Path):
-    """The run at ``run_dir`` if it finished (completed or diverged), else None."""
-    from normbench.report.loading import load_run
+    """The run at ``run_dir`` (a RunReader: its summary and config, its metrics never read) if it finished
+    (completed or diverged), else None."""
     from normbench.reproduce.measure import FINISHED
+    from normbench.run.reader import RunReader
 
     if not (run_dir / "summary.json").is_file():
         return None
-    run = load_run(run_dir)
-    return run if run.status in FINISHED else None
+    run = RunReader(run_dir)
+    return run if (run.summary or {}).get("status") in FINISHED else None
 
 
 def _diag(run) -> str:
