@@ -179,3 +179,17 @@ def test_two_claims_train_their_shared_job_once(tmp_path, monkeypatch):
     assert res["n_runs"] == 4 and all(len(g["values"]) == 2 for g in res["groups"].values())
     monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
     assert runner.reproduce(b, "cpu", None, [], out, min_seeds=2, log=quiet)["effect"] == res["effect"]
+
+
+def test_find_runs_follows_links_once_and_never_loops(tmp_path):
+    """A link to an ancestor is not walked again; a run reached by a link and by its own path is one run."""
+    import os
+
+    from normbench.report.loading import find_runs
+
+    _finish(tmp_path / "claim" / "run")
+    os.symlink(tmp_path, tmp_path / "claim" / "loop")
+    (tmp_path / "other").mkdir()
+    os.symlink(tmp_path / "claim" / "run", tmp_path / "other" / "linked")
+    assert [r.path for r in find_runs(tmp_path)] == [tmp_path / "claim" / "run"]
+    assert [r.path for r in find_runs(tmp_path / "other")] == [tmp_path / "other" / "linked"]
