@@ -132,3 +132,38 @@ def test_claims_table_rows_from_written_files(tmp_path, capsys):
     assert rows.startswith("#### peri_variance (ladder, 10 s of runs)\n\n| tokens per parameter |")
     assert "| 20 | 4480 | **HOLDS** |" in rows
     assert table.main([]) == 2
+
+
+def test_a_ladder_composes_each_job_once_for_all_its_rungs(tmp_path, capsys, monkeypatch):
+    """duration=ladder and ladder=true build every rung's plan from one composition of the claim's jobs
+    (reproduce/plan.py: Plan.derived); the ladder adds one composition of the fixed settings (its sizes)."""
+    from normbench.cli import main
+    from normbench.reproduce import shared
+
+    calls = []
+    real = shared.compose
+    monkeypatch.setattr(shared, "compose", lambda *a: calls.append(a[2]) or real(*a))
+    assert main(["reproduce", "peri_variance", "duration=ladder", f"out={tmp_path}", "--dry-run"]) == 0
+    assert capsys.readouterr().out.count("normbench train -m") == 3 and len(calls) == 2  # 3 rungs, 2 jobs
+    calls.clear()
+    assert main(["reproduce", "rmsnorm_parity", "ladder=true", f"out={tmp_path}", "--dry-run"]) == 0
+    assert capsys.readouterr().out.count("normbench train -m") == 3 and len(calls) == 2 + 1
+
+
+def test_a_derived_plan_is_the_plan_composed_with_its_overrides(tmp_path):
+    """A rung's plan from the claim's jobs (the keys set in copies of the composed configs) equals the plan
+    composed afresh with the rung's overrides, key for key; a config group in them composes again."""
+    from normbench.reproduce import plan as plans
+    from normbench.reproduce.ladders.scale import mup_overrides
+    from normbench.run.resume import flat_config
+
+    claim = load_claim("rmsnorm_parity")
+    base = plans.start(claim, "cpu", None, ["hydra/launcher=basic"], tmp_path)
+    for rung in (["model.d_model=128", *mup_overrides(128, 64, 16)], ["trainer.max_steps=224", "sched=wsd"]):
+        derived = base.derived(rung)
+        fresh = plans.start(claim, "cpu", None, ["hydra/launcher=basic", *rung], tmp_path)
+        assert [(j.sweep, j.values, flat_config(j.cfg)) for j in derived.jobs] == [
+            (j.sweep, j.values, flat_config(j.cfg)) for j in fresh.jobs
+        ]
+        assert derived.overrides == fresh.overrides and derived.argvs == fresh.argvs
+    assert {flat_config(j.cfg)["model.d_model"] for j in base.jobs} == {64}  # the base is untouched

@@ -164,30 +164,36 @@ def test_a_claims_seeds_share_one_cold_compile():
 
 
 def test_the_pins_set_their_keys_as_composing_with_them_would(tmp_path, monkeypatch):
-    """reproduce composes a claim's jobs once: the length and mode pins are set in the composed configs, and
-    those configs equal the ones composed with the pins' overrides appended (key for key)."""
-    from normbench.reproduce import runner, shared
+    """reproduce composes a claim's jobs once (reproduce/plan.py): the length and mode pins are set in the
+    composed configs, and those configs equal the ones composed with the pins' overrides appended (key for key)."""
+    from normbench.reproduce import plan as plans
+    from normbench.reproduce import shared
     from normbench.reproduce.length import pin
     from normbench.run.resume import flat_config
 
     claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny"], {"tokens_per_param": 20})
-    jobs = shared.compose_jobs(claim, "cpu", ["compile=auto"])
-    steps = pin(claim, "cpu", ["compile=auto"], jobs=jobs).steps
+    p = plans.Plan(claim, "cpu", None, ["compile=auto"], tmp_path, plans.compose(claim, "cpu", ["compile=auto"]))
+    steps = pin(claim, "cpu", ["compile=auto"], jobs=p.pairs).steps
     assert steps == pin(claim, "cpu", ["compile=auto"]).steps  # the same baseline and length either way
-    jobs = shared.with_pin(claim, "cpu", ["compile=auto"], jobs, f"trainer.max_steps={steps}", steps)
-    jobs = shared.with_pin(claim, "cpu", ["compile=auto"], jobs, "compile=true", True)
+    p.set(f"trainer.max_steps={steps}", steps)
+    p.set("compile=true", True)
     again = shared.compose_jobs(claim, "cpu", ["compile=auto", f"trainer.max_steps={steps}", "compile=true"])
-    assert [(v, flat_config(c)) for v, c in jobs] == [(v, flat_config(c)) for v, c in again]
-    assert {c.compile for _, c in jobs} == {True} and {c.trainer.max_steps for _, c in jobs} == {steps}
+    assert [(v, flat_config(c)) for v, c in p.pairs] == [(v, flat_config(c)) for v, c in again]
+    assert {c.compile for _, c in p.pairs} == {True} and {c.trainer.max_steps for _, c in p.pairs} == {steps}
+    assert p.overrides == ["compile=auto", f"trainer.max_steps={steps}", "compile=true"]
     (tmp_path / "swept").mkdir()  # a swept key is composed again: the override changes the grid
-    grid = [{"arch": ["pre_ln", "simplenorm"], "compile": ["auto", "false"]}]
+    grid = [{"arch": ["pre_ln", "simplenorm"], "compile": ["auto", "false"]}, {"arch": ["ngpt"]}]
     swept = _claim(tmp_path / "swept", grid, ["model=tiny"])
-    pinned = shared.with_pin(swept, "cpu", [], shared.compose_jobs(swept, "cpu"), "compile=false", False)
-    assert {c.compile for _, c in pinned} == {False}
+    p = plans.Plan(swept, "cpu", None, [], tmp_path, plans.compose(swept, "cpu"))
+    assert [j.sweep for j in p.jobs] == [0, 0, 0, 0, 1]
+    p.set("compile=false", False)
+    assert {c.compile for _, c in p.pairs} == {False}
+    assert [(j.sweep, j.values) for j in p.jobs] == [(0, {"arch": "pre_ln"}), (0, {"arch": "simplenorm"}),
+                                                     (1, {"arch": "ngpt"})]  # fmt: skip
     calls = []
     real = shared.compose
     monkeypatch.setattr(shared, "compose", lambda *a: calls.append(a) or real(*a))
-    pinned, mode, overrides, composed = runner._pinned(claim, "cpu", ["compile=auto"], log=lambda _: None)
-    assert overrides == ["compile=auto", pinned.override, mode.override]
-    shared.check_claim(claim, "cpu", overrides, composed)
+    p = plans.build(claim, "cpu", None, ["compile=auto"], tmp_path, log=lambda _: None)
+    assert p.overrides == ["compile=auto", p.pinned.override, p.mode.override]
+    shared.check_claim(claim, "cpu", p.users, p.pairs)
     assert len(calls) == 2  # each of the two jobs composed once, through both pins and the shared check

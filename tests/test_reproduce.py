@@ -573,3 +573,102 @@ def test_the_claim_page_reads_like_its_report(tmp_path):
     assert sizes and min(sizes) >= 7.0
     assert "best validation loss (nats/token)" in svg and "LayerNorm" in svg and "band of no meaningful" in svg
     assert "best_val_loss" not in svg and "norm=rmsnorm" not in svg
+
+
+# ----------------------------------------------------------------------------- the plan (reproduce/plan.py)
+
+
+def test_a_dry_run_composes_each_job_once(tmp_path, capsys, monkeypatch):
+    """One ``reproduce --dry-run``: every job composed once, through the length and compile pins, the shared
+    check, the sides' run counts and the estimate (before the plan: three compositions per job)."""
+    from normbench.cli import main
+    from normbench.reproduce import shared
+
+    calls = []
+    real = shared.compose
+    monkeypatch.setattr(shared, "compose", lambda *a: calls.append(a[2]) or real(*a))
+    assert main(["reproduce", "ngpt_speed", "compile=auto", f"out={tmp_path}", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    claim = load_claim("ngpt_speed")
+    n_jobs = sum(math.prod(len(v) for v in grid.values()) for grid in claim.sweep("cpu")["sweeps"])
+    assert len(calls) == n_jobs == len({json.dumps(c, sort_keys=True) for c in calls})
+    assert "tokens per parameter of the baseline" in out and "for every job" in out  # both pins ran
+    assert out.count("normbench train -m") == len(claim.sweep("cpu")["sweeps"])
+
+
+def test_the_dry_run_estimate_is_the_plans_configs_timed(tmp_path, monkeypatch):
+    """The estimate of a sweep: each composed job's seconds (estimate.job_seconds) once per seed, plus the
+    sweep's start-up, from the plan's own configs."""
+    from normbench.reproduce import dryrun, estimate
+    from normbench.reproduce.plan import build
+    from normbench.validation import to_config
+
+    monkeypatch.setattr(estimate, "cpu_rate", lambda: 4.5e10)
+    p = build(load_claim("rmsnorm_parity"), "cpu", None, [], tmp_path, log=lambda _: None)
+    cfgs = [j.cfg for j in p.sweep_jobs(0)]
+    text, seconds = dryrun.sweep_estimate(cfgs, 6)
+    by_hand = sum(estimate.job_seconds(to_config(c))[0] for c in cfgs) * 3 + estimate.SWEEP_START_S
+    assert seconds == pytest.approx(by_hand) and text.endswith("on this machine's CPU (estimate)")
+    assert {c.trainer.max_steps for c in cfgs} == {p.pinned.steps}  # the pinned length is what is timed
+
+
+def test_the_plans_run_dirs_are_hydras(tmp_path):
+    """Plan.run_dir is the directory Hydra's sweep gives a job: its override_dirname of the swept keys, as
+    the sweeper spells the values (1e-3 -> 0.001, false -> False), the fixed and bookkeeping keys left out."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from normbench.reproduce.plan import Plan, layout
+
+    sweeps = ({"arch": ["pre_ln", "peri_ln"], "optim.lr": [1e-3, 3e-3], "optim.decay_norm_out": [False]},)
+    claim = write_claim(tmp_path / "claims", [VAR_TEST], sweeps=sweeps)
+    p = Plan(claim, "cpu", 2, ["trainer.log_every=5"], tmp_path)
+    root, argvs, expected = layout(claim, "cpu", 2, p.overrides, tmp_path)
+    (exclude,) = [a.split("=[", 1)[1].rstrip("]").split(",") for a in argvs[0] if a.startswith("hydra.job.config")]
+    parser = OverridesParser.create()
+    (batch,) = BasicSweeper.split_arguments(parser.parse_overrides([a for a in argvs[0][1:] if "hydra" not in a]), None)
+    hydras = {root / "sweep0" / get_overrides_dirname(parser.parse_overrides(job), exclude, ",", "=") for job in batch}
+    assert {p.run_dir(run, 0) for run in expected[0]} == hydras and len(hydras) == 8
+    assert p.run_dir(expected[0][0], 0).name == "arch=pre_ln,optim.decay_norm_out=False,optim.lr=0.001,seed=0"
+
+
+@pytest.mark.slow
+def test_jobs_2_runs_a_sweep_two_at_a_time_with_one_thread_each_and_reuses_it(tmp_path, monkeypatch, capsys):
+    """``jobs=2``: each sweep through Hydra's joblib launcher, two jobs at once, each with OMP_NUM_THREADS=1;
+    the runs land where the basic launcher puts them, so a second call (any launcher) reuses them."""
+    from normbench.reproduce import runner
+    from normbench.reproduce.plan import threads_env
+
+    fixed = ["model=tiny", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.batch_size=4",
+             "trainer.eval_batches=2", "diag=off", "device=cpu"]  # fmt: skip
+    test = {"name": "parity", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
+            "baseline": {"norm": "layernorm"}, "band": [-0.5, 0.5]}  # fmt: skip
+    claim = write_claim(tmp_path / "claims", [test], sweeps=({"norm": ["layernorm", "rmsnorm"]},), fixed=fixed, seeds=2)
+    envs, call = [], subprocess.call
+    monkeypatch.setattr(runner.subprocess, "call", lambda cmd, env: envs.append(env) or call(cmd, env=env))
+    from normbench.reproduce import _launcher
+
+    launch = _launcher(2, [])
+    assert launch == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    res = runner.reproduce(claim, "cpu", None, launch, tmp_path / "out", min_seeds=2, log=lambda *_: None)
+    assert [e["OMP_NUM_THREADS"] for e in envs] == ["1"] and threads_env(["hydra.launcher.n_jobs=1"]) == {}
+    runs = find_runs(tmp_path / "out" / "madeup" / "runs")
+    assert len(runs) == 4 and {r.status for r in runs} == {"completed"} and res["n_runs"] == 4
+    monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
+    again = runner.reproduce(claim, "cpu", None, [], tmp_path / "out", min_seeds=2, log=lambda *_: None)
+    assert again["effect"] == res["effect"] and again["runs_dir"] == res["runs_dir"]
+
+
+def test_jobs_option_is_checked(capsys):
+    from normbench.cli import main
+
+    assert main(["reproduce", "peri_variance", "jobs=0", "--dry-run"]) == 2
+    assert "jobs=0 must be a whole number" in capsys.readouterr().err
+    assert main(["reproduce", "peri_variance", "jobs=2", "hydra/launcher=slurm", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "jobs=2 runs the sweeps through hydra/launcher=joblib; drop hydra/launcher=slurm" in err
+    assert main(["reproduce", "peri_variance", "jobs=2", "out=/nonexistent/x", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python -m normbench train -m" in out
+    assert "hydra/launcher=joblib hydra.launcher.n_jobs=2" in out

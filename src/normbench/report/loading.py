@@ -166,11 +166,25 @@ def _natural(p: Path) -> list:
 
 def find_runs(root: Path) -> list[Run]:
     """Every run at or below ``root``: a directory with summary.json, metrics.jsonl or
-    .hydra/config.yaml (so running and crashed jobs are found too)."""
+    .hydra/config.yaml (so running and crashed jobs are found too). Links are followed (a claim's run
+    served by another claim's, reproduce/store.py), each directory once: one run reached by two paths is
+    found once, under the first path in natural order that is no link, else the first."""
     root = Path(root)
-    dirs = {p.parent for name in ("summary.json", "metrics.jsonl") for p in root.rglob(name)}
-    dirs |= {p.parent.parent for p in root.rglob("config.yaml") if p.parent.name == ".hydra"}
-    return [load_run(d, root) for d in sorted(dirs, key=_natural)]
+    dirs, seen = [], set()
+    for here, subdirs, files in os.walk(root, followlinks=True):
+        real, here = os.path.realpath(here), Path(here)
+        if "summary.json" in files or "metrics.jsonl" in files or (here / ".hydra" / "config.yaml").is_file():
+            dirs.append(here)
+        if real in seen:  # reached by a second path (or a link back into the tree): not walked again
+            subdirs[:] = []
+        seen.add(real)
+    chosen: dict[str, Path] = {}
+    direct = lambda d: os.path.realpath(d) == os.path.abspath(d)  # noqa: E731 - no link on its path
+    for d in sorted(set(dirs), key=_natural):
+        real = os.path.realpath(d)
+        if real not in chosen or (direct(d) and not direct(chosen[real])):
+            chosen[real] = d
+    return [load_run(d, root) for d in sorted(chosen.values(), key=_natural)]
 
 
 def load_runs(dirs: list[Path]) -> list[Run]:

@@ -17,7 +17,7 @@ from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|quick|gpu] [seeds=N] [out=DIR]
                                    [min_seeds=N] [ladder=true] [ladder_param=mup|sp] [duration=ladder|branch]
-                                   [lr=ladder] [--dry-run] [--no-run]
+                                   [lr=ladder] [jobs=N] [--dry-run] [--no-run]
                                    [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
@@ -39,6 +39,9 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
   lr=ladder   the sweep at 1/3x, 1x and 3x the claim's LR (the 1x rung is the verdict's own sweep):
               DIR/ID/lr_ladder.json and DIR/ID/lr_ladder.png, the effect against the LR (reproduce/lr_ladder.py);
               refused for a claim that sweeps or tunes optim.lr (no one LR to move)
+  jobs=N      run each sweep's jobs N at a time, one torch thread each (Hydra's joblib launcher,
+              hydra/launcher=joblib hydra.launcher.n_jobs=N, and OMP_NUM_THREADS=1): jobs=2 keeps both
+              cores of a 2-core machine busy; finished runs are reused and unfinished ones resumed as ever
   scale=quick the claim's 200-step sweep (about 1 token per parameter): quick, and not the verdict
 """
 
@@ -65,6 +68,7 @@ OPTIONS = {
     "rungs": None,
     "ladder_param": "mup",
     "lr": "false",
+    "jobs": "1",
 }
 
 
@@ -99,10 +103,10 @@ def main(argv: list[str]) -> int:
         claims = [load_claim(cid) for cid in (claim_ids() if req.ids == ["all"] else req.ids)]
     except ConfigError as exc:
         return error(str(exc))
-    code = 0
+    code, tally = 0, [] if req.dry and len(claims) > 1 else None
     for c in claims:  # a claim's bad input is reported, and the next claim still runs
         try:
-            result = _run_claim(c, req)
+            result = _run_claim(c, req, tally)
         except ConfigError as exc:
             error(str(exc))
             code = 2
@@ -111,6 +115,10 @@ def main(argv: list[str]) -> int:
             print(verdict_line(result))
             where = Path(req.opts["out"]) / c.id
             print(f"normbench: {where / 'verdict.json'}, report {where / 'report.md'}")
+    if tally:  # the whole suite: each distinct training counted once (reproduce/store.py)
+        from normbench.reproduce.store import tally_line
+
+        print(f"normbench: {' '.join(req.ids) if req.ids != ['all'] else 'all'}: {tally_line(tally)}")
     sys.stdout.flush()
     return code
 
@@ -135,7 +143,19 @@ def _parse(argv: list[str]) -> _Request:
     _check_options(req.opts)
     if not req.ids:
         raise ConfigError("name a claim (or all); list them with --list")
+    req.overrides += _launcher(int(req.opts["jobs"]), req.overrides)
     return req
+
+
+def _launcher(jobs: int, overrides: list[str]) -> list[str]:
+    """jobs=N (N > 1) as Hydra's joblib launcher running N jobs of a sweep at once (runner.train gives each
+    one torch thread); another launcher the user names cannot also take jobs=."""
+    if jobs == 1:
+        return []
+    named = [o for o in overrides if o.split("=", 1)[0] in ("hydra/launcher", "hydra.launcher.n_jobs")]
+    if named:
+        raise ConfigError(f"jobs={jobs} runs the sweeps through hydra/launcher=joblib; drop {named[0]} or jobs=")
+    return ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
 
 
 def _check_options(opts: dict) -> None:
@@ -143,7 +163,7 @@ def _check_options(opts: dict) -> None:
 
     if opts["scale"] not in SCALES:
         raise ConfigError(f"scale={opts['scale']} is not allowed; choose one of: {', '.join(SCALES)}")
-    for key in ("seeds", "min_seeds"):
+    for key in ("seeds", "min_seeds", "jobs"):
         if opts[key] is not None and not (opts[key].isdigit() and int(opts[key]) >= (2 if key == "min_seeds" else 1)):
             raise ConfigError(f"{key}={opts[key]} must be a whole number (min_seeds >= 2)")
     if opts["ladder"] not in ("true", "false"):
@@ -166,7 +186,7 @@ def _check_options(opts: dict) -> None:
         raise ConfigError(f"{ladders[0]}= and {ladders[1]}= are two ladders; run them one at a time")
 
 
-def _run_claim(claim, req: _Request) -> dict | None:
+def _run_claim(claim, req: _Request, tally: list | None = None) -> dict | None:
     """The claim's verdict from its sweep, run or reused (None on a dry run); with ladder=true its
     ladder instead, printed rung by rung."""
     from normbench.reproduce.runner import reproduce
@@ -182,7 +202,7 @@ def _run_claim(claim, req: _Request) -> dict | None:
         _lr_ladder(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
         return None
     return reproduce(claim, opts["scale"], req.seeds, req.overrides, Path(opts["out"]), int(opts["min_seeds"]),
-                     req.dry, launch=req.launch)  # fmt: skip
+                     req.dry, launch=req.launch, tally=tally)  # fmt: skip
 
 
 def _duration(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:

@@ -9,8 +9,12 @@ from normbench.reproduce.claims import Claim, override_key
 
 
 def command(argv: list[str]) -> str:
-    """The sweep as a shell command (``${hydra.job.override_dirname}`` and ``[a,b]`` quoted for bash)."""
-    return " ".join(shlex.quote(a) for a in ["python", "-m", "normbench", "train", *argv])
+    """The sweep as a shell command (``${hydra.job.override_dirname}`` and ``[a,b]`` quoted for bash), with
+    the threads setting the runner gives it (plan.threads_env: jobs=N)."""
+    from normbench.reproduce.plan import threads_env
+
+    env = [f"{k}={v}" for k, v in threads_env(argv).items()]
+    return " ".join([*env, *(shlex.quote(a) for a in ["python", "-m", "normbench", "train", *argv])])
 
 
 def _spell(value) -> str:
@@ -65,22 +69,15 @@ def lr_line(claim: Claim, jobs: list) -> str:
     return f"hidden-matrix lr {', '.join(f'{x:.4g}' for x in lrs)} across the runs{where}"
 
 
-def sweep_estimate(claim: Claim, scale: str, overrides: list[str], grid: dict[str, list[str]],
-                   n_runs: int) -> tuple[str, float]:  # fmt: skip
-    """(``about 40 s on this machine's CPU (estimate)``, seconds) for one sweep: each grid point composed
-    once, its time counted once per seed."""
-    import itertools
-
+def sweep_estimate(cfgs: list, n_runs: int) -> tuple[str, float]:
+    """(``about 40 s on this machine's CPU (estimate)``, seconds) for one sweep of ``n_runs`` runs over the
+    grid points ``cfgs`` (the plan's composed configs, reproduce/plan.py): each one's time counted once
+    per seed."""
     from normbench.reproduce.estimate import SWEEP_START_S, job_seconds, spoken
-    from normbench.reproduce.shared import compose
     from normbench.validation import to_config
 
-    fixed = claim.settings(scale, overrides)
-    keys = [k for k in grid if k != "seed"]
-    combos = list(itertools.product(*(grid[k] for k in keys)))
     total, where = 0.0, "CPU"
-    for combo in combos:
-        cfg = to_config(compose(claim, [*fixed, *(f"{k}={v}" for k, v in zip(keys, combo))], dict(zip(keys, combo))))
-        seconds, where = job_seconds(cfg)
-        total += seconds * n_runs / max(1, len(combos))
+    for cfg in cfgs:
+        seconds, where = job_seconds(to_config(cfg))
+        total += seconds * n_runs / max(1, len(cfgs))
     return f"{spoken(total + SWEEP_START_S)} on this machine's {where} (estimate)", total + SWEEP_START_S

@@ -1,7 +1,9 @@
 """Run (or reuse) a claim's sweep, judge it, write verdict.json, the report and the claim's figure.
 
-Layout: ``<out>/<id>/runs/<scale>-<hash>/sweep<i>/<overrides>/`` holds the runs (the hash is of
-the fixed overrides, so changed settings never reuse or resume a run of other settings);
+One pass: the claim's plan (:mod:`.plan`: its jobs composed once, the length and mode pins set in them),
+the shared-keys check on it (:mod:`.shared`), the sweeps run (:func:`execute`), the runs measured and
+judged (:mod:`.measure`). Layout: ``<out>/<id>/runs/<scale>-<hash>/sweep<i>/<overrides>/`` holds the runs
+(the hash is of the fixed overrides, so changed settings never reuse or resume a run of other settings);
 ``<out>/<id>/verdict.json``, ``report.md``/``report.html`` (opening with the verdict) and
 ``claim.png`` describe the latest call. Each sweep is one ``normbench train -m`` (any Hydra
 launcher) with ``trainer.resume=true``: it is skipped when all its runs finished (completed or
@@ -10,8 +12,6 @@ diverged); otherwise finished jobs finish at once and the others resume from the
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import os
 import subprocess
@@ -21,35 +21,19 @@ from pathlib import Path
 
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
-from normbench.reproduce import dryrun
-from normbench.reproduce.claims import Claim, override_key
-from normbench.reproduce.length import pin, pin_compile
+from normbench.reproduce import dryrun, store
+from normbench.reproduce.claims import Claim
 from normbench.reproduce.measure import FINISHED, judge_claim
-from normbench.reproduce.shared import check_claim, compose_jobs, with_pin
+from normbench.reproduce.plan import Plan, build, layout, threads_env
+from normbench.reproduce.shared import check_claim
 from normbench.reproduce.skip_eval import read_skip, skip_losses
-from normbench.run.resume import BOOKKEEPING_KEYS
 
 
 def plan(
     claim: Claim, scale: str, seeds: int | None, overrides: list[str], out: Path
 ) -> tuple[Path, list[list[str]], list[dict]]:  # noqa: E501
     """(settings dir, one `train -m` argv per sweep, the expected jobs {key: value} of each sweep)."""
-    s = claim.sweep(scale)
-    n_seeds = int(seeds if seeds is not None else s.get("seeds", 3))
-    settings = claim.settings(scale, overrides)
-    launch = [o for o in overrides if o.startswith("hydra")]
-    digest = hashlib.sha1("\n".join(settings).encode()).hexdigest()[:8]
-    root = out / claim.id / "runs" / f"{scale}-{digest}"
-    argvs, jobs = [], []
-    exclude = list(BOOKKEEPING_KEYS) + sorted({override_key(o) for o in settings})
-    for i, grid in enumerate(claim.grids(scale, overrides)):  # a user override wins over a swept key
-        if "seed" not in {override_key(o) for o in overrides}:  # seed=K: one seed, the user's
-            grid["seed"] = [str(x) for x in range(n_seeds)]
-        argvs.append(["-m", *settings, *[f"{k}={','.join(v)}" for k, v in grid.items()], "trainer.resume=true",
-                      f"hydra.sweep.dir={root / f'sweep{i}'}", "hydra.sweep.subdir=${hydra.job.override_dirname}",
-                      f"hydra.job.config.override_dirname.exclude_keys=[{','.join(exclude)}]", *launch])  # fmt: skip
-        jobs.append([dict(zip(grid, combo)) for combo in itertools.product(*grid.values())])
-    return root, argvs, jobs
+    return layout(claim, scale, seeds, list(overrides), Path(out))
 
 
 def finished(sweep_dir: Path, expected: list[dict]) -> bool:
@@ -59,10 +43,13 @@ def finished(sweep_dir: Path, expected: list[dict]) -> bool:
 
 
 def train(argv: list[str]) -> int:
-    """One ``normbench train`` in a child process (Hydra's global state and the launcher stay there)."""
+    """One ``normbench train`` in a child process (Hydra's global state and the launcher stay there). Jobs
+    run several at a time (``hydra.launcher.n_jobs=N``, reproduce's jobs=N) get one torch thread each: two
+    one-thread runs use two cores far better than one run on two threads (docs/performance.md)."""
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(threads_env(argv))
     return subprocess.call([sys.executable, "-m", "normbench", "train", *argv], env=env)
 
 
@@ -71,44 +58,23 @@ def needs_skip_eval(claim: Claim) -> bool:
 
 
 def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overrides=(), out=Path("outputs/reproduce"),
-              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True) -> dict | None:  # fmt: skip
+              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True,
+              base: Plan | None = None, tally: list | None = None) -> dict | None:  # fmt: skip
+    """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run). ``base``: the claim's
+    jobs composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``overrides``; ``tally``:
+    a list each planned run is added to (:func:`.store.estimates`: ``reproduce all --dry-run``'s total)."""
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
-    pinned, mode, overrides, composed = _pinned(claim, scale, list(overrides), log)
-    root, argvs, jobs = plan(claim, scale, seeds, list(overrides), out)
-    users = [o for o in overrides if not o.startswith("hydra")]
-    inits = check_claim(claim, scale, users, composed)
-    fixed = claim.settings(scale, users)
+    p = build(claim, scale, seeds, overrides, out, log, base)  # every job composed once, the pins set in it
+    inits = check_claim(claim, scale, p.users, p.pairs)
+    log(f"normbench: {claim.id}: {dryrun.lr_line(claim, p.pairs)}")  # the LR every job trains at, beside the length
     for test in claim.tests:  # the two sides of each test, named, with their run counts
-        log(f"normbench: {claim.id}: {dryrun.sides_line(claim, test, inits[test.name], jobs, fixed)}")
-    start, planned = time.perf_counter(), []
-    for i, (argv, expected) in enumerate(zip(argvs, jobs)):
-        if finished(root / f"sweep{i}", expected):
-            log(f"normbench: {claim.id}: sweep {i} ({len(expected)} runs) finished already; reused")
-            continue
-        if not launch:  # --no-run: judge the runs there are
-            log(f"normbench: {claim.id}: sweep {i} has unfinished runs; not launched (--no-run)")
-            continue
-        if dry_run:
-            text, seconds = dryrun.sweep_estimate(claim, scale, users, claim.grids(scale, users)[i], len(expected))
-            planned.append((len(expected), seconds))
-            log(f"normbench: {claim.id}: sweep {i}: {len(expected)} runs, {text}; to run it yourself:")
-            log(f"  {dryrun.command(argv)}")
-            continue
-        log(f"normbench: {claim.id}: sweep {i}: {dryrun.command(argv)}")
-        code = train(argv)
-        if code == 2 and not (root / f"sweep{i}").is_dir():
-            raise ConfigError(f"{claim.id}: sweep {i} was refused (its error is the line above)")
-        if code != 0:
-            log(f"normbench: {claim.id}: sweep {i} exited with {code}; judging the runs there are")
-    if dry_run:
-        if len(planned) > 1:
-            from normbench.reproduce.estimate import spoken
-
-            total = sum(n for n, _ in planned)
-            log(f"normbench: {claim.id}: {total} runs in {len(planned)} sweeps, {spoken(sum(s for _, s in planned))}")
+        log(f"normbench: {claim.id}: {dryrun.sides_line(claim, test, inits[test.name], p.expected, p.fixed)}")
+    start = time.perf_counter()
+    if not execute(p, dry_run, launch, log, tally):
         return None
+    root = p.root
     runs = find_runs(root) if root.is_dir() else []
     if needs_skip_eval(claim):
         for r in runs:
@@ -117,10 +83,10 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
         runs = find_runs(root)
     result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {})
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
-    result.update(length=_length(pinned, runs), runs_dir=str(root), n_runs=len(runs), compile=_compiled(mode, runs),
-                  seconds=round(time.perf_counter() - start, 1),
+    result.update(length=_length(p.pinned, runs), runs_dir=str(root), n_runs=len(runs),
+                  compile=_compiled(p.mode, runs), seconds=round(time.perf_counter() - start, 1),
                   run_time_s=round(run_time, 1),
-                  commit=_commit(), settings=claim.sweep(scale).get("fixed", []) + list(overrides))  # fmt: skip
+                  commit=_commit(), settings=claim.sweep(scale).get("fixed", []) + p.overrides)  # fmt: skip
     claim_dir = out / claim.id
     claim_dir.mkdir(parents=True, exist_ok=True)
     (claim_dir / "verdict.json").write_text(json.dumps(result, indent=1, default=str))
@@ -132,25 +98,47 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     return result
 
 
-def _pinned(claim: Claim, scale: str, overrides: list[str], log):
-    """The scale's tokens_per_param as one number of steps for every job (.length), and compile=auto as one
-    mode for every job (reproduce/length.py), added to the overrides; and every job composed with them
-    (composed once: the pins set their key in the composed configs, shared.with_pin). Logs the length, the
-    mode and the jobs' hidden-matrix LR."""
-    users = [o for o in overrides if not o.startswith("hydra")]
-    jobs = compose_jobs(claim, scale, users)
-    pinned = pin(claim, scale, users, jobs=jobs)
-    if pinned is not None:
-        log(f"normbench: {claim.id}: {pinned.describe()}")
-        jobs = with_pin(claim, scale, users, jobs, pinned.override, pinned.steps)
-        overrides, users = [*overrides, pinned.override], [*users, pinned.override]
-    mode = pin_compile(claim, scale, users, jobs=jobs)
-    if mode is not None:
-        log(f"normbench: {claim.id}: {mode.reason}; {mode.override} for every job")
-        jobs = with_pin(claim, scale, users, jobs, mode.override, mode.compile)
-        overrides = [*overrides, mode.override]
-    log(f"normbench: {claim.id}: {dryrun.lr_line(claim, jobs)}")  # the LR every job trains at, beside the length
-    return pinned, mode, overrides, jobs
+def execute(p: Plan, dry_run: bool = False, launch: bool = True, log=print, tally: list | None = None) -> bool:
+    """Run (or reuse) each sweep of the plan, its runs trained once across claims (:mod:`.store`: a run of
+    another claim with the same training serves it); a dry run prints each sweep with its estimate instead,
+    and adds each of its runs to ``tally`` (:func:`.store.estimates`). False on a dry run."""
+    cid, root, planned = p.claim.id, p.root, []
+    if not dry_run:
+        store.serve(p, log)
+    for i, (argv, expected) in enumerate(zip(p.argvs, p.expected)):
+        if finished(root / f"sweep{i}", expected):
+            log(f"normbench: {cid}: sweep {i} ({len(expected)} runs) finished already; reused")
+            continue
+        if not launch:  # --no-run: judge the runs there are
+            log(f"normbench: {cid}: sweep {i} has unfinished runs; not launched (--no-run)")
+            continue
+        if dry_run:
+            text, seconds = dryrun.sweep_estimate([j.cfg for j in p.sweep_jobs(i)], len(expected))
+            planned.append((len(expected), seconds))
+            log(f"normbench: {cid}: sweep {i}: {len(expected)} runs, {text}; to run it yourself:")
+            log(f"  {dryrun.command(argv)}")
+            continue
+        for one in store.missing_argvs(p, i) if store.shared_dirs(p, i) else [argv]:  # served runs never relaunched
+            _train_sweep(p, i, one, log)
+    if not dry_run:
+        store.register(p)
+    if tally is not None:
+        tally.extend(store.estimates(p))
+    if dry_run and len(planned) > 1:
+        from normbench.reproduce.estimate import spoken
+
+        total = sum(n for n, _ in planned)
+        log(f"normbench: {cid}: {total} runs in {len(planned)} sweeps, {spoken(sum(s for _, s in planned))}")
+    return not dry_run
+
+
+def _train_sweep(p: Plan, i: int, argv: list[str], log) -> None:
+    log(f"normbench: {p.claim.id}: sweep {i}: {dryrun.command(argv)}")
+    code = train(argv)
+    if code == 2 and not (p.root / f"sweep{i}").is_dir():
+        raise ConfigError(f"{p.claim.id}: sweep {i} was refused (its error is the line above)")
+    if code != 0:
+        log(f"normbench: {p.claim.id}: sweep {i} exited with {code}; judging the runs there are")
 
 
 def _compiled(mode, runs) -> dict:

@@ -21,7 +21,7 @@ import itertools
 
 from normbench.config.files import GROUPS
 from normbench.errors import ConfigError
-from normbench.reproduce.claims import Claim, Test, as_str, override_key
+from normbench.reproduce.claims import Claim, Test, as_str
 
 INIT = "init_std"
 TOKENS = "tokens"  # the tokens a job trains (runtime/length.py): one length per comparison
@@ -53,22 +53,6 @@ def compose_jobs(claim: Claim, scale: str, overrides=()) -> list[tuple[dict, obj
         for combo in itertools.product(*grid.values()):
             values = dict(zip(grid, combo))
             jobs.append((values, compose(claim, [*fixed, *(f"{k}={v}" for k, v in values.items())], values)))
-    return jobs
-
-
-def with_pin(claim: Claim, scale: str, overrides, jobs: list, override: str, value) -> list[tuple[dict, object]]:
-    """``jobs`` (composed for ``overrides``) as composing them with ``override`` (``key=...``, whose parsed
-    value is ``value``) appended would give them: the key set in each composed config, since a plain value
-    appended last is what Hydra's override does. Recomposed instead where a grid sweeps the key (the
-    override then changes the grid itself). So the length and mode pins (reproduce/length.py) cost no
-    second and third composition of every job."""
-    from omegaconf import OmegaConf
-
-    key = override_key(override)
-    if any(key in grid for grid in claim.grids(scale, overrides)):
-        return compose_jobs(claim, scale, [*overrides, override])
-    for _, cfg in jobs:
-        OmegaConf.update(cfg, key, value, merge=False)
     return jobs
 
 

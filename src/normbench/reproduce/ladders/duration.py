@@ -59,8 +59,9 @@ def _per_job_ratio(claim: Claim, scale: str, overrides) -> float | None:
     return float(found[-1].split("=", 1)[1]) if found else None
 
 
-def _rung_override(claim: Claim, scale: str, overrides, ratio: float) -> list[str]:
-    """What makes the claim's sweep train ``ratio`` tokens per parameter ([] at the claim's own length)."""
+def _rung_override(claim: Claim, scale: str, overrides, ratio: float, jobs=None) -> list[str]:
+    """What makes the claim's sweep train ``ratio`` tokens per parameter ([] at the claim's own length).
+    ``jobs``: the claim's jobs composed for ``overrides`` already (the ladder's plan)."""
     own = claim.sweep(scale).get("tokens_per_param")
     per_job = _per_job_ratio(claim, scale, overrides)
     if own is None and per_job is None:
@@ -72,7 +73,7 @@ def _rung_override(claim: Claim, scale: str, overrides, ratio: float) -> list[st
         return []
     if per_job is not None:
         return [f"trainer.tokens_per_param={ratio:g}"]
-    return [pin(claim, scale, overrides, ratio).override]
+    return [pin(claim, scale, overrides, ratio, jobs=jobs).override]
 
 
 def run_duration(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, mode: str = "ladder",
@@ -109,20 +110,24 @@ def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: flo
 
 
 def _standalone(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launch, log) -> list[dict]:
+    from normbench.reproduce.plan import start
     from normbench.reproduce.runner import reproduce
 
+    base = start(claim, scale, seeds, overrides, out)  # every rung's plan from these jobs: composed once
     rungs = []
     for ratio in rs:
-        extra = _rung_override(claim, scale, overrides, ratio)
+        extra = _rung_override(claim, scale, overrides, ratio, base.pairs)
         where = out if not extra else out / claim.id / "duration" / f"tpp{ratio:g}"
         log(f"normbench: {claim.id}: duration rung {ratio:g} tokens per parameter")
-        result = reproduce(claim, scale, seeds, [*overrides, *extra], where, min_seeds, dry_run, log=log, launch=launch)
+        result = reproduce(claim, scale, seeds, [*overrides, *extra], where, min_seeds, dry_run, log=log, launch=launch,
+                           base=base)  # fmt: skip
         if result is not None:
             rungs.append(_rung(result, ratio, where, claim))
     return rungs
 
 
 def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launch, log) -> list[dict]:
+    from normbench.reproduce.plan import start
     from normbench.reproduce.runner import plan, reproduce
 
     if _per_job_ratio(claim, scale, overrides) is not None:
@@ -130,7 +135,8 @@ def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launc
             f"claim {claim.id}: duration=branch needs one length for every job, and this claim resolves "
             "tokens_per_param per job; use duration=ladder"
         )
-    steps = {r: _steps(claim, scale, overrides, r) for r in rs}
+    base = start(claim, scale, seeds, overrides, out)  # the trunk's and every branch's plan from these jobs
+    steps = {r: _steps(claim, scale, base, r) for r in rs}
     warmup = _warmup(claim, scale, overrides, steps[rs[0]])
     forks = {r: steps[r] - round(COOLDOWN * steps[r]) for r in rs[:-1]}
     if warmup is not None and any(k < warmup for k in forks.values()):
@@ -141,7 +147,7 @@ def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launc
     trunk_out = out / claim.id / "duration" / "branch" / f"tpp{rs[-1]:g}"
     log(f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
         + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items()))  # fmt: skip
-    top = reproduce(claim, scale, seeds, trunk_ov, trunk_out, min_seeds, dry_run, log=log, launch=launch)
+    top = reproduce(claim, scale, seeds, trunk_ov, trunk_out, min_seeds, dry_run, log=log, launch=launch, base=base)
     trunk_root = plan(claim, scale, seeds, trunk_ov, trunk_out)[0]
     rungs = []
     for r, k in forks.items():
@@ -150,7 +156,7 @@ def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launc
         root = plan(claim, scale, seeds, ov, where)[0]
         own_s = 0.0 if dry_run else seed_branches(trunk_root, root, k, log)
         log(f"normbench: {claim.id}: duration rung {r:g} tokens per parameter: branches from step {k}")
-        result = reproduce(claim, scale, seeds, ov, where, min_seeds, dry_run, log=log, launch=launch)
+        result = reproduce(claim, scale, seeds, ov, where, min_seeds, dry_run, log=log, launch=launch, base=base)
         if result is not None:
             rungs.append(_rung(result, r, where, claim, _branch_seconds(root) - own_s))
     if top is not None:
@@ -158,11 +164,11 @@ def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launc
     return rungs
 
 
-def _steps(claim, scale, overrides, ratio) -> int:
-    given = [o for o in overrides if override_key(o) == "trainer.max_steps"]
+def _steps(claim, scale, base, ratio) -> int:
+    given = [o for o in base.users if override_key(o) == "trainer.max_steps"]
     if given:
         raise ConfigError("duration=branch sets trainer.max_steps per rung; leave it out of the overrides")
-    return pin(claim, scale, overrides, ratio).steps
+    return pin(claim, scale, base.users, ratio, jobs=base.pairs).steps
 
 
 def _warmup(claim, scale, overrides, shortest: int) -> int | None:

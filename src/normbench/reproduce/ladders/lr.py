@@ -40,12 +40,14 @@ def refusal(claim: Claim, scale: str, overrides=()) -> str | None:
     return None
 
 
-def claim_lr(claim: Claim, scale: str, overrides=()) -> tuple[float, str]:
-    """(the LR the claim's jobs train at, where it came from), from its composed fixed settings."""
+def claim_lr(claim: Claim, scale: str, overrides=(), cfg=None) -> tuple[float, str]:
+    """(the LR the claim's jobs train at, where it came from), from a composed job of the claim (``cfg``: one
+    of its plan's, else its fixed settings composed)."""
     from normbench.config import lr_rule
     from normbench.reproduce.shared import compose
 
-    cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")
+    if cfg is None:
+        cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")
     return lr_rule.resolve(cfg.optim, cfg.model), lr_rule.source(cfg.optim, cfg.model)
 
 
@@ -61,12 +63,14 @@ def _factor(f: float) -> str:
 def run_lr_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, dry_run: bool = False,
                   launch: bool = True, log=print) -> dict | None:  # fmt: skip
     from normbench.reproduce.ladders.scale import _rung, write_ladder
+    from normbench.reproduce.plan import start as start_plan
     from normbench.reproduce.runner import reproduce
 
     out, overrides = Path(out), list(overrides)
     if why := refusal(claim, scale, overrides):
         raise ConfigError(why)
-    center, source = claim_lr(claim, scale, overrides)
+    base = start_plan(claim, scale, seeds, overrides, out)  # the claim's jobs composed once for every rung
+    center, source = claim_lr(claim, scale, overrides, cfg=base.pairs[0][1])
     if not center > 0:
         raise ConfigError(f"claim {claim.id}: optim.lr={center:g}; an LR ladder needs an LR > 0")
     plan = rung_lrs(center)
@@ -77,7 +81,8 @@ def run_lr_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_see
         extra = [] if factor == 1.0 else [f"optim.lr={lr:.4g}"]
         where = out if not extra else out / claim.id / NAME / f"lr{lr:.4g}"
         log(f"normbench: {claim.id}: LR rung {lr:.4g} ({_factor(factor)} the claim's)")
-        result = reproduce(claim, scale, seeds, [*overrides, *extra], where, min_seeds, dry_run, log=log, launch=launch)
+        result = reproduce(claim, scale, seeds, [*overrides, *extra], where, min_seeds, dry_run, log=log,
+                           launch=launch, base=base)  # fmt: skip
         if result is not None:
             rungs.append({"lr": lr, "factor": round(factor, 4), "overrides": extra,
                           "verdict_json": str(where / claim.id / "verdict.json"), **_rung(result)})  # fmt: skip

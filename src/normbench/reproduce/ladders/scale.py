@@ -59,10 +59,12 @@ def _size(overrides: list[str], base: dict) -> dict:
 
 def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, dry_run: bool = False,
                launch: bool = True, log=print, param: str = "mup") -> dict | None:  # fmt: skip
+    from normbench.reproduce.plan import start
     from normbench.reproduce.runner import reproduce
     from normbench.reproduce.shared import compose
 
     out = Path(out)
+    plan = start(claim, scale, seeds, overrides, out)  # every rung's plan from these jobs: composed once
     cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")  # the size every rung starts from
     base = {"d_model": int(cfg.model.d_model), "n_layer": int(cfg.model.n_layer)}
     head_dim = base["d_model"] // int(cfg.model.n_head)
@@ -74,7 +76,8 @@ def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds:
         tag = "-mup" if param == "mup" else ""
         where = out if not rung else out / claim.id / "ladder" / f"d{size['d_model']}-L{size['n_layer']}{tag}"
         log(f"normbench: {claim.id}: ladder rung d_model {size['d_model']}, {size['n_layer']} blocks")
-        result = reproduce(claim, scale, seeds, [*overrides, *rung], where, min_seeds, dry_run, log=log, launch=launch)
+        result = reproduce(claim, scale, seeds, [*overrides, *rung], where, min_seeds, dry_run, log=log, launch=launch,
+                           base=plan)  # fmt: skip
         if result is not None:
             steps.append({**size, "overrides": rung, "verdict_json": str(where / claim.id / "verdict.json"),
                           **_rung(result)})  # fmt: skip
