@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from normbench.reproduce.claims import load_claim
+from normbench.claims.registry import load_claim
 from normbench.reproduce.ladders.duration import seed_branches
 from normbench.run.metrics import read_jsonl
 

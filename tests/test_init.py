@@ -10,10 +10,10 @@ import pytest
 import torch
 import yaml
 
+from normbench.claims.registry import claims_dir, load_claim
 from normbench.config.schema import init_std_of, upgrade_legacy
 from normbench.errors import ConfigError
 from normbench.model import build_model, weight_init_std
-from normbench.reproduce.claims import claims_dir, load_claim
 from normbench.reproduce.shared import check_claim
 from normbench.run.resume import check_resume_config, flat_config
 
@@ -108,9 +108,9 @@ def test_dyt_at_auto_gets_a_start_up_note(overrides, noted):
 
 
 def test_a_runs_init_is_the_recorded_one_else_what_its_config_computed():
+    from normbench.claims.measure import run_init
     from normbench.config.schema import as_dict
     from normbench.report.loading import Run
-    from normbench.reproduce.measure import run_init
 
     def run(config, summary):
         return Run(path=None, config=config, overrides=[], summary=summary, records=[])
@@ -191,7 +191,7 @@ def test_dry_run_prints_one_init_and_a_refused_claim_names_the_key(tmp_path, cap
     assert out.count("both from init_std 0.125") == 2
     bad = tmp_path / "claims"
     shutil.copytree(claims_dir(), bad)
-    monkeypatch.setattr("normbench.reproduce.claims.claims_dir", lambda: bad)
+    monkeypatch.setattr("normbench.claims.registry.claims_dir", lambda: bad)
     raw = yaml.safe_load((bad / "ngpt_speed.yaml").read_text())
     del raw["part_of_claim"]
     (bad / "ngpt_speed.yaml").write_text(yaml.safe_dump(raw))
@@ -206,7 +206,7 @@ def test_dry_run_prints_one_init_and_a_refused_claim_names_the_key(tmp_path, cap
 def test_paired_interval_by_hand():
     """Per-seed differences 0.1, 0.05, 0.15: mean 0.1, sd 0.05, se 0.05/sqrt(3), t(0.975, 2) = 4.3027
     -> half 0.1242. Welch's interval on the same numbers spans the seeds' own spread (sd 1)."""
-    from normbench.reproduce import verdict as V
+    from normbench.claims import verdict as V
 
     xs, base = [1.0, 2.0, 3.0], [0.9, 1.95, 2.85]
     effect, ci = V.interval(xs, base, paired=True)
@@ -219,8 +219,8 @@ def test_paired_interval_by_hand():
 
 
 def test_judge_pairs_by_seed_only_when_both_sides_ran_the_same_seeds():
+    from normbench.claims.measure import seed_pairs
     from normbench.report.loading import Run
-    from normbench.reproduce.measure import seed_pairs
 
     def run(norm, seed, loss):
         summary = {"status": "completed", "outcome": "learned", "norm": norm, "seed": seed, "best_val_loss": loss}

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from normbench import cli, report
+from normbench.claims.skip_eval import skip_losses
 from normbench.errors import ConfigError
-from normbench.reproduce.skip_eval import skip_losses
 from normbench.run.rundir import RunDir
 from normbench.train import checkpoint as ckpt
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
+from normbench.claims.registry import load_claim
 from normbench.errors import ConfigError
-from normbench.reproduce.claims import load_claim
 from normbench.reproduce.length import pin
 from normbench.reproduce.shared import check_claim
 from normbench.runtime import length

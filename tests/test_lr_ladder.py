@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
+from normbench.claims.registry import load_claim
 from normbench.cli import main
-from normbench.reproduce.claims import load_claim
 from normbench.reproduce.ladders import lr as lr_ladder
 
 

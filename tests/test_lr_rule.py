@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
+from normbench.claims.registry import load_claim
 from normbench.cli import main
 from normbench.config import lr_rule
 from normbench.errors import ConfigError
 from normbench.model import build_model
 from normbench.optim import optimizers as optim
-from normbench.reproduce.claims import load_claim
 from normbench.reproduce.shared import check_claim
 from normbench.run.resume import config_diff, flat_config
 from normbench.validation import validate
@@ -115,7 +115,7 @@ def test_the_shared_keys_check_passes_auto_on_both_sides_and_refuses_a_mismatch(
 
 
 def test_every_shipped_claim_says_its_lr_and_why_and_the_unswept_ones_train_at_auto():
-    from normbench.reproduce.claims import claim_ids
+    from normbench.claims.registry import claim_ids
 
     for cid in claim_ids():
         claim = load_claim(cid)

@@ -13,13 +13,13 @@ import subprocess
 import pytest
 import yaml
 
+from normbench.claims import registry as claims
+from normbench.claims import summary as claim_summary
+from normbench.claims import verdict as V
+from normbench.claims.measure import judge_claim
+from normbench.claims.registry import claim_ids, load_claim
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs
-from normbench.reproduce import claims
-from normbench.reproduce import summary as claim_summary
-from normbench.reproduce import verdict as V
-from normbench.reproduce.claims import claim_ids, load_claim
-from normbench.reproduce.measure import judge_claim
 
 CONTRACT = [
     "deepnorm_depth",
@@ -331,8 +331,8 @@ def test_dry_run_plans_one_multirun_per_grid(tmp_path, capsys):
 def test_dry_run_names_both_sides_the_runs_a_time_and_a_command_bash_reads_back(tmp_path, capsys):
     """The printed command is the planned argv word for word once bash has parsed it (the
     ``${hydra.job.override_dirname}`` and ``[...]`` words quoted); each side is named with its runs."""
+    from normbench.claims.registry import load_claim
     from normbench.cli import main
-    from normbench.reproduce.claims import load_claim
     from normbench.reproduce.runner import plan
 
     assert main(["reproduce", "rmsnorm_parity", f"out={tmp_path}", "--dry-run"]) == 0
@@ -523,7 +523,7 @@ def test_largest_lr_on_runs_counts_seeds_per_lr_and_draws_the_grid(tmp_path):
     assert res["tests"][0]["largest_lr"] == {"arch=peri_ln": 0.01, "arch=pre_ln": 0.003}
     share = res["tests"][0]["learned_share"]
     assert share == {"arch=peri_ln": {0.003: 1.0, 0.01: 1.0}, "arch=pre_ln": {0.003: 1.0, 0.01: pytest.approx(2 / 3)}}
-    from normbench.reproduce.figure import plot_claim
+    from normbench.claims.figure import plot_claim
 
     png = plot_claim(res, runs, claim, tmp_path / "claim.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -538,8 +538,8 @@ def test_the_claim_page_reads_like_its_report(tmp_path):
     """Claim and paper first, the verdict naming the test it comes from (not the first test, which holds),
     every effect RMSNorm − LayerNorm (the report's default baseline would be RMSNorm), numbers at their
     interval's precision, the figure in three formats with words on its axes and no text under 7 pt."""
+    from normbench.claims.summary import verdict_line
     from normbench.reproduce import runner
-    from normbench.reproduce.summary import verdict_line
 
     claim = write_claim(tmp_path / "claims", [PARITY, GROWTH], sweeps=({"norm": ["layernorm", "rmsnorm"]},))
     root, _, _ = runner.plan(claim, "cpu", None, [], tmp_path / "out")

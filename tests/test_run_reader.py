@@ -7,8 +7,8 @@ import json
 
 import yaml
 
+from normbench.claims.registry import claim_ids, load_claim
 from normbench.reproduce import runner
-from normbench.reproduce.claims import claim_ids, load_claim
 from normbench.run.reader import RunReader
 from normbench.run.resume import BOOKKEEPING_KEYS, FREE_KEYS
 from normbench.run.rundir import UNREADABLE, RunDir

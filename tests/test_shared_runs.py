@@ -57,7 +57,7 @@ def test_diagnostics_and_bookkeeping_leave_the_trajectory_bit_for_bit(tmp_path):
 def _claim(directory, cid, sweeps, fixed, tests=None, seeds=2):
     import yaml
 
-    from normbench.reproduce.claims import load_claim
+    from normbench.claims.registry import load_claim
 
     key = next(iter(sweeps[0]))
     test = {"name": "t", "kind": "difference", "metric": "best_val_loss", "group": {key: sweeps[0][key][1]},

@@ -344,8 +344,8 @@ def test_export_computes_it(arch):
 
 @pytest.mark.parametrize("cid", ["simplenorm_lr", "normfree_stable"])
 def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
+    from normbench.claims.registry import load_claim
     from normbench.reproduce import runner
-    from normbench.reproduce.claims import load_claim
     from normbench.validation import validate
 
     claim = load_claim(cid)

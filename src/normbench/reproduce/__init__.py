@@ -47,7 +47,7 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
 
 
 def list_claims() -> list[str]:
-    from normbench.reproduce.claims import claim_ids, load_claim
+    from normbench.claims.registry import claim_ids, load_claim
 
     lines = []
     for cid in claim_ids():
@@ -89,8 +89,8 @@ class _Request:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.reproduce.claims import claim_ids, load_claim
-    from normbench.reproduce.summary import verdict_line
+    from normbench.claims.registry import claim_ids, load_claim
+    from normbench.claims.summary import verdict_line
 
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -159,7 +159,7 @@ def _launcher(jobs: int, overrides: list[str]) -> list[str]:
 
 
 def _check_options(opts: dict) -> None:
-    from normbench.reproduce.claims import SCALES
+    from normbench.claims.registry import SCALES
 
     if opts["scale"] not in SCALES:
         raise ConfigError(f"scale={opts['scale']} is not allowed; choose one of: {', '.join(SCALES)}")
@@ -223,7 +223,7 @@ def _duration(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch:
 
 
 def _tests_line(rung: dict) -> str:
-    from normbench.reproduce.summary import fmt
+    from normbench.claims.summary import fmt
 
     cis = [t["ci"] or (None, None) for t in rung["tests"]]
     return "; ".join(f"{t['name']}: {t['verdict']} {fmt(t['effect'])} [{fmt(lo)}, {fmt(hi)}]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from normbench.reproduce.claims import Claim, override_key
+from normbench.claims.registry import Claim, override_key
 
 
 def command(argv: list[str]) -> str:
@@ -18,8 +18,8 @@ def command(argv: list[str]) -> str:
 
 
 def _spell(value) -> str:
+    from normbench.claims.registry import as_str
     from normbench.report.loading import norm_value
-    from normbench.reproduce.claims import as_str
 
     return norm_value(as_str(value))
 

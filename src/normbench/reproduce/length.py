@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from normbench.reproduce.claims import LENGTH_KEYS, Claim, override_key
+from normbench.claims.registry import LENGTH_KEYS, Claim, override_key
 
 
 @dataclass(frozen=True)

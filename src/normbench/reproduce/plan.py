@@ -22,7 +22,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from normbench.reproduce.claims import Claim, override_key
+from normbench.claims.registry import Claim, override_key
 
 _ABSENT = object()  # Plan._settable: no value to set (compose instead)
 

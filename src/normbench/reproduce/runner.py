@@ -19,14 +19,14 @@ import sys
 import time
 from pathlib import Path
 
+from normbench.claims.measure import FINISHED, judge_claim
+from normbench.claims.registry import Claim
+from normbench.claims.skip_eval import read_skip, skip_losses
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
 from normbench.reproduce import dryrun, store
-from normbench.reproduce.claims import Claim
-from normbench.reproduce.measure import FINISHED, judge_claim
 from normbench.reproduce.plan import Plan, build, layout, threads_env
 from normbench.reproduce.shared import check_claim
-from normbench.reproduce.skip_eval import read_skip, skip_losses
 
 
 def plan(
@@ -90,8 +90,8 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     claim_dir = out / claim.id
     claim_dir.mkdir(parents=True, exist_ok=True)
     (claim_dir / "verdict.json").write_text(json.dumps(result, indent=1, default=str))
-    from normbench.reproduce.figure import plot_claim
-    from normbench.reproduce.summary import write_report
+    from normbench.claims.figure import plot_claim
+    from normbench.claims.summary import write_report
 
     plot_claim(result, runs, claim, claim_dir / "claim.png")
     write_report(result, root, claim_dir)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import itertools
 
+from normbench.claims.registry import Claim, Test, as_str
 from normbench.config.files import GROUPS
 from normbench.errors import ConfigError
-from normbench.reproduce.claims import Claim, Test, as_str
 
 INIT = "init_std"
 TOKENS = "tokens"  # the tokens a job trains (runtime/length.py): one length per comparison

@@ -81,7 +81,7 @@ def _runs(p):
 def _finished(run_dir: Path):
     """The run at ``run_dir`` (a RunReader: its summary and config, its metrics never read) if it finished
     (completed or diverged), else None."""
-    from normbench.reproduce.measure import FINISHED
+    from normbench.claims.measure import FINISHED
     from normbench.run.reader import RunReader
 
     if not (run_dir / "summary.json").is_file():

@@ -1,5 +1,5 @@
 """A run directory read back, one way for every reader: the report (report/loading.py), export
-(export/run.py), reproduce's layer-skip evaluation (reproduce/skip_eval.py) and W&B's resume.
+(export/run.py), reproduce's layer-skip evaluation (claims/skip_eval.py) and W&B's resume.
 
 :class:`RunReader` gives a run's config, overrides, summary, metrics records and layer-skip result,
 each read once on first use. Anything may be missing or half-written (a sweep still running, a job
@@ -76,7 +76,7 @@ class RunReader:
         return self.dir.checkpoint_path
 
     def layer_skip(self) -> dict | None:
-        """``layer_skip.json`` (reproduce/skip_eval.py); None when there is none or it cannot be read."""
+        """``layer_skip.json`` (claims/skip_eval.py); None when there is none or it cannot be read."""
         try:
             return json.loads(self.dir.layer_skip_path.read_text())
         except (OSError, ValueError):

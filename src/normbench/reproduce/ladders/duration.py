@@ -32,8 +32,8 @@ import shutil
 import time
 from pathlib import Path
 
+from normbench.claims.registry import Claim, override_key
 from normbench.errors import ConfigError
-from normbench.reproduce.claims import Claim, override_key
 from normbench.reproduce.length import pin
 
 RATIOS = (1, 5, 20)

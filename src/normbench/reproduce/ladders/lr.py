@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from normbench.claims.registry import Claim
 from normbench.errors import ConfigError
-from normbench.reproduce.claims import Claim
 
 FACTORS = (1 / 3, 1.0, 3.0)
 NAME = "lr_ladder"

@@ -23,8 +23,8 @@ import json
 import time
 from pathlib import Path
 
+from normbench.claims.registry import Claim
 from normbench.errors import ConfigError
-from normbench.reproduce.claims import Claim
 
 WIDTHS = (64, 128, 256)
 PARAMS = ("mup", "sp")  # ladder_param=: the first is the default
@@ -123,7 +123,7 @@ def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_m
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from normbench.reproduce.figure import save_figure
+    from normbench.claims.figure import save_figure
 
     rungs_ = ladder["rungs"]
     names = [t["name"] for t in rungs_[0]["tests"]] if rungs_ else []

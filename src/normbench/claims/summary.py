@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from normbench.claims import verdict as V
+from normbench.claims.figure import METRIC_WORDS, metric_words, side_name
 from normbench.errors import ConfigError
 from normbench.report import build_report, numbers
-from normbench.reproduce import verdict as V
-from normbench.reproduce.figure import METRIC_WORDS, metric_words, side_name
 
 
 def fmt(x, spec: str = ".4g") -> str:

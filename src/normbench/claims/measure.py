@@ -8,6 +8,9 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from normbench.claims import verdict as V
+from normbench.claims.registry import Claim, Test
+from normbench.claims.skip_eval import read_skip
 from normbench.diag.outcomes import finite
 from normbench.report.loading import Run, canonical_value, norm_value, setting
 from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rule, shared with report
@@ -23,9 +26,6 @@ from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rul
     seed_pairs,
     time_to_target,
 )
-from normbench.reproduce import verdict as V
-from normbench.reproduce.claims import Claim, Test
-from normbench.reproduce.skip_eval import read_skip
 
 
 def select(runs: list[Run], where: dict) -> list[Run]:
