@@ -19,6 +19,8 @@ Suites (``--suite``, comma-separated; default baseline,archs,diag):
 - ``miniature``: the claims' execution mode (read from the code: a claim's baseline job as ``reproduce``
   composes it, ``compile=auto`` pinned) against eager fp32 on that job's model, in one process, in
   tokens per CPU-second over ``--rounds`` paired rounds; ends with the ratio as ``R.RRx``.
+- ``forms``: every execution form (eager/compiled x fp32/bf16) of that job at 4 and 8 blocks and d 128
+  and 256, paired against eager fp32; 3 seeds as one vmapped model; the fp32 and bf16 matmul rates.
 ``--set KEY=VALUE`` (repeatable) overrides every run of the archs, compile, diag and paired suites.
 On CUDA (``--device cuda``): model gpt2_124m, bf16, optional ``--compile``, and MFU.
 
@@ -50,6 +52,7 @@ from bench.baseline import suite_baseline
 from bench.compiled import suite_compile
 from bench.core import ARCHS, RESULT, WARMUP, quiet_logs, worker
 from bench.diag import suite_diag
+from bench.forms import suite_forms
 from bench.miniature import suite_miniature
 from bench.paired import suite_paired
 
@@ -117,6 +120,7 @@ def main() -> int:
         "diag": suite_diag,
         "paired": suite_paired,
         "miniature": suite_miniature,
+        "forms": suite_forms,
     }
     if bad := [s for s in suites if s not in table]:
         p.error(f"unknown suite(s) {', '.join(bad)}; choose from {', '.join(table)}")
