@@ -73,6 +73,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rounds", type=int, default=12, help="paired and miniature suites: alternating rounds")
+    p.add_argument("--shapes", default="tiny4,tiny8,d128,d256", help="forms suite: comma-separated model shapes")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp16"])
     p.add_argument(

@@ -10,14 +10,42 @@ import time
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 from bench.core import padded_vocab
 from bench.miniature import build_form, claims_job, cpu_seconds, load, paired_rates, with_mode
 from normbench.data.corpus import load_data
 
-SHAPES = {"tiny, 4 blocks": {}, "tiny, 8 blocks": {"n_layer": 8}, "d 128": {"d_model": 128}, "d 256": {"d_model": 256}}
-FORMS = {"eager fp32": (False, "fp32"), "compiled fp32": (True, "fp32"), "compiled bf16": (True, "bf16"),
-         "eager bf16": (False, "bf16")}  # fmt: skip
+SHAPES = {"tiny4": ("tiny, 4 blocks", {}), "tiny8": ("tiny, 8 blocks", {"n_layer": 8}),
+          "d128": ("d 128", {"d_model": 128}), "d256": ("d 256", {"d_model": 256})}  # fmt: skip
+FORMS = {"eager fp32": (False, "fp32", False), "compiled fp32": (True, "fp32", False),
+         "compiled bf16": (True, "bf16", False), "eager bf16": (False, "bf16", False),
+         "compiled bf16, fp32 attention": (True, "bf16", True),
+         "eager bf16, fp32 attention": (False, "bf16", True)}  # fmt: skip
+_SDPA = F.scaled_dot_product_attention
+_FP32_ATTENTION = {"on": False}  # set while a "fp32 attention" form steps
+
+
+def _sdpa(q, k, v, *args, **kwargs):
+    """SDPA in fp32 inside a bf16 form: torch 2.13's CPU flash-attention backward costs ~8x in bf16 what it
+    does in fp32 at tiny's shapes (the profile in docs/performance.md §7); the products stay bf16."""
+    if not _FP32_ATTENTION["on"] or q.dtype != torch.bfloat16:
+        return _SDPA(q, k, v, *args, **kwargs)
+    with torch.autocast("cpu", enabled=False):
+        return _SDPA(q.float(), k.float(), v.float(), *args, **kwargs).to(q.dtype)
+
+
+def fp32_attention(step):
+    def wrapped() -> None:
+        _FP32_ATTENTION["on"] = True
+        try:
+            step()
+        finally:
+            _FP32_ATTENTION["on"] = False
+
+    return wrapped
+
+
 SEEDS = 3  # a claim's seeds: one batched model of this many
 MATMULS = [(1024, 64, 256), (1024, 256, 64), (1024, 128, 512), (1024, 256, 1024), (1024, 1024, 1024)]
 
@@ -75,12 +103,17 @@ def stacked_step(cfg, vocab: int, seeds: int):
     return step
 
 
-def _forms_table(cfg, vocab: int, rounds: int) -> None:
+def _forms_table(cfg, vocab: int, rounds: int, shapes: list[str]) -> None:
     print("| config | form | tokens/CPU-s | ratio to eager fp32 [quartiles] | GFLOP/s | of fp32 peak | of bf16 peak |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for shape, model in SHAPES.items():
+    F.scaled_dot_product_attention = _sdpa  # the model calls it through torch.nn.functional: every form sees it
+    for key in shapes:
+        shape, model = SHAPES[key]
         torch._dynamo.reset()  # dynamo's per-code recompile limit: each config starts from an empty cache
-        forms = [build_form(f, with_mode(cfg, c, p, **model), vocab) for f, (c, p) in FORMS.items()]
+        forms = [
+            build_form(f, with_mode(cfg, c, p, **model), vocab, fp32_attention if a else None)
+            for f, (c, p, a) in FORMS.items()
+        ]
         for name, r in paired_rates(forms, rounds).items():
             print(
                 f"| {shape} | {name} | {r['rate']:,.0f} | {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}] "
@@ -104,7 +137,10 @@ def suite_forms(args) -> None:
         f32, b16 = matmul_rate(m, k, n, torch.float32), matmul_rate(m, k, n, torch.bfloat16)
         print(f"| {m}x{k} @ {k}x{n} | {f32:.1f} | {b16:.1f} | {b16 / f32:.2f} |", flush=True)
     PEAK.update(fp32=f32, bf16=b16)  # the fat product's: the core's peak
-    _forms_table(cfg, vocab, args.rounds)
+    shapes = args.shapes.split(",")
+    if bad := [s for s in shapes if s not in SHAPES]:
+        raise SystemExit(f"bench_throughput: error: unknown --shapes {', '.join(bad)}; choose from {', '.join(SHAPES)}")
+    _forms_table(cfg, vocab, args.rounds, shapes)
     eager = with_mode(cfg, False, "fp32")
     stacked = stacked_step(eager, vocab, SEEDS)
     seq = [build_form(f"seed {s}", eager, vocab).step for s in range(SEEDS)]

@@ -57,10 +57,12 @@ class Form:
         self.name, self.step, self.tokens, self.flops_per_token = name, step, tokens, flops_per_token
 
 
-def build_form(name: str, cfg, vocab: int) -> Form:
+def build_form(name: str, cfg, vocab: int, wrap=None) -> Form:
+    """``cfg``'s model and step (``wrap(step)`` where given), compiled if ``cfg.compile`` is true, warmed up."""
     from normbench.runtime.flops import model_flops_per_token
 
     model, step = _stepper(cfg, vocab, torch.device("cpu"), seed=0)
+    step = wrap(step) if wrap else step
     if cfg.compile is True:
         model.compile()  # as the trainer's torch.compile(model): the forward, autocast outside it
     for _ in range(WARMUP):
