@@ -127,6 +127,9 @@ PEAK: dict[str, float] = {}
 
 
 def suite_forms(args) -> None:
+    shapes = args.shapes.split(",")
+    if bad := [s for s in shapes if s not in SHAPES]:
+        raise SystemExit(f"bench_throughput: error: unknown --shapes {', '.join(bad)}; choose from {', '.join(SHAPES)}")
     warnings.filterwarnings("ignore", message=".*batching rule")  # SDPA has none: vmap loops it per seed
     cfg, _ = claims_job(args.set)
     vocab = padded_vocab(cfg, load_data(cfg.data, log=lambda *a: None).vocab_size)
@@ -137,9 +140,6 @@ def suite_forms(args) -> None:
         f32, b16 = matmul_rate(m, k, n, torch.float32), matmul_rate(m, k, n, torch.bfloat16)
         print(f"| {m}x{k} @ {k}x{n} | {f32:.1f} | {b16:.1f} | {b16 / f32:.2f} |", flush=True)
     PEAK.update(fp32=f32, bf16=b16)  # the fat product's: the core's peak
-    shapes = args.shapes.split(",")
-    if bad := [s for s in shapes if s not in SHAPES]:
-        raise SystemExit(f"bench_throughput: error: unknown --shapes {', '.join(bad)}; choose from {', '.join(SHAPES)}")
     _forms_table(cfg, vocab, args.rounds, shapes)
     eager = with_mode(cfg, False, "fp32")
     stacked = stacked_step(eager, vocab, SEEDS)
