@@ -139,6 +139,27 @@ def test_bench_miniature_suite_times_the_compiled_claims_mode(tmp_path):
     assert MINIATURE_LAST.match(out.strip().splitlines()[-1]), out
 
 
+@pytest.mark.slow  # six forms of tiny, three of them compiled
+def test_bench_forms_suite_pairs_every_form_with_eager_fp32(tmp_path):
+    out = bench(["--suite", "forms", "--shapes", "tiny4", "--rounds", "2", "--threads", "1"], tmp_path, timeout=900)
+    lines = [[c.strip() for c in line.strip().strip("|").split("|")] for line in out.splitlines()]
+    peaks = {c[0]: c for c in lines if len(c) == 4 and " @ " in c[0]}
+    assert "1024x1024 @ 1024x1024" in peaks and all(num(c[1]) > 0 and num(c[2]) > 0 for c in peaks.values())
+    forms = {c[1]: c for c in lines if len(c) == 7 and c[0] == "tiny, 4 blocks"}
+    assert set(forms) == {"eager fp32", "compiled fp32", "compiled bf16", "eager bf16",
+                          "compiled bf16, fp32 attention", "eager bf16, fp32 attention"}, out  # fmt: skip
+    assert forms["eager fp32"][3] == "1.00 [1.00, 1.00]"
+    f32_peak = num(peaks["1024x1024 @ 1024x1024"][1])
+    for c in forms.values():  # GFLOP/s as a share of the fat product's fp32 rate
+        assert num(c[5]) == pytest.approx(100 * num(c[4]) / f32_peak, abs=1.5)
+    assert re.search(r"vmap: 3 seeds as one stacked model .*: \d+\.\d\dx \[", out), out
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_throughput.py"), "--suite", "forms", "--shapes", "tiny4,huge"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "unknown --shapes huge; choose from tiny4, tiny8, d128, d256" in proc.stderr
+
+
 # --------------------------------------------------------------------------- gpu_check.sh
 def gpu_check(env: dict, cwd: Path | None = None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHON": sys.executable, "NO_INSTALL": "1", **env}
