@@ -20,7 +20,7 @@ Suites (``--suite``, comma-separated; default baseline,archs,diag):
   composes it, ``compile=auto`` pinned) against eager fp32 on that job's model, in one process, in
   tokens per CPU-second over ``--rounds`` paired rounds; ends with the ratio as ``R.RRx``.
 - ``forms``: every execution form (eager/compiled x fp32/bf16) of that job at 4 and 8 blocks and d 128
-  and 256, paired against eager fp32; 3 seeds as one vmapped model; the fp32 and bf16 matmul rates.
+  and 256 (`--shapes`), paired against eager fp32; 3 seeds as one vmapped model; the fp32 and bf16 matmul rates.
 ``--set KEY=VALUE`` (repeatable) overrides every run of the archs, compile, diag and paired suites.
 On CUDA (``--device cuda``): model gpt2_124m, bf16, optional ``--compile``, and MFU.
 
