@@ -16,6 +16,11 @@ Suites (``--suite``, comma-separated; default baseline,archs,diag):
 - ``paired``: each architecture and pre_ln built in one process and stepped in alternation
   (``--rounds`` rounds): the median of the per-round ratios and its quartiles, robust to a
   machine whose speed drifts (docs/performance.md §4).
+- ``miniature``: the claims' execution mode (read from the code: a claim's baseline job as ``reproduce``
+  composes it, ``compile=auto`` pinned) against eager fp32 on that job's model, in one process, in
+  tokens per CPU-second over ``--rounds`` paired rounds; ends with the ratio as ``R.RRx``.
+- ``forms``: every execution form (eager/compiled x fp32/bf16) of that job at 4 and 8 blocks and d 128
+  and 256 (`--shapes`), paired against eager fp32; 3 seeds as one vmapped model; the fp32 and bf16 matmul rates.
 ``--set KEY=VALUE`` (repeatable) overrides every run of the archs, compile, diag and paired suites.
 On CUDA (``--device cuda``): model gpt2_124m, bf16, optional ``--compile``, and MFU.
 
@@ -29,6 +34,7 @@ peak memory and compile time are those of that run alone.
     python scripts/bench_throughput.py --suite baseline --repeats 5
     python scripts/bench_throughput.py --suite compile --archs pre_ln,ngpt
     python scripts/bench_throughput.py --suite paired --set model.d_model=512 --set model.n_head=8
+    python scripts/bench_throughput.py --suite miniature --threads 1
     python scripts/bench_throughput.py --device cuda --compile --suite archs
 """
 
@@ -46,13 +52,17 @@ from bench.baseline import suite_baseline
 from bench.compiled import suite_compile
 from bench.core import ARCHS, RESULT, WARMUP, quiet_logs, worker
 from bench.diag import suite_diag
+from bench.forms import suite_forms
+from bench.miniature import suite_miniature
 from bench.paired import suite_paired
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--suite", default="baseline,archs,diag", help="comma-separated: baseline,archs,compile,diag,paired")
+    p.add_argument(
+        "--suite", default="baseline,archs,diag", help="comma-separated: baseline,archs,compile,diag,paired,miniature"
+    )
     p.add_argument(
         "--archs", default=",".join(ARCHS), help="archs, compile and paired suites: comma-separated (default all)"
     )
@@ -62,7 +72,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=12, help="paired suite: alternating rounds per arch")
+    p.add_argument("--rounds", type=int, default=12, help="paired and miniature suites: alternating rounds")
+    p.add_argument("--shapes", default="tiny4,tiny8,d128,d256", help="forms suite: comma-separated model shapes")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp16"])
     p.add_argument(
@@ -109,6 +120,8 @@ def main() -> int:
         "compile": suite_compile,
         "diag": suite_diag,
         "paired": suite_paired,
+        "miniature": suite_miniature,
+        "forms": suite_forms,
     }
     if bad := [s for s in suites if s not in table]:
         p.error(f"unknown suite(s) {', '.join(bad)}; choose from {', '.join(table)}")

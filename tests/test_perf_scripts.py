@@ -95,6 +95,71 @@ def test_bench_compile_suite_reports_speedup_and_compile_time(tmp_path):
     assert len(row[6].split("/")) == 2 and row[7] == "1.000"
 
 
+MINIATURE_LAST = re.compile(r"^miniature: claims' mode (\d+\.\d\d)x eager fp32 \(tiny, 4 blocks\)$")
+
+
+def miniature_rows(out: str) -> dict[str, list[str]]:
+    lines = [line.strip().strip("|").split("|") for line in out.splitlines() if line.startswith("| ")]
+    return {cells[0].strip(): [c.strip() for c in cells] for cells in lines if len(cells) == 4}
+
+
+def test_bench_miniature_suite_measures_a_mode_against_eager_fp32_and_ends_with_the_ratio(tmp_path):
+    # --set reaches the claim's jobs after compile=auto: eager bf16 as "the claims' mode", no compile to wait for
+    args = ["--suite", "miniature", "--rounds", "2", "--threads", "1", "--set", "compile=false"]
+    out = bench([*args, "--set", "precision=bf16"], tmp_path)
+    assert "the claims' mode (eager bf16; compile=false)" in out, out
+    rows = miniature_rows(out)
+    assert set(rows) == {"eager fp32", "eager bf16"}, out
+    assert rows["eager fp32"][3] == "1.000 [1.000, 1.000]"  # the reference of every round
+    last = out.strip().splitlines()[-1]
+    assert re.search(r"\d+\.\d\dx", last) and (m := MINIATURE_LAST.match(last)), last
+    assert m.group(1) == f"{float(rows['eager bf16'][3].split()[0]):.2f}"  # the line gives the table's median
+    assert re.search(r"load average \d+\.\d\d / ", out)  # the load it was measured under
+    # a claims' mode of eager fp32 is eager fp32: nothing to measure, the line still ends the output
+    out = bench(args, tmp_path)
+    assert MINIATURE_LAST.match(out.strip().splitlines()[-1]).group(1) == "1.00", out
+
+
+def test_bench_miniature_reads_the_claims_mode_from_reproduce():
+    sys.path.insert(0, str(SCRIPTS))
+    from bench.miniature import claims_job
+
+    cfg, reason = claims_job()  # rmsnorm_parity's baseline job at scale cpu under compile=auto
+    assert (cfg.model.name, cfg.model.n_layer, cfg.norm.name, cfg.precision) == ("tiny", 4, "layernorm", "fp32")
+    assert cfg.compile is True and reason.startswith("compile=auto: ") and reason.endswith("compiling")
+    assert cfg.trainer.max_steps == 4480  # 20 tokens per parameter, pinned as reproduce pins it
+    cfg, reason = claims_job(["compile=false"])
+    assert cfg.compile is False and reason == "compile=false"
+
+
+@pytest.mark.slow  # compiles tiny (seconds with a warm inductor cache, ~50 s cold)
+def test_bench_miniature_suite_times_the_compiled_claims_mode(tmp_path):
+    out = bench(["--suite", "miniature", "--rounds", "2", "--threads", "1"], tmp_path, timeout=900)
+    assert set(miniature_rows(out)) == {"eager fp32", "compiled fp32"}, out
+    assert MINIATURE_LAST.match(out.strip().splitlines()[-1]), out
+
+
+@pytest.mark.slow  # six forms of tiny, three of them compiled
+def test_bench_forms_suite_pairs_every_form_with_eager_fp32(tmp_path):
+    out = bench(["--suite", "forms", "--shapes", "tiny4", "--rounds", "2", "--threads", "1"], tmp_path, timeout=900)
+    lines = [[c.strip() for c in line.strip().strip("|").split("|")] for line in out.splitlines()]
+    peaks = {c[0]: c for c in lines if len(c) == 4 and " @ " in c[0]}
+    assert "1024x1024 @ 1024x1024" in peaks and all(num(c[1]) > 0 and num(c[2]) > 0 for c in peaks.values())
+    forms = {c[1]: c for c in lines if len(c) == 7 and c[0] == "tiny, 4 blocks"}
+    assert set(forms) == {"eager fp32", "compiled fp32", "compiled bf16", "eager bf16",
+                          "compiled bf16, fp32 attention", "eager bf16, fp32 attention"}, out  # fmt: skip
+    assert forms["eager fp32"][3] == "1.00 [1.00, 1.00]"
+    f32_peak = num(peaks["1024x1024 @ 1024x1024"][1])
+    for c in forms.values():  # GFLOP/s as a share of the fat product's fp32 rate
+        assert num(c[5]) == pytest.approx(100 * num(c[4]) / f32_peak, abs=1.5)
+    assert re.search(r"vmap: 3 seeds as one stacked model .*: \d+\.\d\dx \[", out), out
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_throughput.py"), "--suite", "forms", "--shapes", "tiny4,huge"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "unknown --shapes huge; choose from tiny4, tiny8, d128, d256" in proc.stderr
+
+
 # --------------------------------------------------------------------------- gpu_check.sh
 def gpu_check(env: dict, cwd: Path | None = None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHON": sys.executable, "NO_INSTALL": "1", **env}
