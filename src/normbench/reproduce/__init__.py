@@ -17,7 +17,7 @@ from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|quick|gpu] [seeds=N] [out=DIR]
                                    [min_seeds=N] [ladder=true] [ladder_param=mup|sp] [duration=ladder|branch]
-                                   [--dry-run] [--no-run]
+                                   [bench=RxS|off] [--dry-run] [--no-run]
                                    [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
@@ -36,6 +36,9 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
               rung: DIR/ID/duration_branch.json and .png
   rungs=R,R,.. the duration ladder's tokens per parameter (default 1,5,20, or the claim's own)
   scale=quick the claim's 200-step sweep (about 1 token per parameter): quick, and not the verdict
+  bench=5x10  the timing tests (tokens/s, seconds to target) from a paired benchmark of the two sides in
+              one process: 5 interleaved rounds of 10 steps per side (reproduce/benchmark.py); bench=off:
+              none, and those tests are reported, not judged
 """
 
 
@@ -60,6 +63,7 @@ OPTIONS = {
     "duration": "false",
     "rungs": None,
     "ladder_param": "mup",
+    "bench": "5x10",
 }
 
 
@@ -147,6 +151,9 @@ def _check_options(opts: dict) -> None:
         raise ConfigError(f"ladder_param={opts['ladder_param']} is not allowed; choose one of: mup, sp")
     if opts["duration"] not in ("false", "ladder", "branch"):
         raise ConfigError(f"duration={opts['duration']} is not allowed; choose one of: ladder, branch, false")
+    from normbench.reproduce.benchmark import parse_plan
+
+    parse_plan(opts["bench"])
     if opts["rungs"] is not None:
         try:
             values = [float(r) for r in opts["rungs"].split(",")]
@@ -171,7 +178,7 @@ def _run_claim(claim, req: _Request) -> dict | None:
         _ladder(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
         return None
     return reproduce(claim, opts["scale"], req.seeds, req.overrides, Path(opts["out"]), int(opts["min_seeds"]),
-                     req.dry, launch=req.launch)  # fmt: skip
+                     req.dry, launch=req.launch, bench=opts["bench"])  # fmt: skip
 
 
 def _duration(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
-from normbench.reproduce import dryrun
+from normbench.reproduce import benchmark, dryrun
 from normbench.reproduce.claims import Claim, override_key
 from normbench.reproduce.length import pin, pin_compile
 from normbench.reproduce.measure import FINISHED, judge_claim
@@ -71,7 +71,11 @@ def needs_skip_eval(claim: Claim) -> bool:
 
 
 def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overrides=(), out=Path("outputs/reproduce"),
-              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True) -> dict | None:  # fmt: skip
+              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True,
+              bench: str | None = None) -> dict | None:  # fmt: skip
+    """The claim's verdict (None on a dry run); ``bench``: the timing tests' paired benchmark, ``RxS`` or
+    ``off`` (:mod:`.benchmark`; --no-run runs none)."""
+    bench_plan = benchmark.parse_plan(bench)
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
@@ -115,7 +119,8 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
             if r.status == "completed" and read_skip(r.path) is None:
                 skip_losses(r.path)
         runs = find_runs(root)
-    result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {})
+    timing = benchmark.timing(bench_plan, None if launch else "no paired benchmark ran (--no-run)", log)
+    result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {}, timing=timing)
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
     result.update(length=_length(pinned, runs), runs_dir=str(root), n_runs=len(runs), compile=_compiled(mode, runs),
                   seconds=round(time.perf_counter() - start, 1),
