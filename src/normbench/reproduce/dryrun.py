@@ -56,7 +56,7 @@ def sweep_estimate(claim: Claim, scale: str, overrides: list[str], grid: dict[st
     once, its time counted once per seed."""
     import itertools
 
-    from normbench.reproduce.estimate import SWEEP_START_S, job_seconds, spoken
+    from normbench.reproduce.estimate import SWEEP_START_S, calibration_note, job_seconds, spoken
     from normbench.reproduce.shared import compose
     from normbench.train.validation import to_config
 
@@ -68,4 +68,5 @@ def sweep_estimate(claim: Claim, scale: str, overrides: list[str], grid: dict[st
         cfg = to_config(compose(claim, [*fixed, *(f"{k}={v}" for k, v in zip(keys, combo))], dict(zip(keys, combo))))
         seconds, where = job_seconds(cfg)
         total += seconds * n_runs / max(1, len(combos))
-    return f"{spoken(total + SWEEP_START_S)} on this machine's {where} (estimate)", total + SWEEP_START_S
+    note = calibration_note(where)
+    return f"{spoken(total + SWEEP_START_S)} on this machine's {where} (estimate{note})", total + SWEEP_START_S
