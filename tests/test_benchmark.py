@@ -149,3 +149,36 @@ def test_a_real_benchmark_of_two_tiny_models_records_its_rounds_and_the_load():
     load = res["load"]
     assert load["cpu_count"] == os.cpu_count() and len(load["loadavg_before"]) == 3 and load["torch_threads"] >= 1
     assert res["ratio_ci"][0] <= res["ratio"] <= res["ratio_ci"][1]
+
+
+def test_loaded_spread_needs_equal_flops_and_a_spread_past_20_percent():
+    from normbench.report.loading import Run
+    from normbench.report.tables import loaded_spread
+
+    runs = lambda *pairs: [Run(None, {}, [], {"flops_per_token": f, "tokens_per_s": t}, []) for f, t in pairs]  # noqa: E731
+    assert loaded_spread(runs((1e6, 1000), (1.01e6, 1210))) == (1000, 1210)  # FLOPs within 2%, tokens/s 21% apart
+    assert loaded_spread(runs((1e6, 1000), (1e6, 1200))) is None  # 20% exactly: not flagged
+    assert loaded_spread(runs((1e6, 1000), (1.03e6, 2000))) is None  # different work per token
+    assert loaded_spread(runs((1e6, 1000))) is None
+
+
+def test_a_report_flags_tokens_per_s_and_seconds_measured_on_a_loaded_machine(tmp_path):
+    """Three seeds of one shape whose tokens/s range 1,000-2,100 (the machine's load, not the model) are
+    flagged in the main table and the target table; a group within 20% is not."""
+    from normbench import report
+    from test_report import config, fake_records, make_run, summary_for, table
+
+    root = tmp_path / "sweep"
+    speeds = {"pre_ln": [1000.0, 1500.0, 2100.0], "peri_ln": [1000.0, 1050.0, 1100.0]}
+    for arch, tps in speeds.items():
+        for seed in range(3):
+            recs = fake_records(1.0 + 0.01 * seed)
+            s = {**summary_for(recs, arch, seed), "tokens_per_s": tps[seed], "flops_per_token": 1.5e6}
+            make_run(root / f"{arch}{seed}", [f"arch={arch}", f"seed={seed}"], config(arch, seed), recs, s)
+    md = report.make_report(root).read_text()
+    rows = table(md, "group")
+    assert rows["arch=pre_ln"]["tokens/s"] == "1,533 (1,000-2,100: measured on a loaded machine)"
+    assert rows["arch=peri_ln"]["tokens/s"] == "1,050"
+    seconds = table(md[md.index("| group | outcomes | target |") :], "group")
+    assert seconds["arch=pre_ln"]["seconds"] == "9.86 ± 0.14 (measured on a loaded machine)"
+    assert seconds["arch=peri_ln"]["seconds"] == "9.86 ± 0.14"
