@@ -7,8 +7,9 @@ rounds, each timing ``steps`` steps of one side and then of the other (A B, then
 ``warmup`` untimed steps of each. The machine's drift then hits both sides of a round alike; the
 rounds are the unit of the interval (a paired t-interval over the per-round log ratios, the rule of
 :mod:`.verdict`). The idea and the step are scripts/bench_throughput.py's paired suite: the model's own
-step (forward, backward, clip, optimizer, nGPT's re-normalization) on one fixed batch, eager, without
-the trainer's data loading, logging and evaluation.
+step (forward, backward, clip, optimizer, nGPT's re-normalization) on one fixed batch, without the
+trainer's data loading, logging and evaluation; eager whatever the runs' ``compile`` (recorded beside as
+``runs_compile``): a compile per side would cost more than the benchmark on a CPU.
 
 How each timing metric is judged from it (:func:`normbench.reproduce.measure.judge_test`):
 
@@ -149,7 +150,8 @@ def measure(cfg_group, cfg_baseline, plan: Plan) -> dict:
     tokens = cfg_group.trainer.batch_size * cfg_group.model.seq_len
     load = {"loadavg_before": before["loadavg"], "loadavg_after": after["loadavg"],
             "cpu_count": after["cpu_count"], "torch_threads": after["torch_threads"]}  # fmt: skip
-    return {**summarize(seconds, tokens), "plan": asdict(plan), "device": device.type, "compile": False, "load": load}
+    compiled = {"compile": False, "runs_compile": [c.compile for c in (cfg_group, cfg_baseline)]}
+    return {**summarize(seconds, tokens), "plan": asdict(plan), "device": device.type, **compiled, "load": load}
 
 
 def _config(run):
