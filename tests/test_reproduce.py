@@ -339,7 +339,8 @@ def test_dry_run_names_both_sides_the_runs_a_time_and_a_command_bash_reads_back(
     out = capsys.readouterr().out
     assert ("test 'best val loss on par (±0.02 nats)': norm=rmsnorm (3 runs) against norm=layernorm (3 runs), "
             "both from init_std") in out  # fmt: skip
-    assert re.search(r"sweep 0: 6 runs, about \d+ (s|min) on this machine's CPU \(estimate\); to run it yourself:", out)
+    estimate = r"about \d+ (s|min) on this machine's CPU \(estimate; CPU speed calibrated [^)]+ cores\)"
+    assert re.search(rf"sweep 0: 6 runs, {estimate}; to run it yourself:", out)
     (line,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("python -m normbench train")]
     words = subprocess.run(["bash", "-c", f'printf "%s\\0" {line}'], capture_output=True, text=True, check=True)
     from normbench.reproduce.length import pin

@@ -74,6 +74,32 @@ def _of_n(text: str, k: int, n: int) -> str:
     return text if k == n or text == DASH else f"{text} ({k}/{n})"
 
 
+LOADED = "measured on a loaded machine"
+FLOPS_AGREE, TPS_SPREAD = 0.02, 0.20
+
+
+def loaded_spread(runs: list[Run]) -> tuple[float, float] | None:
+    """(lowest, highest) tokens/s of a group whose runs do the same work per token (FLOPs/token within 2%)
+    yet differ in tokens/s by more than 20%: the spread is the machine's (other work on its cores), not the
+    model's, and so are the group's tokens/s and seconds. None otherwise (or without both numbers)."""
+    pairs = [(f, t) for r in runs if finite(f := (r.summary or {}).get("flops_per_token"))
+             and finite(t := (r.summary or {}).get("tokens_per_s")) and f > 0 and t > 0]  # fmt: skip
+    if len(pairs) < 2:
+        return None
+    fpt, tps = [f for f, _ in pairs], [t for _, t in pairs]
+    if max(fpt) > (1 + FLOPS_AGREE) * min(fpt) or max(tps) <= (1 + TPS_SPREAD) * min(tps):
+        return None
+    return min(tps), max(tps)
+
+
+def _flagged(text: str, runs: list[Run], with_range: bool = False) -> str:
+    """A group's tokens/s or seconds cell, flagged when :func:`loaded_spread` finds the machine loaded."""
+    spread = loaded_spread(runs)
+    if spread is None or text == DASH:
+        return text
+    return f"{text} ({spread[0]:,.0f}-{spread[1]:,.0f}: {LOADED})" if with_range else f"{text} ({LOADED})"
+
+
 def _final_is_best(groups: list[Group]) -> bool:
     """Every averaged run ended at its best val loss (then one column says both)."""
     pairs = [r.val_losses for g in groups for r in loss_pool(g)[0]]
@@ -81,7 +107,8 @@ def _final_is_best(groups: list[Group]) -> bool:
 
 
 def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
-    """One row per group; the final val loss column only when some run's final loss is not its best."""
+    """One row per group; the final val loss column only when some run's final loss is not its best;
+    tokens/s flagged with their range where the machine was loaded (:func:`loaded_spread`)."""
     defaults = defaults or {}
     single = target if target is not None else (next(iter(defaults.values())) if len(defaults) == 1 else None)
     col = f"steps to val loss ≤ {single:g}" if single is not None else "steps to target"
@@ -104,7 +131,8 @@ def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
             notes = {LEAK_NOTE: None, **notes}
         rows.append([g.label, str(len(g.runs)), outcome_counts(g.runs), status_counts(g.runs),
                      mean_std(finals, suffix=mark), mean_std(bests, suffix=mark), steps,
-                     f"{statistics.fmean(tps):,.0f}" if tps else DASH, str(sum(spikes)) if spikes else DASH,
+                     _flagged(f"{statistics.fmean(tps):,.0f}" if tps else DASH, pool, with_range=True),
+                     str(sum(spikes)) if spikes else DASH,
                      "; ".join(notes)])  # fmt: skip
     if same:
         header, rows = header[:4] + header[5:], [r[:4] + r[5:] for r in rows]
@@ -122,7 +150,8 @@ def target_spreads(groups: list[Group], target=None, defaults=None) -> list[floa
 
 
 def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
-    """Steps, tokens and seconds to the target val loss: mean ± std over the runs that reached it."""
+    """Steps, tokens and seconds to the target val loss: mean ± std over the runs that reached it; the
+    seconds flagged where the group's tokens/s say the machine was loaded (:func:`loaded_spread`)."""
     defaults = defaults or {}
     header = ["group", "outcomes", "target", "reached", "steps", "tokens", "seconds"]
     rows = []
@@ -132,7 +161,7 @@ def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[
         rows.append([g.label, outcome_counts(g.runs), ", ".join(f"{t:g}" for t in targets) or DASH,
                      f"{len(hits)}/{n}", mean_std([h.steps for h in hits], ".0f"),
                      mean_std([h.tokens for h in hits], ",.0f"),
-                     mean_std([h.seconds for h in hits], ".1f")])  # fmt: skip
+                     _flagged(mean_std([h.seconds for h in hits], ".1f"), g.runs)])  # fmt: skip
     return header, rows
 
 

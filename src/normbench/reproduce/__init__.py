@@ -17,7 +17,7 @@ from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|quick|gpu] [seeds=N] [out=DIR]
                                    [min_seeds=N] [ladder=true] [ladder_param=mup|sp] [duration=ladder|branch]
-                                   [lr=ladder] [jobs=N] [--dry-run] [--no-run]
+                                   [lr=ladder] [jobs=N] [bench=RxS|off] [--dry-run] [--no-run]
                                    [Hydra overrides, hydra/launcher=...]
 
   --list      one line per claim: id, the claim in words, the paper
@@ -43,6 +43,9 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
               hydra/launcher=joblib hydra.launcher.n_jobs=N, and OMP_NUM_THREADS=1): jobs=2 keeps both
               cores of a 2-core machine busy; finished runs are reused and unfinished ones resumed as ever
   scale=quick the claim's 200-step sweep (about 1 token per parameter): quick, and not the verdict
+  bench=5x10  the timing tests (tokens/s, seconds to target) from a paired benchmark of the two sides in
+              one process: 5 interleaved rounds of 10 steps per side (reproduce/benchmark.py); bench=off:
+              none, and those tests are reported, not judged
 """
 
 
@@ -69,6 +72,7 @@ OPTIONS = {
     "ladder_param": "mup",
     "lr": "false",
     "jobs": "1",
+    "bench": "5x10",
 }
 
 
@@ -172,6 +176,9 @@ def _check_options(opts: dict) -> None:
         raise ConfigError(f"ladder_param={opts['ladder_param']} is not allowed; choose one of: mup, sp")
     if opts["duration"] not in ("false", "ladder", "branch"):
         raise ConfigError(f"duration={opts['duration']} is not allowed; choose one of: ladder, branch, false")
+    from normbench.reproduce.benchmark import parse_plan
+
+    parse_plan(opts["bench"])
     if opts["rungs"] is not None:
         try:
             values = [float(r) for r in opts["rungs"].split(",")]
@@ -202,7 +209,7 @@ def _run_claim(claim, req: _Request, tally: list | None = None) -> dict | None:
         _lr_ladder(claim, opts, req.seeds, req.overrides, req.dry, req.launch)
         return None
     return reproduce(claim, opts["scale"], req.seeds, req.overrides, Path(opts["out"]), int(opts["min_seeds"]),
-                     req.dry, launch=req.launch, tally=tally)  # fmt: skip
+                     req.dry, launch=req.launch, tally=tally, bench=opts["bench"])  # fmt: skip
 
 
 def _duration(claim, opts: dict, seeds, overrides: list[str], dry: bool, launch: bool) -> None:

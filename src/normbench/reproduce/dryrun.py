@@ -73,11 +73,12 @@ def sweep_estimate(cfgs: list, n_runs: int) -> tuple[str, float]:
     """(``about 40 s on this machine's CPU (estimate)``, seconds) for one sweep of ``n_runs`` runs over the
     grid points ``cfgs`` (the plan's composed configs, reproduce/plan.py): each one's time counted once
     per seed."""
-    from normbench.reproduce.estimate import SWEEP_START_S, job_seconds, spoken
+    from normbench.reproduce.estimate import SWEEP_START_S, calibration_note, job_seconds, spoken
     from normbench.validation import to_config
 
     total, where = 0.0, "CPU"
     for cfg in cfgs:
         seconds, where = job_seconds(to_config(cfg))
         total += seconds * n_runs / max(1, len(cfgs))
-    return f"{spoken(total + SWEEP_START_S)} on this machine's {where} (estimate)", total + SWEEP_START_S
+    note = calibration_note(where)
+    return f"{spoken(total + SWEEP_START_S)} on this machine's {where} (estimate{note})", total + SWEEP_START_S

@@ -3,9 +3,12 @@
 Per job: the training FLOPs (``6 N + 12 L d T`` per token, :mod:`normbench.runtime.flops`, times the
 tokens of ``trainer.max_steps`` steps, plus a third of that per token for the evaluations' forward
 passes) over a sustained rate, plus a start-up cost. The rate on a GPU is 35% of its bf16 peak (a
-typical MFU for these models); on a CPU it is the fp32 matrix-multiply speed measured here once
-(0.2 s of 256 x 256 products on the threads the runs get: the tiny model trains at about that rate,
-46 GFLOP/s against 45 measured on one thread of the development machine). Each step costs at least
+typical MFU for these models); on a CPU it is the fp32 matrix-multiply speed of this machine
+(256 x 256 products on the threads the runs get: the tiny model trains at about that rate, 46 GFLOP/s
+against 45 measured on one thread of the development machine), calibrated once per machine and torch
+version (the median of five 0.2 s measurements) and cached (:func:`calibration`): one 0.2 s measurement
+per call on a loaded machine gave the same dry run 3.5 h to 27.8 h. The estimate states the load the
+calibration was made at. Each step costs at least
 :data:`STEP_FLOOR_S` (the trainer's per-step overhead), each job :data:`START_S` and each sweep
 :data:`SWEEP_START_S`. Set against the issue's 12-job tiny sweep (150 steps, 2 blocks: 48 s, estimated
 50 s); the estimate says "about" and is meant for planning, within a factor of two.
@@ -14,8 +17,14 @@ typical MFU for these models); on a CPU it is the fp32 matrix-multiply speed mea
 from __future__ import annotations
 
 import functools
+import json
 import math
+import os
+import platform
+import socket
+import statistics
 import time
+from pathlib import Path
 
 START_S = 1.0  # per job: data cache, model build, final checkpoint and summary
 SWEEP_START_S = 3.0  # per sweep: the process, imports, Hydra's composition
@@ -25,17 +34,89 @@ CPU_EFFICIENCY = 1.0
 VOCAB = {"byte": 256, "gpt2": 50257}
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_rate() -> float:
-    """FLOP/s of fp32 256 x 256 matrix products on this machine, at torch's thread setting."""
+CALIBRATION_REPEATS = 5  # median of this many 0.2 s measurements
+CALIBRATION_S = 0.2
+
+
+def cache_file() -> Path:
+    """Where the calibration is kept: ``$NORMBENCH_CACHE/calibration.json``, else ~/.cache/normbench/."""
+    root = os.environ.get("NORMBENCH_CACHE") or Path.home() / ".cache" / "normbench"
+    return Path(root) / "calibration.json"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_key() -> str:
+    """What the rate depends on: the host, its CPU model, torch's version and its thread setting."""
+    import torch
+
+    return f"{socket.gethostname()} | {_cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+def _measure_once() -> float:
+    """FLOP/s of fp32 256 x 256 matrix products for :data:`CALIBRATION_S`, at torch's thread setting."""
     import torch
 
     a, b = torch.randn(256, 256), torch.randn(256, 256)
     n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < 0.2:
+    while time.perf_counter() - start < CALIBRATION_S:
         a @ b
         n += 1
     return 2 * 256**3 * n / (time.perf_counter() - start)
+
+
+def _calibrate() -> dict:
+    from normbench.reproduce.benchmark import machine_load
+
+    before = machine_load()
+    rates = [_measure_once() for _ in range(CALIBRATION_REPEATS)]
+    return {"flops": statistics.median(rates), "repeats": rates, "measured": time.strftime("%Y-%m-%d %H:%M"),
+            "loadavg": before["loadavg"], "cpu_count": before["cpu_count"]}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def calibration() -> dict:
+    """This machine's CPU rate, measured once per :func:`machine_key` (the median of
+    :data:`CALIBRATION_REPEATS`) and then read from :func:`cache_file`, so that dry runs agree with each
+    other whatever the machine's load at the time of each; the load when it was measured is kept with it."""
+    path, key = cache_file(), machine_key()
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if isinstance(cached, dict) and isinstance(cached.get(key), dict) and "flops" in cached[key]:
+        return cached[key]
+    entry = _calibrate()
+    try:  # a cache that cannot be written costs a calibration per call, nothing else
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**(cached if isinstance(cached, dict) else {}), key: entry}, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return entry
+
+
+def cpu_rate() -> float:
+    """FLOP/s of fp32 256 x 256 matrix products on this machine, at torch's thread setting (calibrated)."""
+    return float(calibration()["flops"])
+
+
+def calibration_note(where: str) -> str:
+    """``; CPU speed calibrated 2026-12-04 22:45 at load 3.1 on 2 cores`` for a CPU estimate, else ''."""
+    if where != "CPU":
+        return ""
+    c = calibration()
+    load = f"at load {c['loadavg'][0]:.1f} on {c['cpu_count']} cores" if c.get("loadavg") else "(load unknown)"
+    return f"; CPU speed calibrated {c.get('measured', '?')} {load}"
 
 
 def _rate(cfg) -> tuple[float, str]:

@@ -24,7 +24,7 @@ from normbench.claims.registry import Claim
 from normbench.claims.skip_eval import read_skip, skip_losses
 from normbench.errors import ConfigError
 from normbench.report.loading import find_runs, norm_value, setting
-from normbench.reproduce import dryrun, store
+from normbench.reproduce import benchmark, dryrun, store
 from normbench.reproduce.plan import Plan, build, layout, threads_env
 from normbench.reproduce.shared import check_claim
 
@@ -59,10 +59,12 @@ def needs_skip_eval(claim: Claim) -> bool:
 
 def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overrides=(), out=Path("outputs/reproduce"),
               min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True,
-              base: Plan | None = None, tally: list | None = None) -> dict | None:  # fmt: skip
+              base: Plan | None = None, tally: list | None = None, bench: str | None = None) -> dict | None:  # fmt: skip
     """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run). ``base``: the claim's
     jobs composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``overrides``; ``tally``:
-    a list each planned run is added to (:func:`.store.estimates`: ``reproduce all --dry-run``'s total)."""
+    a list each planned run is added to (:func:`.store.estimates`: ``reproduce all --dry-run``'s total);
+    ``bench``: the timing tests' paired benchmark, ``RxS`` or ``off`` (:mod:`.benchmark`; --no-run runs none)."""
+    bench_plan = benchmark.parse_plan(bench)
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
     out = Path(out)
@@ -81,7 +83,8 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
             if r.status == "completed" and read_skip(r.path) is None:
                 skip_losses(r.path)
         runs = find_runs(root)
-    result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {})
+    timing = benchmark.timing(bench_plan, None if launch else "no paired benchmark ran (--no-run)", log)
+    result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {}, timing=timing)
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
     result.update(length=_length(p.pinned, runs), runs_dir=str(root), n_runs=len(runs),
                   compile=_compiled(p.mode, runs), seconds=round(time.perf_counter() - start, 1),
