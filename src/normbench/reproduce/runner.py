@@ -58,8 +58,8 @@ def needs_skip_eval(claim: Claim) -> bool:
 
 
 def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overrides=(), out=Path("outputs/reproduce"),
-              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True,
-              base: Plan | None = None, tally: list | None = None, bench: str | None = None) -> dict | None:  # fmt: skip
+              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True, base: Plan | None = None,
+              tally: list | None = None, bench: str | None = None) -> dict | None:  # fmt: skip
     """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run). ``base``: the claim's
     jobs composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``overrides``; ``tally``:
     a list each planned run is added to (:func:`.store.estimates`: ``reproduce all --dry-run``'s total);
