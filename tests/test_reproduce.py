@@ -609,7 +609,7 @@ def test_the_dry_run_estimate_is_the_plans_configs_timed(tmp_path, monkeypatch):
     cfgs = [j.cfg for j in p.sweep_jobs(0)]
     text, seconds = dryrun.sweep_estimate(cfgs, 6)
     by_hand = sum(estimate.job_seconds(to_config(c))[0] for c in cfgs) * 3 + estimate.SWEEP_START_S
-    assert seconds == pytest.approx(by_hand) and text.endswith("on this machine's CPU (estimate)")
+    assert seconds == pytest.approx(by_hand) and "on this machine's CPU (estimate" in text
     assert {c.trainer.max_steps for c in cfgs} == {p.pinned.steps}  # the pinned length is what is timed
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from normbench.claims import verdict as V
 from normbench.claims.registry import Claim, Test
 from normbench.claims.skip_eval import read_skip
+from normbench.claims.timing import round_tps, timing_of, timing_record, value_of
 from normbench.diag.outcomes import finite
 from normbench.report.loading import Run, canonical_value, norm_value, setting
 from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rule, shared with report
@@ -151,19 +152,19 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
     key, put at its own best value before the target is set from its runs; whatever keeps the test from
     a verdict is collected on the way and handed to the rule of the test's kind (:mod:`.verdict`).
     ``at``: the scale's values for keys of the test's ``at`` (e.g. the deepest depth on GPUs).
-    ``timing``: for a timing test (:data:`.benchmark.TIMING_METRICS`), ``(test, group runs, baseline runs)
+    ``timing``: for a timing test (:data:`.timing.TIMING_METRICS`), ``(test, group runs, baseline runs)
     -> benchmark`` (:func:`.benchmark.timing`), or why none runs; without a benchmark the test is informative."""
     test = replace(test, at={k: str((at or {}).get(k, v)) for k, v in test.at.items()})
     sides, tuning, tuning_problems = _tune(test, _select_sides(test, runs))
     target = _target(test, sides.both)
     probs = _side_problems(test, sides, tuning_problems)
-    bench = _benchmark(test, sides, timing)
-    value = _value(test, target, sides, bench)
+    bench = timing_of(test, sides.g_runs, sides.b_runs, timing)
+    value = value_of(test, target, sides.g_runs, sides.b_runs, bench, metric_value)
     g_vals = _finished_values(sides.g_runs, value)
     b_vals = _finished_values(sides.b_runs, value) if sides.b_runs is not None else test.baseline
     paired = None
     if isinstance(bench, dict) and test.metric == "tokens_per_s":  # the benchmark's rounds are the values
-        g_vals, b_vals = (_round_tps(bench, side) for side in ("group", "baseline"))
+        g_vals, b_vals = (round_tps(bench, side) for side in ("group", "baseline"))
         paired = list(zip(g_vals, b_vals))
     elif test.kind in ("difference", "on_par"):
         probs += _value_problems(test, sides, value, g_vals, b_vals)
@@ -180,49 +181,8 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         res["tuned"] = tuning
     res.update(_described(test, res, target, n_seeds), groups=_groups(sides, g_vals, b_vals))
     if bench is not None:
-        res.update(_timing_record(bench, test.metric))
+        res.update(timing_record(bench, test.metric))
     return res
-
-
-def _benchmark(test: Test, sides: _Sides, timing) -> dict | str | None:
-    """A timing test's paired benchmark (a dict) or why there is none (a string); None for other tests."""
-    from normbench.reproduce.benchmark import TIMING_METRICS
-
-    if test.metric not in TIMING_METRICS or sides.b_runs is None:
-        return None
-    if timing is None or isinstance(timing, str):
-        return timing or "no paired benchmark ran"
-    return timing(test, sides.g_runs, sides.b_runs)
-
-
-def _value(test: Test, target: float | None, sides: _Sides, bench):
-    """The metric of a run; seconds to target with a benchmark: the run's steps to target x its side's
-    median seconds per step in the benchmark (:mod:`.benchmark`)."""
-    if not (isinstance(bench, dict) and test.metric == "seconds_to_target"):
-        return lambda r: metric_value(r, test.metric, target)
-    per_step = bench["median_seconds_per_step"]
-    side = {id(r): per_step["group"] for r in sides.g_runs} | {id(r): per_step["baseline"] for r in sides.b_runs}
-
-    def value(r: Run) -> float | None:
-        steps = metric_value(r, "steps_to_target", target)
-        return None if steps is None else steps * side[id(r)]
-
-    return value
-
-
-def _round_tps(bench: dict, side: str) -> list[float]:
-    return [bench["tokens_per_step"] / s for s in bench["seconds_per_step"][side]]
-
-
-def _timing_record(bench: dict | str, metric: str) -> dict:
-    """verdict.json's record of how a timing test was measured; without a benchmark the test is reported,
-    not judged (informative), whatever the runs' wall clocks say: they ran on a shared machine."""
-    if isinstance(bench, dict):  # tokens/s: the interval is over the benchmark's rounds, not the seeds
-        rounds = {"interval": "paired over benchmark rounds"} if metric == "tokens_per_s" else {}
-        return {"timing": "paired benchmark", "benchmark": bench, **rounds}
-    why = f"not judged: {bench}; the runs' own wall clocks on a shared machine are not a measurement"
-    return {"timing": "runs' wall clocks", "timing_reason": bench, "informative": True, "verdict": V.INCONCLUSIVE,
-            "reason": why}  # fmt: skip
 
 
 def _select_sides(test: Test, runs: list[Run]) -> _Sides:
