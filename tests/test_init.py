@@ -249,7 +249,7 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
 
     calls = []
 
-    def fake(claim, scale, seeds, overrides, out, min_seeds, dry_run, log=print, launch=True):
+    def fake(claim, scale, seeds, overrides, out, min_seeds, dry_run, log=print, launch=True, **_):
         calls.append((list(overrides), out))
         d = next((int(o.split("=")[1]) for o in overrides if o.startswith("model.d_model=")), 64)
         effect = 0.1 * (d / 64)  # grows with the width
