@@ -1,4 +1,4 @@
-"""A claim's timing tests from reproduce's paired benchmark (reproduce/benchmark.py): the rounds, the ratio and
+"""A claim's timing tests from reproduce's paired benchmark (claims/benchmark.py): the rounds, the ratio and
 its interval by hand, verdict.json's record, the test left informative without a benchmark."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
+from normbench.claims import benchmark as B
 from normbench.claims import verdict as V
 from normbench.errors import ConfigError
-from normbench.reproduce import benchmark as B
 from test_reproduce import fake_run, write_claim
 
 # per-round seconds per step: the group is 1.25, 10/9 and 1.2 times faster, a geometric mean of (5/3)^(1/3)
@@ -152,7 +152,7 @@ def test_a_real_benchmark_of_two_tiny_models_records_its_rounds_and_the_load():
 
 
 def test_loaded_spread_needs_equal_flops_and_a_spread_past_20_percent():
-    from normbench.report.loading import Run
+    from normbench.analysis.loading import Run
     from normbench.report.tables import loaded_spread
 
     runs = lambda *pairs: [Run(None, {}, [], {"flops_per_token": f, "tokens_per_s": t}, []) for f, t in pairs]  # noqa: E731

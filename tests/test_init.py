@@ -108,9 +108,9 @@ def test_dyt_at_auto_gets_a_start_up_note(overrides, noted):
 
 
 def test_a_runs_init_is_the_recorded_one_else_what_its_config_computed():
+    from normbench.analysis.loading import Run
     from normbench.claims.measure import run_init
     from normbench.config.schema import as_dict
-    from normbench.report.loading import Run
 
     def run(config, summary):
         return Run(path=None, config=config, overrides=[], summary=summary, records=[])
@@ -219,8 +219,8 @@ def test_paired_interval_by_hand():
 
 
 def test_judge_pairs_by_seed_only_when_both_sides_ran_the_same_seeds():
+    from normbench.analysis.loading import Run
     from normbench.claims.measure import seed_pairs
-    from normbench.report.loading import Run
 
     def run(norm, seed, loss):
         summary = {"status": "completed", "outcome": "learned", "norm": norm, "seed": seed, "best_val_loss": loss}

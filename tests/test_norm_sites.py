@@ -155,8 +155,8 @@ def test_checkpoint_without_the_added_keys_resumes_where_it_computed_the_same(tm
 
 
 def test_report_reads_old_qk_norm_runs_as_new_names(tmp_path):
+    from normbench.analysis.loading import Run, setting
     from normbench.claims.measure import select
-    from normbench.report.loading import Run, setting
 
     def run(value):
         return Run(tmp_path, {"arch": {"name": "pre_ln", "qk_norm": value}}, [], {}, [])
@@ -634,10 +634,10 @@ def test_claims_load_and_their_sweeps_validate(cid):
 
 def test_sandwich_spikes_verdict_on_made_up_runs(tmp_path):
     """Pre-LN spikes from lr 1e-2, the depth-scaled sandwich only at 3e-2: one grid step higher, HOLDS."""
+    from normbench.analysis.loading import find_runs
     from normbench.claims import verdict as V
     from normbench.claims.measure import judge_claim
     from normbench.claims.registry import load_claim
-    from normbench.report.loading import find_runs
     from test_reproduce import fake_run
 
     limits = {"pre_ln": 3e-3, "sandwich": 3e-3, "sandwich_depth": 1e-2}  # largest lr without spikes

@@ -97,8 +97,8 @@ def table(md: str, first_header: str) -> dict[str, dict[str, str]]:
 
 
 def mean_std(xs, single=".4f"):
-    """mean ± std at the std's precision (report.numbers, tested on hand-computed values in test_report_answer)."""
-    from normbench.report.numbers import pm
+    """mean ± std at the std's precision (analysis.numbers, tested on hand-computed values in test_report_answer)."""
+    from normbench.analysis.numbers import pm
 
     return pm(statistics.fmean(xs), statistics.stdev(xs), single) if len(xs) > 1 else format(xs[0], single)
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from normbench import report
-from normbench.report import numbers
+from normbench.analysis import numbers
 from normbench.report.verdicts import verdict_lines
 
 ARCH_BASE = {"pre_ln": 2.0, "post_ln": 2.2, "peri_ln": 2.21}
@@ -131,12 +131,12 @@ def holm_by_hand(ps: list[float]) -> list[float]:
 
 
 def test_holm_adjustment_by_hand():
-    from normbench.report.contrasts import holm
+    from normbench.analysis.contrasts import holm
 
     # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept at 0.06
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
-    from normbench.report.contrasts import Contrast
+    from normbench.analysis.contrasts import Contrast
     from normbench.report.verdicts import Effect
 
     # clear of 0 at 95% but not after the adjustment: not called (the sweep had peri_ln at p 0.013 -> 0.051)

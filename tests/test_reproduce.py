@@ -13,13 +13,13 @@ import subprocess
 import pytest
 import yaml
 
+from normbench.analysis.loading import find_runs
 from normbench.claims import registry as claims
 from normbench.claims import summary as claim_summary
 from normbench.claims import verdict as V
 from normbench.claims.measure import judge_claim
 from normbench.claims.registry import claim_ids, load_claim
 from normbench.errors import ConfigError
-from normbench.report.loading import find_runs
 
 CONTRACT = [
     "deepnorm_depth",

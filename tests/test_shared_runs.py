@@ -86,7 +86,7 @@ COMMON = ["model=tiny", "trainer.max_steps=6"]
 def test_a_run_of_one_claim_serves_another_and_only_the_rest_is_trained(tmp_path):
     """Claim A (norms at Pre-LN) and claim B (placements at LayerNorm) both train Pre-LN + LayerNorm: once
     A's runs exist, B's are links to them, and B's sweep trains only its Peri-LN job, into its own dirs."""
-    from normbench.report.loading import find_runs
+    from normbench.analysis.loading import find_runs
     from normbench.reproduce import store
     from normbench.reproduce.plan import build
 
@@ -185,7 +185,7 @@ def test_find_runs_follows_links_once_and_never_loops(tmp_path):
     """A link to an ancestor is not walked again; a run reached by a link and by its own path is one run."""
     import os
 
-    from normbench.report.loading import find_runs
+    from normbench.analysis.loading import find_runs
 
     _finish(tmp_path / "claim" / "run")
     os.symlink(tmp_path, tmp_path / "claim" / "loop")

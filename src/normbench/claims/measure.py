@@ -8,13 +8,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from normbench.claims import verdict as V
-from normbench.claims.registry import Claim, Test
-from normbench.claims.skip_eval import read_skip
-from normbench.claims.timing import round_tps, timing_of, timing_record, value_of
-from normbench.diag.outcomes import finite
-from normbench.report.loading import Run, canonical_value, norm_value, setting
-from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rule, shared with report
+from normbench.analysis.loading import Run, canonical_value, norm_value, setting
+from normbench.analysis.stats import (  # noqa: F401 - seed_pairs: the pairing rule, shared with report
     FINISHED,
     LEARNED,
     default_targets,
@@ -27,6 +22,11 @@ from normbench.report.stats import (  # noqa: F401 - seed_pairs: the pairing rul
     seed_pairs,
     time_to_target,
 )
+from normbench.claims import verdict as V
+from normbench.claims.registry import Claim, Test
+from normbench.claims.skip_eval import read_skip
+from normbench.claims.timing import round_tps, timing_of, timing_record, value_of
+from normbench.diag.outcomes import finite
 
 
 def select(runs: list[Run], where: dict) -> list[Run]:

@@ -2,17 +2,18 @@
 naming the test(s) it comes from, the claim's figure, a table of every test, the runs and the commit; then
 the report package's tables and figures for its runs, its verdict box taking the claim's baseline, so every
 effect on the page is group − baseline. Effects and means are rounded to their interval's precision
-(:mod:`normbench.report.numbers`)."""
+(:mod:`normbench.analysis.numbers`)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+from normbench.analysis import numbers
 from normbench.claims import verdict as V
 from normbench.claims.figure import METRIC_WORDS, metric_words, side_name
 from normbench.errors import ConfigError
-from normbench.report import build_report, numbers
+from normbench.report import build_report
 
 
 def fmt(x, spec: str = ".4g") -> str:

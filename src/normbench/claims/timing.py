@@ -1,5 +1,5 @@
 """How a claim's timing test (tokens/s, seconds to target) is measured: from the paired benchmark that
-``reproduce`` runs of its two sides in one process (normbench/reproduce/benchmark.py), never from the runs'
+``reproduce`` runs of its two sides in one process (normbench/claims/benchmark.py), never from the runs'
 own wall clocks on a shared machine. Without a benchmark the test is reported, not judged."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from normbench.report.stats import interval, one_sample_interval  # noqa: F401 - the interval rule, shared with report
+from normbench.analysis.stats import interval, one_sample_interval  # noqa: F401 - the interval rule, shared with report
 
 HOLDS, FAILS, INCONCLUSIVE = "HOLDS", "DOES NOT HOLD", "INCONCLUSIVE"
 MIN_SEEDS = 3

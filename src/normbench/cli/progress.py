@@ -103,7 +103,7 @@ class SweepProgress(Callback):
 
 def leaderboard_lines(sweep_dir: Path) -> list[str]:
     """The sweep's best groups by best val loss and the verdict box, a few lines for the console."""
-    from normbench.report.loading import group_runs, load_runs
+    from normbench.analysis.loading import group_runs, load_runs
     from normbench.report.verdicts import leaderboard, verdict_lines
 
     runs = load_runs([sweep_dir]) if sweep_dir.is_dir() else []

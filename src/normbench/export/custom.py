@@ -24,7 +24,7 @@ from normbench.model.simplegpt import SimpleGPT
 from normbench.norm.norms import Derf, DyT, EmbedScale, LayerNorm, RMSNorm
 from normbench.norm.scale_and_batch_norms import BatchNormBT, CRMSNorm, PowerNorm, ScaleNorm, SeeDNorm
 
-TEMPLATE = Path(__file__).resolve().parent / "hf_template"
+TEMPLATE = Path(__file__).resolve().parent.parent / "hf_template"  # normbench/hf_template/: its own package
 FILES = tuple(sorted(p.name for p in TEMPLATE.glob("*_normbench.py")))  # modeling_ imports the others
 AUTO_MAP = {
     "AutoConfig": "configuration_normbench.NormbenchConfig",
@@ -238,7 +238,7 @@ def write_code(out_dir: Path) -> None:
 
 def template_classes():
     """The template's (config class, model class), imported from normbench's copy (same code as shipped)."""
-    from normbench.export.hf_template.configuration_normbench import NormbenchConfig
-    from normbench.export.hf_template.modeling_normbench import NormbenchForCausalLM
+    from normbench.hf_template.configuration_normbench import NormbenchConfig
+    from normbench.hf_template.modeling_normbench import NormbenchForCausalLM
 
     return NormbenchConfig, NormbenchForCausalLM

@@ -8,16 +8,18 @@ SVG with ``--format``). The report opens with the answer: a verdict box (each va
 a baseline value, with the interval ``reproduce`` uses) beside a setup box (what the runs held
 fixed). Diverged, stuck, failed and still-running runs are always shown, never dropped.
 
-The pieces, for code that builds on them (e.g. a ``reproduce`` command):
+The pieces, for code that builds on them (e.g. a ``reproduce`` command); the runs read back and their
+statistics live in :mod:`normbench.analysis` (re-exported here):
 
-- :mod:`.loading`: :func:`load_runs` / :func:`find_runs` -> :class:`Run` (``status``,
+- :mod:`normbench.analysis.loading`: :func:`load_runs` / :func:`find_runs` -> :class:`Run` (``status``,
   ``outcome``, ``val_losses``), :func:`filter_runs`, :func:`group_runs` -> :class:`Group`,
   :func:`setting` (a run's value for a key), :func:`read_metrics`;
-- :mod:`.stats`: :func:`time_to_target`, :func:`default_targets`, :func:`group_metric`,
+- :mod:`normbench.analysis.stats`: :func:`time_to_target`, :func:`default_targets`, :func:`group_metric`,
   :func:`welch_interval` and :func:`compare` (difference from a baseline group, 95% CI), and the
   interval rule shared with ``reproduce`` (``interval``, ``seed_means``, ``seed_pairs``);
-- :mod:`.verdicts` and :mod:`.setup`: the two boxes at the top (:mod:`.contrasts`: the verdict box's
-  contrasts, the seed as the unit, and Holm's adjustment); :mod:`.numbers`: rounding to the spread;
+- :mod:`.verdicts` and :mod:`.setup`: the two boxes at the top (:mod:`normbench.analysis.contrasts`: the
+  verdict box's contrasts, the seed as the unit, and Holm's adjustment; :mod:`normbench.analysis.numbers`:
+  rounding to the spread);
 - :mod:`.tables` and :mod:`.figures` (a package: its common parts, :mod:`.figures.curves`,
   :mod:`.figures.layers`) format them;
   :mod:`.page` renders Markdown and HTML; :mod:`.build` writes the report.
@@ -25,8 +27,7 @@ The pieces, for code that builds on them (e.g. a ``reproduce`` command):
 Outcomes and per-layer statistics are defined in :mod:`normbench.diag.outcomes`.
 """
 
-from normbench.report.build import build_report, main, make_report
-from normbench.report.loading import (
+from normbench.analysis.loading import (
     Group,
     Run,
     filter_runs,
@@ -37,7 +38,7 @@ from normbench.report.loading import (
     read_metrics,
     setting,
 )
-from normbench.report.stats import (
+from normbench.analysis.stats import (
     Difference,
     Reached,
     compare,
@@ -46,6 +47,7 @@ from normbench.report.stats import (
     time_to_target,
     welch_interval,
 )
+from normbench.report.build import build_report, main, make_report
 
 __all__ = [
     "Difference",

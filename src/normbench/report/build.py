@@ -6,12 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from normbench.diag.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
-from normbench.errors import ConfigError
-from normbench.report import figures, tables, verdicts
-from normbench.report.figures import curves as curve_figures
-from normbench.report.figures import layers as layer_figures
-from normbench.report.loading import (
+from normbench.analysis.loading import (
     check_key,
     filter_runs,
     group_runs,
@@ -20,10 +15,15 @@ from normbench.report.loading import (
     parse_assignment,
     unreadable_summaries,
 )
+from normbench.analysis.stats import default_targets, eval_spacing
+from normbench.analysis.unstarted import unstarted_jobs
+from normbench.diag.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
+from normbench.errors import ConfigError
+from normbench.report import figures, tables, verdicts
+from normbench.report.figures import curves as curve_figures
+from normbench.report.figures import layers as layer_figures
 from normbench.report.page import to_html, to_markdown
 from normbench.report.setup import setup_rows
-from normbench.report.stats import default_targets, eval_spacing
-from normbench.report.unstarted import unstarted_jobs
 
 DASH = "—"
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from normbench.analysis.loading import Group, Run, setting
 from normbench.diag.outcomes import finite
-from normbench.report.loading import Group, Run, setting
 
 DASH = "—"
 

@@ -8,11 +8,9 @@ import statistics
 
 import yaml
 
-from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
-from normbench.model import norm_class
-from normbench.report import numbers
-from normbench.report.loading import Group, Run, setting
-from normbench.report.stats import (
+from normbench.analysis import numbers
+from normbench.analysis.loading import Group, Run, setting
+from normbench.analysis.stats import (
     Difference,
     compare,
     learned_everywhere,
@@ -25,6 +23,8 @@ from normbench.report.stats import (
     target_for,
     time_to_target,
 )
+from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
+from normbench.model import norm_class
 
 DASH = "—"
 

@@ -24,10 +24,10 @@ from itertools import combinations
 
 import yaml
 
-from normbench.report import numbers
-from normbench.report.contrasts import Cell, Contrast, contrast, disagreement, holm, per_cell
-from normbench.report.loading import Group, Run
-from normbench.report.stats import METRICS, loss_pool, outcome_counts, target_for
+from normbench.analysis import numbers
+from normbench.analysis.contrasts import Cell, Contrast, contrast, disagreement, holm, per_cell
+from normbench.analysis.loading import Group, Run
+from normbench.analysis.stats import METRICS, loss_pool, outcome_counts, target_for
 
 METRIC_NAMES = {k.replace(" ", "_"): k for k in METRICS}  # --metric best_val_loss -> "best val loss"
 ALPHA = 0.05  # family-wise, over the box's comparisons

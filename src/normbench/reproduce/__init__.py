@@ -44,7 +44,7 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
               cores of a 2-core machine busy; finished runs are reused and unfinished ones resumed as ever
   scale=quick the claim's 200-step sweep (about 1 token per parameter): quick, and not the verdict
   bench=5x10  the timing tests (tokens/s, seconds to target) from a paired benchmark of the two sides in
-              one process: 5 interleaved rounds of 10 steps per side (reproduce/benchmark.py); bench=off:
+              one process: 5 interleaved rounds of 10 steps per side (claims/benchmark.py); bench=off:
               none, and those tests are reported, not judged
 """
 
@@ -176,7 +176,7 @@ def _check_options(opts: dict) -> None:
         raise ConfigError(f"ladder_param={opts['ladder_param']} is not allowed; choose one of: mup, sp")
     if opts["duration"] not in ("false", "ladder", "branch"):
         raise ConfigError(f"duration={opts['duration']} is not allowed; choose one of: ladder, branch, false")
-    from normbench.reproduce.benchmark import parse_plan
+    from normbench.claims.benchmark import parse_plan
 
     parse_plan(opts["bench"])
     if opts["rungs"] is not None:

@@ -18,8 +18,8 @@ def command(argv: list[str]) -> str:
 
 
 def _spell(value) -> str:
+    from normbench.analysis.loading import norm_value
     from normbench.claims.registry import as_str
-    from normbench.report.loading import norm_value
 
     return norm_value(as_str(value))
 

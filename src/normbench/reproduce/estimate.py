@@ -74,7 +74,7 @@ def _measure_once() -> float:
 
 
 def _calibrate() -> dict:
-    from normbench.reproduce.benchmark import machine_load
+    from normbench.claims.benchmark import machine_load
 
     before = machine_load()
     rates = [_measure_once() for _ in range(CALIBRATION_REPEATS)]

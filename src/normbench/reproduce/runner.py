@@ -19,12 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+from normbench.analysis.loading import find_runs, norm_value, setting
+from normbench.claims import benchmark
 from normbench.claims.measure import FINISHED, judge_claim
 from normbench.claims.registry import Claim
 from normbench.claims.skip_eval import read_skip, skip_losses
 from normbench.errors import ConfigError
-from normbench.report.loading import find_runs, norm_value, setting
-from normbench.reproduce import benchmark, dryrun, store
+from normbench.reproduce import dryrun, store
 from normbench.reproduce.plan import Plan, build, layout, threads_env
 from normbench.reproduce.shared import check_claim
 
@@ -63,7 +64,8 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run). ``base``: the claim's
     jobs composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``overrides``; ``tally``:
     a list each planned run is added to (:func:`.store.estimates`: ``reproduce all --dry-run``'s total);
-    ``bench``: the timing tests' paired benchmark, ``RxS`` or ``off`` (:mod:`.benchmark`; --no-run runs none)."""
+    ``bench``: the timing tests' paired benchmark, ``RxS`` or ``off`` (:mod:`normbench.claims.benchmark`;
+    --no-run runs none)."""
     bench_plan = benchmark.parse_plan(bench)
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")

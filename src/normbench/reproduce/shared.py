@@ -28,7 +28,7 @@ TOKENS = "tokens"  # the tokens a job trains (runtime/length.py): one length per
 
 
 def _spell(value) -> str:
-    from normbench.report.loading import norm_value
+    from normbench.analysis.loading import norm_value
 
     return norm_value(as_str(value))
 

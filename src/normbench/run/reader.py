@@ -1,4 +1,4 @@
-"""A run directory read back, one way for every reader: the report (report/loading.py), export
+"""A run directory read back, one way for every reader: the report (analysis/loading.py), export
 (export/run.py), reproduce's layer-skip evaluation (claims/skip_eval.py) and W&B's resume.
 
 :class:`RunReader` gives a run's config, overrides, summary, metrics records and layer-skip result,

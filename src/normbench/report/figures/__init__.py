@@ -26,10 +26,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from normbench.analysis.loading import Group, Run, is_lr_key, setting
+from normbench.analysis.stats import LEARNED, learned_everywhere
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.model import norm_class
-from normbench.report.loading import Group, Run, is_lr_key, setting
-from normbench.report.stats import LEARNED, learned_everywhere
 
 ARCH_COLORS = {
     "pre_ln": "tab:blue",

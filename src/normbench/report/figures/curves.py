@@ -17,6 +17,8 @@ import math
 import statistics
 from pathlib import Path
 
+from normbench.analysis.loading import Group, Run, finite_series, series
+from normbench.analysis.stats import curve, healthy
 from normbench.diag.outcomes import finite
 from normbench.report.figures import (
     DEFAULT_OUT,
@@ -35,8 +37,6 @@ from normbench.report.figures import (
     rc,
     set_log,
 )
-from normbench.report.loading import Group, Run, finite_series, series
-from normbench.report.stats import curve, healthy
 
 DEPTH_LABEL = "depth l"  # 0: the embedding output, l: after block l (the captions say it)
 DEPTH = {  # metric -> (file, y label, caption, x label, first position: 0 for the stream, 1 for blocks)

@@ -13,6 +13,8 @@ import math
 import statistics
 from pathlib import Path
 
+from normbench.analysis.loading import Group, Run, series
+from normbench.analysis.stats import healthy, run_layer_series
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.report.figures import (
     DEFAULT_OUT,
@@ -31,8 +33,6 @@ from normbench.report.figures import (
     rc,
     set_log,
 )
-from normbench.report.loading import Group, Run, series
-from normbench.report.stats import healthy, run_layer_series
 
 HEATMAPS = {  # key -> (file, colour label, y label, first row's number, what the colour shows, the rows)
     "grad_norm_layer": ("grad_norm_layer_heatmap.png", "‖grad‖ of block l", "block l", 1,

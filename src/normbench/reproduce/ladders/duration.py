@@ -183,7 +183,7 @@ def seed_branches(trunk_root: Path, root: Path, step: int, log=print) -> float:
     """Each trunk run's checkpoint at ``step`` as the start of the same job under ``root`` (a branch run dir
     with the trunk's metrics up to the fork and ``branch.json``); skipped where the branch exists. Returns
     the trunk seconds up to the forks of the branches there are (the branches' shared, not own, time)."""
-    from normbench.report.loading import find_runs
+    from normbench.analysis.loading import find_runs
     from normbench.run.metrics import read_jsonl
 
     shared = 0.0
@@ -206,6 +206,6 @@ def seed_branches(trunk_root: Path, root: Path, step: int, log=print) -> float:
 
 
 def _branch_seconds(root: Path) -> float:
-    from normbench.report.loading import find_runs
+    from normbench.analysis.loading import find_runs
 
     return sum(float((r.summary or {}).get("wall_s") or 0) for r in (find_runs(root) if root.is_dir() else []))

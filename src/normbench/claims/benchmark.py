@@ -123,7 +123,7 @@ def interleave(steps: dict[str, Callable[[], None]], plan: Plan, sync=lambda: No
 def summarize(seconds: dict[str, list[float]], tokens_per_step: int) -> dict:
     """Per side its seconds per step (per round, median); the group's tokens/s over the baseline's as a
     geometric mean over rounds with its paired 95% interval (``ratio``, ``ratio_ci``)."""
-    from normbench.report.stats import interval
+    from normbench.analysis.stats import interval
 
     g, b = seconds["group"], seconds["baseline"]
     effect, (lo, hi) = interval([-math.log(s) for s in g], [-math.log(s) for s in b], paired=True)

@@ -21,13 +21,13 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from normbench.analysis import numbers
+from normbench.analysis.loading import Group, Run, finite_series, setting
 from normbench.diag.outcomes import OUTCOMES, finite, layer_series, layer_stats
-from normbench.report import numbers
-from normbench.report.loading import Group, Run, finite_series, setting
 
 STATUS_ORDER = ("completed", "diverged", "failed", "interrupted", "stopped", "running")
 OUTCOME_ORDER = (*OUTCOMES, "unknown", "interrupted", "stopped", "running", "failed")
-UNFINISHED = ("running", "interrupted", "stopped")  # partial losses, resumable (report/loading.py: Run.status)
+UNFINISHED = ("running", "interrupted", "stopped")  # partial losses, resumable (analysis/loading.py: Run.status)
 LEARNED = ("learned", "unstable")  # the run beat the no-context baseline
 FINISHED = ("completed", "diverged")  # a run that ended by itself
 LAYER_KEYS = ("var_growth", "grad_spread", "grad_cv", "massive_ratio_peak", "massive_ratio_step", "logit_maxabs")

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from normbench.report.loading import Run, load_yaml, norm_value
+from normbench.analysis.loading import Run, load_yaml, norm_value
 from normbench.run.commands import TRAIN, resume_command
 from normbench.run.resume import BOOKKEEPING_KEYS
 

@@ -21,8 +21,8 @@ import statistics
 from dataclasses import dataclass
 from itertools import combinations, permutations
 
-from normbench.report.loading import Group
-from normbench.report.stats import one_sample_interval, seed_means, seed_order, t_pvalue, welch_df, welch_interval
+from normbench.analysis.loading import Group
+from normbench.analysis.stats import one_sample_interval, seed_means, seed_order, t_pvalue, welch_df, welch_interval
 
 
 @dataclass
