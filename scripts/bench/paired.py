@@ -14,27 +14,10 @@ STEPS_PER_ROUND = 2  # paired suite: steps of one model before switching to the 
 
 
 def _stepper(cfg, vocab: int, device: torch.device, seed: int):
-    """One training step of ``cfg``'s model (forward, backward, clip, optimizer, nGPT's re-normalization)."""
-    from normbench.model import build_model
-    from normbench.optim.optimizers import build_optimizer
+    """One training step of ``cfg``'s model: the step ``reproduce``'s paired benchmark times (claims/benchmark.py)."""
+    from normbench.claims.benchmark import model_stepper
 
-    torch.manual_seed(seed)
-    model = build_model(cfg, vocab).to(device)
-    opt = build_optimizer(model, cfg, log=lambda *a: None)
-    batch = torch.randint(0, vocab, (cfg.trainer.batch_size, cfg.model.seq_len + 1), device=device)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
-
-    def step() -> None:
-        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            _, loss = model(batch[:, :-1], batch[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if hasattr(model, "after_step"):
-            model.after_step()
-
-    return model, step
+    return model_stepper(cfg, vocab, device, seed)
 
 
 def suite_paired(args) -> None:

@@ -76,14 +76,19 @@ def _vocab(cfg) -> int:
 
 
 def stepper(cfg, device, seed: int = 0) -> Callable[[], None]:
-    """One training step of ``cfg``'s model on one fixed random batch (bench_throughput.py's ``_stepper``)."""
+    """One training step of ``cfg``'s model on one fixed random batch."""
+    return model_stepper(cfg, _vocab(cfg), device, seed)[1]
+
+
+def model_stepper(cfg, vocab: int, device, seed: int = 0):
+    """(model, step): ``step()`` trains ``cfg``'s model one step on one fixed random batch (forward, backward,
+    clip, optimizer, nGPT's re-normalization); the one step scripts/bench's suites time too."""
     import torch
 
     from normbench.model import build_model
     from normbench.optim.optimizers import build_optimizer
 
     torch.manual_seed(seed)
-    vocab = _vocab(cfg)
     model = build_model(cfg, vocab).to(device)
     opt = build_optimizer(model, cfg, log=lambda *a: None)
     batch = torch.randint(0, vocab, (cfg.trainer.batch_size, cfg.model.seq_len + 1), device=device)
@@ -99,7 +104,7 @@ def stepper(cfg, device, seed: int = 0) -> Callable[[], None]:
         if hasattr(model, "after_step"):
             model.after_step()
 
-    return step
+    return model, step
 
 
 def interleave(steps: dict[str, Callable[[], None]], plan: Plan, sync=lambda: None) -> dict[str, list[float]]:
