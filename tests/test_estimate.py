@@ -60,7 +60,7 @@ def test_two_dry_runs_print_the_same_estimate_with_the_load_it_was_measured_at(c
     for _ in range(2):
         lines = []
         assert reproduce(claim, out=tmp_path / "out", dry_run=True, log=lines.append) is None
-        printed.append(next(ln for ln in lines if "(estimate" in ln))
+        printed.append(next(ln for ln in lines if "(estimate;" in ln))
         E.calibration.cache_clear()  # the second call reads the file, as a second process would
     assert printed[0] == printed[1]
     assert re.search(r"\(estimate; CPU speed calibrated \d{4}-\d\d-\d\d \d\d:\d\d at load \d+\.\d on \d+ cores\)",

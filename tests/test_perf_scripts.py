@@ -104,19 +104,19 @@ def miniature_rows(out: str) -> dict[str, list[str]]:
 
 
 def test_bench_miniature_suite_measures_a_mode_against_eager_fp32_and_ends_with_the_ratio(tmp_path):
-    # --set reaches the claim's jobs after compile=auto: eager bf16 as "the claims' mode", no compile to wait for
+    # --set reaches the claim's jobs after the claims' mode: eager bf16 with fp32 attention, no compile to wait for
     args = ["--suite", "miniature", "--rounds", "2", "--threads", "1", "--set", "compile=false"]
-    out = bench([*args, "--set", "precision=bf16"], tmp_path)
-    assert "the claims' mode (eager bf16; compile=false)" in out, out
+    out = bench(args, tmp_path)
+    assert "the claims' mode (eager bf16, attention fp32; compile=false)" in out, out
     rows = miniature_rows(out)
-    assert set(rows) == {"eager fp32", "eager bf16"}, out
+    assert set(rows) == {"eager fp32", "eager bf16, attention fp32"}, out
     assert rows["eager fp32"][3] == "1.000 [1.000, 1.000]"  # the reference of every round
     last = out.strip().splitlines()[-1]
     assert re.search(r"\d+\.\d\dx", last) and (m := MINIATURE_LAST.match(last)), last
-    assert m.group(1) == f"{float(rows['eager bf16'][3].split()[0]):.2f}"  # the line gives the table's median
+    assert m.group(1) == f"{float(rows['eager bf16, attention fp32'][3].split()[0]):.2f}"  # the table's median
     assert re.search(r"load average \d+\.\d\d / ", out)  # the load it was measured under
     # a claims' mode of eager fp32 is eager fp32: nothing to measure, the line still ends the output
-    out = bench(args, tmp_path)
+    out = bench([*args, "--set", "precision=fp32"], tmp_path)
     assert MINIATURE_LAST.match(out.strip().splitlines()[-1]).group(1) == "1.00", out
 
 
@@ -124,8 +124,9 @@ def test_bench_miniature_reads_the_claims_mode_from_reproduce():
     sys.path.insert(0, str(SCRIPTS))
     from bench.miniature import claims_job
 
-    cfg, reason = claims_job()  # rmsnorm_parity's baseline job at scale cpu under compile=auto
-    assert (cfg.model.name, cfg.model.n_layer, cfg.norm.name, cfg.precision) == ("tiny", 4, "layernorm", "fp32")
+    cfg, reason = claims_job()  # rmsnorm_parity's baseline job at scale cpu, in the claims' mode (registry.CPU_MODE)
+    assert (cfg.model.name, cfg.model.n_layer, cfg.norm.name, cfg.precision) == ("tiny", 4, "layernorm", "bf16")
+    assert cfg.attn_fp32 is True
     assert cfg.compile is True and reason.startswith("compile=auto: ") and reason.endswith("compiling")
     assert cfg.trainer.max_steps == 4480  # 20 tokens per parameter, pinned as reproduce pins it
     cfg, reason = claims_job(["compile=false"])
@@ -135,7 +136,7 @@ def test_bench_miniature_reads_the_claims_mode_from_reproduce():
 @pytest.mark.slow  # compiles tiny (seconds with a warm inductor cache, ~50 s cold)
 def test_bench_miniature_suite_times_the_compiled_claims_mode(tmp_path):
     out = bench(["--suite", "miniature", "--rounds", "2", "--threads", "1"], tmp_path, timeout=900)
-    assert set(miniature_rows(out)) == {"eager fp32", "compiled fp32"}, out
+    assert set(miniature_rows(out)) == {"eager fp32", "compiled bf16, attention fp32"}, out
     assert MINIATURE_LAST.match(out.strip().splitlines()[-1]), out
 
 

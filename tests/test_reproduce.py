@@ -141,7 +141,10 @@ def fake_run(path, arch, seed, status="completed", outcome="learned", loss=2.0, 
     (path / "summary.json").write_text(json.dumps(summary))
 
 
-def write_claim(directory, tests, sweeps=({"arch": ["pre_ln", "peri_ln"]},), fixed=("model=tiny",), seeds=3):
+# compile=false: a made-up claim's cpu scale trains eager (the claims' mode, registry.CPU_MODE, would pin compile=auto)
+def write_claim(
+    directory, tests, sweeps=({"arch": ["pre_ln", "peri_ln"]},), fixed=("model=tiny", "compile=false"), seeds=3
+):
     raw = {
         "claim": "a made-up claim",
         "paper": "nobody 2025",
@@ -344,9 +347,12 @@ def test_dry_run_names_both_sides_the_runs_a_time_and_a_command_bash_reads_back(
     (line,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("python -m normbench train")]
     words = subprocess.run(["bash", "-c", f'printf "%s\\0" {line}'], capture_output=True, text=True, check=True)
     from normbench.reproduce.length import pin
+    from normbench.reproduce.plan import build
 
     claim = load_claim("rmsnorm_parity")
-    _, argvs, _ = plan(claim, "cpu", None, [pin(claim, "cpu").override], tmp_path)  # the length the call pins
+    pinned = build(claim, "cpu", None, [], tmp_path, log=lambda *a: None)  # the length and the mode the call pins
+    _, argvs, _ = plan(claim, "cpu", None, pinned.overrides, tmp_path)
+    assert pinned.overrides[0] == pin(claim, "cpu").override and argvs == pinned.argvs
     assert words.stdout.split("\0")[:-1] == ["python", "-m", "normbench", "train", *argvs[0]]
     assert "hydra.sweep.subdir=${hydra.job.override_dirname}" in argvs[0]
     assert not any(tmp_path.iterdir())

@@ -146,12 +146,13 @@ def test_reproduce_all_dry_run_counts_total_distinct_runs_and_hours(tmp_path, ca
     import re
 
     m = re.match(
-        r"normbench: (.+): (\d+) runs, (\d+) distinct \((\d+) shared between claims\), (\d+) to train: about", line
+        r"normbench: (.+): (\d+) runs, (\d+) distinct \((\d+) shared between claims\), (\d+) to train: ", line
     )
     assert m and m.group(1) == " ".join(ids), line
     total, distinct, shared, todo = map(int, m.groups()[1:])
     assert total == 21 and shared == 6 and distinct == todo == 15  # 3 seeds x (2 + 2 + 3 jobs); the baseline once
-    assert "of one process on this machine's CPU (estimate)" in line and not any(tmp_path.iterdir())
+    hours = float(re.search(r"to train: ([\d.]+) CPU-hours \(one thread a run\)", line).group(1))
+    assert hours > 0 and "cores at jobs=" in line and not any(tmp_path.iterdir())
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ import time
 import warnings
 
 import torch
-import torch.nn.functional as F
 
 from bench.core import padded_vocab
 from bench.miniature import build_form, claims_job, cpu_seconds, load, paired_rates, with_mode
@@ -18,34 +17,11 @@ from normbench.data.corpus import load_data
 
 SHAPES = {"tiny4": ("tiny, 4 blocks", {}), "tiny8": ("tiny, 8 blocks", {"n_layer": 8}),
           "d128": ("d 128", {"d_model": 128}), "d256": ("d 256", {"d_model": 256})}  # fmt: skip
+# (compile, precision, attn_fp32): the fp32-attention forms are the trainer's own attn_fp32 (model/attention.sdpa)
 FORMS = {"eager fp32": (False, "fp32", False), "compiled fp32": (True, "fp32", False),
          "compiled bf16": (True, "bf16", False), "eager bf16": (False, "bf16", False),
          "compiled bf16, fp32 attention": (True, "bf16", True),
          "eager bf16, fp32 attention": (False, "bf16", True)}  # fmt: skip
-_SDPA = F.scaled_dot_product_attention
-_FP32_ATTENTION = {"on": False}  # set while a "fp32 attention" form steps
-
-
-def _sdpa(q, k, v, *args, **kwargs):
-    """SDPA in fp32 inside a bf16 form: torch 2.13's CPU flash-attention backward costs ~8x in bf16 what it
-    does in fp32 at tiny's shapes (the profile in docs/performance.md §7); the products stay bf16."""
-    if not _FP32_ATTENTION["on"] or q.dtype != torch.bfloat16:
-        return _SDPA(q, k, v, *args, **kwargs)
-    with torch.autocast("cpu", enabled=False):
-        return _SDPA(q.float(), k.float(), v.float(), *args, **kwargs).to(q.dtype)
-
-
-def fp32_attention(step):
-    def wrapped() -> None:
-        _FP32_ATTENTION["on"] = True
-        try:
-            step()
-        finally:
-            _FP32_ATTENTION["on"] = False
-
-    return wrapped
-
-
 SEEDS = 3  # a claim's seeds: one batched model of this many
 MATMULS = [(1024, 64, 256), (1024, 256, 64), (1024, 128, 512), (1024, 256, 1024), (1024, 1024, 1024)]
 
@@ -108,14 +84,10 @@ def stacked_step(cfg, vocab: int, seeds: int):
 def _forms_table(cfg, vocab: int, rounds: int, shapes: list[str]) -> None:
     print("| config | form | tokens/CPU-s | ratio to eager fp32 [quartiles] | GFLOP/s | of fp32 peak | of bf16 peak |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    F.scaled_dot_product_attention = _sdpa  # the model calls it through torch.nn.functional: every form sees it
     for key in shapes:
         shape, model = SHAPES[key]
         torch._dynamo.reset()  # dynamo's per-code recompile limit: each config starts from an empty cache
-        forms = [
-            build_form(f, with_mode(cfg, c, p, **model), vocab, fp32_attention if a else None)
-            for f, (c, p, a) in FORMS.items()
-        ]
+        forms = [build_form(f, with_mode(cfg, c, p, a, **model), vocab) for f, (c, p, a) in FORMS.items()]
         for name, r in paired_rates(forms, rounds).items():
             print(
                 f"| {shape} | {name} | {r['rate']:,.0f} | {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}] "

@@ -3,8 +3,9 @@ tokens per CPU-second (one torch thread: the rate hardly depends on what else th
 tokens per wall-second does).
 
 The claims' mode is read from the code, not written here: :data:`CLAIM`'s baseline job at scale cpu, composed
-as ``reproduce`` composes it with :data:`CLAIMS_OVERRIDES` (its tokens per parameter and ``compile=auto``
-pinned, reproduce/runner.py): its ``compile`` and ``precision`` are the mode every claim job trains in."""
+as ``reproduce`` composes it (the claims' mode, claims/registry.CPU_MODE, with its tokens per parameter and
+``compile=auto`` pinned, reproduce/plan.py): its ``compile``, ``precision`` and ``attn_fp32`` are the mode
+every claim job trains in."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from bench.paired import _stepper
 from normbench.data.corpus import load_data
 
 CLAIM = "rmsnorm_parity"  # its baseline job is the miniature: Pre-LN + LayerNorm, tiny, 4 blocks, batch 16
-CLAIMS_OVERRIDES = ["compile=auto"]  # what the claims' runs are given (docs/claims.md: `reproduce ID compile=auto`)
 STEPS_PER_ROUND = 3
 
 
@@ -33,19 +33,21 @@ def claims_job(overrides=()) -> tuple[object, str]:
     from normbench.reproduce.plan import build
 
     claim = load_claim(CLAIM)
-    p = build(claim, "cpu", None, [*CLAIMS_OVERRIDES, *overrides], Path("outputs/reproduce"), log=lambda *a: None)
+    p = build(claim, "cpu", None, list(overrides), Path("outputs/reproduce"), log=lambda *a: None)
     _, cfg = _baseline_job(claim, "cpu", p.users, p.pairs)
     return cfg, p.mode.reason if p.mode else f"compile={str(cfg.compile).lower()}"
 
 
 def mode_name(cfg) -> str:
-    return f"{'compiled' if cfg.compile is True else 'eager'} {cfg.precision}"
+    from normbench.runtime.precision import precision_name
+
+    return f"{'compiled' if cfg.compile is True else 'eager'} {precision_name(cfg)}"
 
 
-def with_mode(cfg, compile_: bool, precision: str, **model):
+def with_mode(cfg, compile_: bool, precision: str, attn_fp32: bool = False, **model):
     """A copy of ``cfg`` (a composed config) in another execution mode, with ``model`` fields set (n_layer=8)."""
     out = copy.deepcopy(cfg)
-    out.compile, out.precision = compile_, precision
+    out.compile, out.precision, out.attn_fp32 = compile_, precision, attn_fp32
     for key, value in model.items():
         out.model[key] = value
     return out

@@ -87,12 +87,13 @@ def model_stepper(cfg, vocab: int, device, seed: int = 0):
 
     from normbench.model import build_model
     from normbench.optim.optimizers import build_optimizer
+    from normbench.runtime.precision import autocast_dtype
 
     torch.manual_seed(seed)
     model = build_model(cfg, vocab).to(device)
     opt = build_optimizer(model, cfg, log=lambda *a: None)
     batch = torch.randint(0, vocab, (cfg.trainer.batch_size, cfg.model.seq_len + 1), device=device)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+    dtype = autocast_dtype(cfg)
 
     def step() -> None:
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):

@@ -26,6 +26,12 @@ from normbench.errors import ConfigError
 KINDS = ("difference", "on_par", "outcome", "largest_lr")
 SCALES = ("cpu", "quick", "gpu")
 LENGTH_KEYS = ("trainer.max_steps", "trainer.max_tokens", "trainer.tokens_per_param")
+# The claims' execution mode at scale cpu (the verdict's): bf16 autocast with the attention kernel in fp32, compiled
+# where compiling pays (compile=auto, pinned once per claim: reproduce/length.py). The fastest form of the miniature
+# on this CPU that keeps the verdicts (docs/performance.md §7, and the fp32 check in docs/claims.md); the papers
+# train in bf16 mixed precision too. Put ahead of a claim's own ``fixed``, so a claim file or a user override
+# (``precision=fp32 attn_fp32=false compile=false``: the fp32 verdict) sets another. quick and gpu keep their own.
+CPU_MODE = ("precision=bf16", "attn_fp32=true", "compile=auto")
 METRICS = (
     "best_val_loss", "final_val_loss", "tokens_per_s", "var_growth", "grad_spread", "grad_cv",
     "massive_ratio_peak", "massive_onset_frac", "steps_to_target", "tokens_to_target", "seconds_to_target",
@@ -155,6 +161,8 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
         if key not in raw:
             raise ConfigError(f"claim {cid} ({path}): missing key {key!r}")
     raw["scales"] = {scale: _derived(cid, raw["scales"], scale) for scale in raw["scales"]}
+    if isinstance(raw["scales"].get("cpu"), dict):
+        raw["scales"]["cpu"] = {**raw["scales"]["cpu"], "fixed": [*CPU_MODE, *raw["scales"]["cpu"].get("fixed", [])]}
     for scale, s in raw["scales"].items():
         if scale not in SCALES or not isinstance(s, dict) or "sweeps" not in s:
             raise ConfigError(f"claim {cid}: scales.{scale} must be one of {', '.join(SCALES)} with sweeps")

@@ -250,6 +250,7 @@ class Config:
     seed: int = 0
     device: str = "auto"
     precision: str = "fp32"
+    attn_fp32: bool = False  # under precision=bf16/fp16: the attention kernel in fp32 (model/attention.sdpa)
     compile: Any = False  # true, false or "auto" (normbench/runtime/compiling.py)
     parallel: str = "none"
     peak_flops: float | None = None  # for MFU; None -> known value for the GPU, if any

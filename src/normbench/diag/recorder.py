@@ -64,6 +64,7 @@ class Recorder:
             seed=cfg.seed,
             device=c.device.type,
             precision=cfg.precision,
+            attn_fp32=bool(cfg.attn_fp32) and cfg.precision != "fp32",  # the SDPA kernel in fp32 under autocast
             compiled=c.compiled,
             max_steps=c.max_steps,
             host=socket.gethostname(),

@@ -69,5 +69,16 @@ def model_class(cfg) -> type[nn.Module]:
 def build_model(cfg, vocab_size: int) -> nn.Module:
     cls = model_class(cfg)
     if cls is NGPT:
-        return NGPT(cfg.model, cfg.arch, vocab_size)
-    return cls(cfg.model, cfg.arch, cfg.norm, vocab_size)
+        model = NGPT(cfg.model, cfg.arch, vocab_size)
+    else:
+        model = cls(cfg.model, cfg.arch, cfg.norm, vocab_size)
+    set_attention_fp32(model, bool(getattr(cfg, "attn_fp32", False)))
+    return model
+
+
+def set_attention_fp32(model: nn.Module, on: bool) -> None:
+    """``attn_fp32``: every attention module runs its SDPA kernel in fp32 under a half-precision autocast
+    (attention.sdpa); an execution setting like ``precision``, so it changes no weight and no export."""
+    for module in model.modules():
+        if hasattr(module, "sdpa_fp32"):
+            module.sdpa_fp32 = on

@@ -30,6 +30,20 @@ def rope_cache(
     return emb.cos(), emb.sin()
 
 
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fp32: bool = False, **kwargs) -> torch.Tensor:
+    """``F.scaled_dot_product_attention``; with ``fp32`` under a half-precision autocast (``attn_fp32=true``), the
+    kernel runs in fp32 on q, k, v cast up, its output cast to the autocast dtype as autocast's own call would
+    give it. Why: torch 2.13's CPU flash-attention backward in bf16 costs ~8x its fp32 one at the miniature's
+    head dim 16 (docs/performance.md §7), so a bf16 run keeps its bf16 matrix products and leaves this kernel in
+    fp32 (the softmax accumulates in fp32 in the GPU kernels too). Off, or without autocast, the plain call."""
+    device = q.device.type
+    if fp32 and (torch.is_autocast_enabled(device) or q.dtype in (torch.bfloat16, torch.float16)):
+        out = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else q.dtype
+        with torch.autocast(device, enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs).to(out)
+    return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate pairs (i, i + d/2) of x (B, H, T, d) by position-dependent angles."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -70,6 +84,7 @@ class Attention(nn.Module):
         self.v_norm = build_norm(norm_cfg, self.head_dim, "attn", d) if v_norm else None
         self.stats = None  # set by diagnostics: dict to receive attention statistics
         self.logit_max = None  # set by stabilizers.QKClip: (H,) running max of the training logits
+        self.sdpa_fp32 = False  # set by build_model from ``attn_fp32`` (:func:`sdpa`)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, kv=None) -> torch.Tensor:
         B, T, C = x.shape
@@ -92,7 +107,7 @@ class Attention(nn.Module):
         if kv is not None:
             return self.project(cached_attention(q, *kv.update(k, v)).transpose(1, 2), x)
         dropout = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        y = sdpa(q, k, v, self.sdpa_fp32, dropout_p=dropout, is_causal=True)
         if self.stats is not None:
             record_attention_stats(self.stats, q, k, 1.0 / math.sqrt(self.head_dim))
         if self.logit_max is not None and self.training:

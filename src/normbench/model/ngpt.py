@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.attention import apply_rope, cached_attention, record_attention_stats
+from normbench.model.attention import apply_rope, cached_attention, record_attention_stats, sdpa
 from normbench.model.gpt import CausalLM, LMHead
 from normbench.norm.lean_grads import l2_normalize
 from normbench.norm.norms import upcast
@@ -75,6 +75,7 @@ class NGPTBlock(nn.Module):
         self.sqk = ScaledVector(d, arch.s_qk_init, base)
         self.suv = ScaledVector(2 * d_ff, arch.s_uv_init, 1.0)
         self.stats = None  # attention statistics for diagnostics
+        self.sdpa_fp32 = False  # set by build_model from ``attn_fp32`` (attention.sdpa)
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # the casts below are no-ops in fp32: skip their dispatch
@@ -94,7 +95,7 @@ class NGPTBlock(nn.Module):
         q, k = sqk * self.norm(q), sqk * self.norm(k)
         scale = math.sqrt(self.head_dim)  # unit q, k: softmax scale +sqrt(d_h), not 1/sqrt(d_h)
         if kv is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+            y = sdpa(q, k, v, self.sdpa_fp32, is_causal=True, scale=scale)
         else:
             k, v = kv.update(k, v)
             y = cached_attention(q, k, v, scale=scale)

@@ -46,7 +46,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from normbench.model.attention import apply_rope, cached_attention, record_attention_stats
+from normbench.model.attention import apply_rope, cached_attention, record_attention_stats, sdpa
 from normbench.model.gpt import GPT, Sublayer, default_d_ff
 from normbench.model.placement import BlockSpec, SublayerSpec, register_placement
 from normbench.norm.norms import build_norm
@@ -72,6 +72,7 @@ class SimpleAttention(nn.Module):
         self.c_proj = nn.Linear(d, d, bias=bias)
         self.q_norm, self.k_norm, self.v_norm, self.o_norm = (build_norm(norm_cfg, d, "attn") for _ in range(4))
         self.stats = None  # set by diagnostics
+        self.sdpa_fp32 = False  # set by build_model from ``attn_fp32`` (attention.sdpa)
 
     def residual_side(self) -> list[nn.Module]:
         return [self.o_norm]
@@ -89,9 +90,7 @@ class SimpleAttention(nn.Module):
         if kv is not None:
             y = cached_attention(q, *kv.update(k, v))
         else:
-            y = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-            )
+            y = sdpa(q, k, v, self.sdpa_fp32, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
             if self.stats is not None:
                 record_attention_stats(self.stats, q, k, 1.0 / math.sqrt(self.head_dim))
         return self.o_norm(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))

@@ -199,6 +199,13 @@ def _summary(key: str) -> Callable[[Run], str | None]:
     return lambda r: None if (r.summary or {}).get(key) in (None, "") else str(r.summary[key])
 
 
+def _precision(r: Run) -> str | None:
+    name = setting(r, "precision") or _summary("precision")(r)
+    attn = setting(r, "attn_fp32")
+    attn = (r.summary or {}).get("attn_fp32") if attn is None else str(attn).lower() == "true"
+    return f"{name}, attention kernel in fp32" if name and name != "fp32" and attn else name
+
+
 def _mode(r: Run) -> str | None:
     compiled = (r.summary or {}).get("compiled")
     return None if compiled is None else ("compiled (torch.compile)" if compiled else "eager")
@@ -221,7 +228,7 @@ LINES: tuple[tuple[str, Callable[[Run], str | None]], ...] = (
     ("data", _data),
     ("vocab", _vocab),
     ("validation", _validation),
-    ("precision", lambda r: setting(r, "precision") or _summary("precision")(r)),
+    ("precision", _precision),
     ("mode", _mode),
     ("device", _summary("device")),
     ("commit", _summary("commit")),

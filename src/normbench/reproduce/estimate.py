@@ -3,15 +3,19 @@
 Per job: the training FLOPs (``6 N + 12 L d T`` per token, :mod:`normbench.runtime.flops`, times the
 tokens of ``trainer.max_steps`` steps, plus a third of that per token for the evaluations' forward
 passes) over a sustained rate, plus a start-up cost. The rate on a GPU is 35% of its bf16 peak (a
-typical MFU for these models); on a CPU it is the fp32 matrix-multiply speed of this machine
-(256 x 256 products on the threads the runs get: the tiny model trains at about that rate, 46 GFLOP/s
-against 45 measured on one thread of the development machine), calibrated once per machine and torch
-version (the median of five 0.2 s measurements) and cached (:func:`calibration`): one 0.2 s measurement
-per call on a loaded machine gave the same dry run 3.5 h to 27.8 h. The estimate states the load the
-calibration was made at. Each step costs at least
-:data:`STEP_FLOOR_S` (the trainer's per-step overhead), each job :data:`START_S` and each sweep
-:data:`SWEEP_START_S`. Set against the issue's 12-job tiny sweep (150 steps, 2 blocks: 48 s, estimated
-50 s); the estimate says "about" and is meant for planning, within a factor of two.
+typical MFU for these models). On a CPU it is measured, not assumed: the model FLOP/s of the miniature's
+own eager fp32 training step (``model=tiny``, 4 blocks, Pre-LN + LayerNorm, batch 16: the step the paired
+benchmark times, claims/benchmark.model_stepper) on **one** torch thread, the thread a claim's run gets
+under ``jobs=2``; times the trainer's share (:data:`TRAINER_SHARE`: evaluation, diagnostics and logging
+between steps) and the run's execution form's speed over eager fp32 (:data:`FORM_SPEEDUP`, measured side by
+side in docs/performance.md §7). So the estimate is in CPU-seconds: one thread's time, which is what two
+runs at a time on two cores each take. An earlier version used the 256 x 256 fp32 matmul rate on all
+threads: the miniature trains at about a third of that per thread, so it underestimated by 2-6x with the
+load. The rate is calibrated once per machine and torch version (the median of five 0.2 s measurements)
+and cached (:func:`calibration`): one measurement per call on a loaded machine gave the same dry run
+3.5 h to 27.8 h. The estimate states the load the calibration was made at. Each job costs :data:`START_S`
+and each sweep :data:`SWEEP_START_S`; a compiled run adds its compile time (runtime/compiling.py). It is
+meant for planning, within a factor of two.
 """
 
 from __future__ import annotations
@@ -28,9 +32,18 @@ from pathlib import Path
 
 START_S = 1.0  # per job: data cache, model build, final checkpoint and summary
 SWEEP_START_S = 3.0  # per sweep: the process, imports, Hydra's composition
-STEP_FLOOR_S = 0.006  # the trainer's per-step overhead on a CPU (optimizer, logging), measured on model=tiny
 GPU_MFU = 0.35
-CPU_EFFICIENCY = 1.0
+# The trainer's tokens per CPU-second over the bare step's (claims/benchmark.model_stepper) on the miniature:
+# evaluation, diagnostics, logging, batching. Measured: a quick run's train.log against the step, same load.
+TRAINER_SHARE = 0.7
+# tokens per CPU-second of each execution form over eager fp32 on the miniature, keyed (compiled, precision,
+# attn_fp32): docs/performance.md §7, paired, tiny 4 blocks (8 blocks within 4%). Wider models gain more from
+# bf16 (d 256: 1.64x compiled), so the estimate errs long there. A form not listed counts as eager fp32.
+FORM_SPEEDUP = {
+    (False, "fp32", False): 1.0, (True, "fp32", False): 1.25,
+    (False, "bf16", False): 0.68, (True, "bf16", False): 0.81,
+    (False, "bf16", True): 1.24, (True, "bf16", True): 1.71,
+}  # fmt: skip
 VOCAB = {"byte": 256, "gpt2": 50257}
 
 
@@ -55,22 +68,44 @@ def _cpu_model() -> str:
 
 
 def machine_key() -> str:
-    """What the rate depends on: the host, its CPU model, torch's version and its thread setting."""
+    """What the rate depends on: the host, its CPU model, torch's version; and what was measured (the
+    miniature's step on one thread: an entry of the older matmul calibration is not read as one)."""
     import torch
 
-    return f"{socket.gethostname()} | {_cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    return f"{socket.gethostname()} | {_cpu_model()} | torch {torch.__version__} | miniature step, 1 thread"
+
+
+@functools.lru_cache(maxsize=1)
+def _miniature():
+    """(step, model FLOPs per step) of the miniature's eager fp32 training step (module docstring)."""
+    import torch
+
+    from normbench.claims.benchmark import model_stepper
+    from normbench.config.files import compose_config
+    from normbench.runtime.flops import model_flops_per_token
+    from normbench.validation import to_config
+
+    cfg = to_config(compose_config(["model=tiny", "model.n_layer=4", "arch=pre_ln", "norm=layernorm"]))
+    model, step = model_stepper(cfg, 256, torch.device("cpu"))
+    step()  # the first step allocates the optimizer state
+    return step, model_flops_per_token(model, cfg.model) * cfg.trainer.batch_size * cfg.model.seq_len
 
 
 def _measure_once() -> float:
-    """FLOP/s of fp32 256 x 256 matrix products for :data:`CALIBRATION_S`, at torch's thread setting."""
+    """Model FLOP/s of the miniature's eager fp32 step for about :data:`CALIBRATION_S` CPU-seconds, one thread."""
     import torch
 
-    a, b = torch.randn(256, 256), torch.randn(256, 256)
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < CALIBRATION_S:
-        a @ b
-        n += 1
-    return 2 * 256**3 * n / (time.perf_counter() - start)
+    step, flops = _miniature()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        n, start = 0, time.process_time()
+        while (spent := time.process_time() - start) < CALIBRATION_S:
+            step()
+            n += 1
+    finally:
+        torch.set_num_threads(threads)
+    return flops * n / spent
 
 
 def _calibrate() -> dict:
@@ -106,8 +141,14 @@ def calibration() -> dict:
 
 
 def cpu_rate() -> float:
-    """FLOP/s of fp32 256 x 256 matrix products on this machine, at torch's thread setting (calibrated)."""
+    """Model FLOP/s of the miniature's eager fp32 step on one thread of this machine (calibrated)."""
     return float(calibration()["flops"])
+
+
+def form_speedup(cfg) -> float:
+    """:data:`FORM_SPEEDUP` of ``cfg``'s execution form (``compile=auto`` not yet pinned counts as eager)."""
+    attn = bool(getattr(cfg, "attn_fp32", False)) and cfg.precision != "fp32"
+    return FORM_SPEEDUP.get((cfg.compile is True, str(cfg.precision), attn), 1.0)
 
 
 def calibration_note(where: str) -> str:
@@ -127,7 +168,7 @@ def _rate(cfg) -> tuple[float, str]:
     if cfg.device != "cpu" and torch.cuda.is_available():
         peak = cfg.peak_flops or gpu_peak_flops(torch.cuda.get_device_name(0)) or 100e12
         return GPU_MFU * peak, "GPU"
-    return CPU_EFFICIENCY * cpu_rate(), "CPU"
+    return TRAINER_SHARE * form_speedup(cfg) * cpu_rate(), "CPU"
 
 
 def job_seconds(cfg) -> tuple[float, str]:
@@ -144,8 +185,15 @@ def job_seconds(cfg) -> tuple[float, str]:
     evals = math.ceil(steps / max(1, t.eval_every)) + 1
     flops = per_token * (steps * step_tokens + evals * t.eval_batches * t.batch_size * m.seq_len / 3)
     rate, where = _rate(cfg)
-    floor = STEP_FLOOR_S * steps if where == "CPU" else 0.0
-    return START_S + max(flops / rate, floor), where
+    compiling = _compile_seconds(cfg) if cfg.compile is True else 0.0
+    return START_S + compiling + flops / rate, where
+
+
+def _compile_seconds(cfg) -> float:
+    """A compiled run's compiling: warm (inductor's cache is shared by a claim's seeds and same-shaped runs)."""
+    from normbench.runtime.compiling import PROFILES
+
+    return PROFILES["cuda" if cfg.device == "cuda" else "cpu"].warm_s
 
 
 def spoken(seconds: float) -> str:

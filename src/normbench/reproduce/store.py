@@ -178,5 +178,7 @@ def tally_line(tally: list[tuple[str, float, bool]]) -> str:
 
     distinct = {addr: (s, done) for addr, s, done in tally}
     todo = [s for s, done in distinct.values() if not done]
+    cores = os.cpu_count() or 1
     return (f"{len(tally)} runs, {len(distinct)} distinct ({len(tally) - len(distinct)} shared between claims), "
-            f"{len(todo)} to train: {spoken(sum(todo))} of one process on this machine's CPU (estimate)")  # fmt: skip
+            f"{len(todo)} to train: {sum(todo) / 3600:.1f} CPU-hours (one thread a run), {spoken(sum(todo) / cores)} "
+            f"of this machine's {cores} cores at jobs={cores} (estimate)")  # fmt: skip

@@ -30,6 +30,7 @@ from normbench.run.rundir import RunDir
 from normbench.runtime import distributed as dist_utils
 from normbench.runtime import length, memory
 from normbench.runtime.flops import model_flops_per_token, peak_flops
+from normbench.runtime.precision import autocast_dtype
 from normbench.validation import validate
 
 log = logging.getLogger("normbench")
@@ -136,7 +137,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
     log.info("%s", lr_rule.describe(optimizer.kind_lrs, cfg.optim, cfg.model))  # beside the init and the length
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+    dtype = autocast_dtype(cfg)
     batches, val_batches, diag = _batches_and_diagnostics(cfg, data, raw_model, device)
     return Components(
         device=device,

@@ -34,6 +34,7 @@ from normbench.run.lock import RunLock
 from normbench.run.rundir import RunDir
 from normbench.runtime import distributed as dist_utils
 from normbench.runtime.flops import mfu, peak_memory_gb
+from normbench.runtime.precision import precision_name
 from normbench.runtime.throughput import Throughput
 from normbench.train import build as builder
 from normbench.train import checkpoint as ckpt
@@ -124,7 +125,7 @@ class Trainer:
             self._finish_eval()
         log.info(
             "training %d steps (%s tokens/step, %d already done) on %s, precision %s",
-            *(c.max_steps, f"{c.tokens_per_step:,}", s.step, c.device, self.cfg.precision),
+            *(c.max_steps, f"{c.tokens_per_step:,}", s.step, c.device, precision_name(self.cfg)),
         )
         self.model.train()
         while s.step < c.max_steps:
