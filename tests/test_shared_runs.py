@@ -145,9 +145,7 @@ def test_reproduce_all_dry_run_counts_total_distinct_runs_and_hours(tmp_path, ca
     line = capsys.readouterr().out.strip().splitlines()[-1]
     import re
 
-    m = re.match(
-        r"normbench: (.+): (\d+) runs, (\d+) distinct \((\d+) shared between claims\), (\d+) to train: ", line
-    )
+    m = re.match(r"normbench: (.+): (\d+) runs, (\d+) distinct \((\d+) shared between claims\), (\d+) to train: ", line)
     assert m and m.group(1) == " ".join(ids), line
     total, distinct, shared, todo = map(int, m.groups()[1:])
     assert total == 21 and shared == 6 and distinct == todo == 15  # 3 seeds x (2 + 2 + 3 jobs); the baseline once
