@@ -76,6 +76,7 @@ _ADDED_KEYS: dict[str, object] = {
     "optim.mup_eps": "fixed",
     "optim.lr_ref": 6.0e-4,  # config/lr_rule.py: read only under optim.lr=auto, which no older run had
     "optim.lr_ref_width": 768,
+    "attn_fp32": False,  # model/attention.sdpa: runs before it ran the attention kernel in the autocast dtype
 }
 
 
