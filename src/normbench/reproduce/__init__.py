@@ -37,7 +37,7 @@ USAGE = """usage: python -m normbench reproduce {--list | ID | all} [scale=cpu|q
               rung: DIR/ID/duration_branch.json and .png
   rungs=R,R,.. the duration ladder's tokens per parameter (default 1,5,20, or the claim's own)
   lr=ladder   the sweep at 1/3x, 1x and 3x the claim's LR (the 1x rung is the verdict's own sweep):
-              DIR/ID/lr_ladder.json and DIR/ID/lr_ladder.png, the effect against the LR (reproduce/lr_ladder.py);
+              DIR/ID/lr_ladder.json and DIR/ID/lr_ladder.png, the effect against the LR (reproduce/ladders/lr.py);
               refused for a claim that sweeps or tunes optim.lr (no one LR to move)
   jobs=N      run each sweep's jobs N at a time, one torch thread each (Hydra's joblib launcher,
               hydra/launcher=joblib hydra.launcher.n_jobs=N, and OMP_NUM_THREADS=1): jobs=2 keeps both
