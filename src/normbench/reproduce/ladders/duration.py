@@ -127,7 +127,7 @@ def _standalone(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, lau
 
 
 def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launch, log) -> list[dict]:
-    from normbench.reproduce.plan import start
+    from normbench.reproduce.plan import build, start
     from normbench.reproduce.runner import plan, reproduce
 
     if _per_job_ratio(claim, scale, overrides) is not None:
@@ -148,10 +148,13 @@ def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launc
     log(f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
         + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items()))  # fmt: skip
     top = reproduce(claim, scale, seeds, trunk_ov, trunk_out, min_seeds, dry_run, log=log, launch=launch, base=base)
-    trunk_root = plan(claim, scale, seeds, trunk_ov, trunk_out)[0]
+    trunk = build(claim, scale, seeds, trunk_ov, trunk_out, log=lambda *a: None, base=base)  # where it trained: pinned
+    trunk_root = trunk.root
+    mode = [trunk.mode.override] if trunk.mode else []  # the branches run in the trunk's mode (compile=auto's pin)
     rungs = []
     for r, k in forks.items():
-        ov = [*overrides, *wsd, f"trainer.max_steps={steps[r]}", "trainer.resume_allow_changed=[trainer.max_steps]"]
+        ov = [*overrides, *wsd, *mode, f"trainer.max_steps={steps[r]}",
+              "trainer.resume_allow_changed=[trainer.max_steps]"]  # fmt: skip
         where = out / claim.id / "duration" / "branch" / f"tpp{r:g}"
         root = plan(claim, scale, seeds, ov, where)[0]
         own_s = 0.0 if dry_run else seed_branches(trunk_root, root, k, log)
