@@ -10,9 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from normbench.analysis.loading import load_run
 from normbench.claims.registry import CPU_MODE, claim_ids, load_claim
 from normbench.model import build_model
 from normbench.model.attention import sdpa
+from normbench.report.setup import LINES
 from normbench.reproduce import estimate
 from normbench.reproduce.plan import build
 from normbench.train import trainer
@@ -77,6 +79,9 @@ def test_a_bf16_run_with_fp32_attention_learns_and_records_its_mode(tmp_path):
     assert "precision bf16, attention fp32" in (tmp_path / "train.log").read_text()  # the start-up line
     fp32 = trainer.run(compose([*TINY, "attn_fp32=true", "trainer.max_steps=1"]), tmp_path / "fp32")
     assert fp32["attn_fp32"] is False  # without autocast there is nothing to keep in fp32
+    precision = dict(LINES)["precision"]  # the report's setup box
+    assert precision(load_run(tmp_path)) == "bf16, attention kernel in fp32"
+    assert precision(load_run(tmp_path / "fp32")) == "fp32"
 
 
 def test_every_claims_cpu_scale_trains_in_the_claims_mode_and_a_user_override_wins(tmp_path):
@@ -101,7 +106,7 @@ def test_the_estimate_divides_by_the_forms_measured_speed(monkeypatch):
     eager = estimate.job_seconds(compose(base))[0] - estimate.START_S
     fast = estimate.job_seconds(compose([*base, "precision=bf16", "attn_fp32=true", "compile=true"]))[0]
     compiled_fp32 = estimate.job_seconds(compose([*base, "compile=true"]))[0]
-    warm = estimate._compile_seconds(compose(base))
+    warm = estimate._compile_seconds("CPU")
     assert fast - estimate.START_S - warm == pytest.approx(eager / 1.71)
     assert compiled_fp32 - estimate.START_S - warm == pytest.approx(eager / 1.25)
     assert estimate.form_speedup(compose([*base, "attn_fp32=true"])) == 1.0  # fp32: the flag is idle

@@ -16,6 +16,7 @@ from normbench.diag import outcomes
 from normbench.diag.wandb_logger import WandbLogger
 from normbench.run.provenance import code_commit
 from normbench.runtime.flops import mfu, peak_memory_gb
+from normbench.runtime.precision import attn_fp32_active
 from normbench.runtime.throughput import Eta, fmt, fmt_time
 
 log = logging.getLogger("normbench")
@@ -64,7 +65,7 @@ class Recorder:
             seed=cfg.seed,
             device=c.device.type,
             precision=cfg.precision,
-            attn_fp32=bool(cfg.attn_fp32) and cfg.precision != "fp32",  # the SDPA kernel in fp32 under autocast
+            attn_fp32=attn_fp32_active(cfg),  # the SDPA kernel in fp32 under autocast
             compiled=c.compiled,
             max_steps=c.max_steps,
             host=socket.gethostname(),

@@ -37,8 +37,9 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fp32: bool = False, 
     head dim 16 (docs/performance.md §7), so a bf16 run keeps its bf16 matrix products and leaves this kernel in
     fp32 (the softmax accumulates in fp32 in the GPU kernels too). Off, or without autocast, the plain call."""
     device = q.device.type
-    if fp32 and (torch.is_autocast_enabled(device) or q.dtype in (torch.bfloat16, torch.float16)):
-        out = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else q.dtype
+    autocast = torch.is_autocast_enabled(device)
+    if fp32 and (autocast or q.dtype in (torch.bfloat16, torch.float16)):
+        out = torch.get_autocast_dtype(device) if autocast else q.dtype
         with torch.autocast(device, enabled=False):
             return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs).to(out)
     return F.scaled_dot_product_attention(q, k, v, **kwargs)

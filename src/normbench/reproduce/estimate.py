@@ -149,8 +149,9 @@ def cpu_rate() -> float:
 
 def form_speedup(cfg) -> float:
     """:data:`FORM_SPEEDUP` of ``cfg``'s execution form (``compile=auto`` not yet pinned counts as eager)."""
-    attn = bool(getattr(cfg, "attn_fp32", False)) and cfg.precision != "fp32"
-    return FORM_SPEEDUP.get((cfg.compile is True, str(cfg.precision), attn), 1.0)
+    from normbench.runtime.precision import attn_fp32_active
+
+    return FORM_SPEEDUP.get((cfg.compile is True, str(cfg.precision), attn_fp32_active(cfg)), 1.0)
 
 
 def calibration_note(where: str) -> str:
@@ -187,15 +188,16 @@ def job_seconds(cfg) -> tuple[float, str]:
     evals = math.ceil(steps / max(1, t.eval_every)) + 1
     flops = per_token * (steps * step_tokens + evals * t.eval_batches * t.batch_size * m.seq_len / 3)
     rate, where = _rate(cfg)
-    compiling = _compile_seconds(cfg) if cfg.compile is True else 0.0
+    compiling = _compile_seconds(where) if cfg.compile is True else 0.0
     return START_S + compiling + flops / rate, where
 
 
-def _compile_seconds(cfg) -> float:
-    """A compiled run's compiling: warm (inductor's cache is shared by a claim's seeds and same-shaped runs)."""
+def _compile_seconds(where: str) -> float:
+    """A compiled run's compiling on ``where`` (``_rate``'s "CPU"/"GPU"): warm (inductor's cache is shared by a
+    claim's seeds and same-shaped runs)."""
     from normbench.runtime.compiling import PROFILES
 
-    return PROFILES["cuda" if cfg.device == "cuda" else "cpu"].warm_s
+    return PROFILES["cuda" if where == "GPU" else "cpu"].warm_s
 
 
 def spoken(seconds: float) -> str:

@@ -14,7 +14,11 @@ def autocast_dtype(cfg) -> torch.dtype | None:
     return DTYPES.get(cfg.precision)
 
 
+def attn_fp32_active(cfg) -> bool:
+    """Whether ``attn_fp32`` changes anything: it is set and there is an autocast to keep the kernel out of."""
+    return bool(getattr(cfg, "attn_fp32", False)) and autocast_dtype(cfg) is not None
+
+
 def precision_name(cfg) -> str:
     """``bf16``, ``bf16, attention fp32`` (attn_fp32 under autocast) or ``fp32``: the start-up line's words."""
-    attn = bool(getattr(cfg, "attn_fp32", False)) and autocast_dtype(cfg) is not None
-    return f"{cfg.precision}{', attention fp32' if attn else ''}"
+    return f"{cfg.precision}{', attention fp32' if attn_fp32_active(cfg) else ''}"
