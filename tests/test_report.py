@@ -441,7 +441,12 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
             assert row["final val loss"] == mean_std([s["final_val_loss"] for s in mine])
         else:
             assert all(s["final_val_loss"] == s["best_val_loss"] for s in mine)
-        assert row["tokens/s"] == f"{statistics.fmean(s['tokens_per_s'] for s in mine):,.0f}"
+        # the two seeds' tokens/s are the machine's: when they differ by more than 20% (other work on the cores,
+        # as under CI) the cell carries their range and says so (report/tables.loaded_spread); plain otherwise
+        tps = [s["tokens_per_s"] for s in mine]
+        mean = f"{statistics.fmean(tps):,.0f}"
+        loaded = f"{mean} ({min(tps):,.0f}-{max(tps):,.0f}: measured on a loaded machine)"
+        assert row["tokens/s"] == (loaded if max(tps) > 1.2 * min(tps) else mean), (row["tokens/s"], tps)
     runs = all_runs(md)
     assert set(runs) == set(summaries)
     for name, s in summaries.items():
