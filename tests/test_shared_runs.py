@@ -145,12 +145,46 @@ def test_reproduce_all_dry_run_counts_total_distinct_runs_and_hours(tmp_path, ca
     line = capsys.readouterr().out.strip().splitlines()[-1]
     import re
 
-    m = re.match(r"normbench: (.+): (\d+) runs, (\d+) distinct \((\d+) shared between claims\), (\d+) to train: ", line)
+    m = re.match(r"normbench: (.+): (\d+) runs, (\d+) distinct \((\d+) shared between claims; distinct only by "
+                 r"their records' cadence: (\d+)\), (\d+) to train: ", line)  # fmt: skip
     assert m and m.group(1) == " ".join(ids), line
-    total, distinct, shared, todo = map(int, m.groups()[1:])
+    total, distinct, shared, cadence, todo = map(int, m.groups()[1:])
     assert total == 21 and shared == 6 and distinct == todo == 15  # 3 seeds x (2 + 2 + 3 jobs); the baseline once
+    assert cadence == 0  # the three record their shared baseline at one cadence
     hours = float(re.search(r"to train: ([\d.]+) CPU-hours \(one thread a run\)", line).group(1))
     assert hours > 0 and "cores at jobs=" in line and not any(tmp_path.iterdir())
+
+
+def test_the_tally_counts_runs_that_differ_only_in_their_records_cadence(tmp_path):
+    """Two claims train Pre-LN + LayerNorm, one evaluating every 2 steps and one every 3: two distinct runs
+    per seed (the best val loss is read at each one's evaluations), one trajectory; a third claim with
+    another LR is a trajectory of its own."""
+    from normbench.reproduce import store
+    from normbench.reproduce.plan import build
+
+    out, quiet, fixed = tmp_path / "out", lambda *_: None, [*COMMON, "norm=layernorm"]
+    claims = [_claim(tmp_path / "c", "a", [{"arch": ["pre_ln", "peri_ln"]}], [*fixed, "trainer.eval_every=2"]),
+              _claim(tmp_path / "c", "b", [{"arch": ["pre_ln", "post_ln"]}], [*fixed, "trainer.eval_every=3"]),
+              _claim(tmp_path / "c", "c", [{"arch": ["pre_ln", "post_ln"]}], [*fixed, "optim.lr=4e-3"])]  # fmt: skip
+    tally = [t for c in claims for t in store.estimates(build(c, "cpu", None, [], out, quiet))]
+    assert len(tally) == 12 and len({t[0] for t in tally}) == 12  # no run shared: every address its own
+    assert len({t[3] for t in tally}) == 10  # Pre-LN's two seeds are one trajectory each in a and b
+    assert "12 runs, 12 distinct (0 shared between claims; distinct only by their records' cadence: 2)" in (
+        store.tally_line(tally)
+    )
+
+
+@pytest.mark.slow
+def test_every_claim_records_a_shared_trajectory_at_one_cadence(tmp_path, capsys, monkeypatch):
+    """The whole suite's dry run: no two of its distinct runs train the same steps at different cadences
+    (a claim file that set its own eval or diagnostics cadence would make one; align it to share the run)."""
+    from normbench.cli import main
+    from normbench.reproduce import estimate
+
+    monkeypatch.setattr(estimate, "cpu_rate", lambda: 4.5e10)
+    assert main(["reproduce", "all", f"out={tmp_path}", "--dry-run"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("normbench: all: ") and "distinct only by their records' cadence: 0)" in line, line
 
 
 @pytest.mark.slow

@@ -56,14 +56,14 @@ def timed(claim) -> bool:
     return any(t.metric in TIMED for t in claim.tests)
 
 
-def address(cfg, seed) -> str:
+def address(cfg, seed, measured: bool = True) -> str:
     """The content address of one run: the composed ``cfg`` with ``seed``, the trajectory-free keys left out
-    (the measured ones kept)."""
+    (the measured ones kept; ``measured=False``: left out too, the address of the trajectory alone)."""
     from normbench.run.resume import flat_config
 
     flat = flat_config(cfg)
     flat["seed"] = int(seed)
-    kept = {k: v for k, v in flat.items() if not _under(k, TRAJECTORY_FREE) or k in MEASURED}
+    kept = {k: v for k, v in flat.items() if not _under(k, TRAJECTORY_FREE) or (measured and k in MEASURED)}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -155,30 +155,36 @@ def missing_argvs(p, i: int) -> list[list[str]]:
     return argvs
 
 
-def estimates(p) -> list[tuple[str, float, bool]]:
-    """(address, estimated seconds, finished already) for every run the plan expects: what ``reproduce
-    all --dry-run`` adds up over the claims (each address once)."""
+def estimates(p) -> list[tuple[str, float, bool, str]]:
+    """(address, estimated seconds, finished already, the trajectory's address) for every run the plan
+    expects: what ``reproduce all --dry-run`` adds up over the claims (each address once). Two addresses of
+    one trajectory are runs that differ only in the cadence of their records: one run at the finer cadence
+    could serve both, if the claims' cadences were aligned (``tally_line`` counts them)."""
     from normbench.reproduce.estimate import job_seconds
     from normbench.validation import to_config
 
     seconds: dict[int, float] = {}
     out = []
-    for addr, run_dir, job, _ in _runs(p):
+    for addr, run_dir, job, run in _runs(p):
         if id(job) not in seconds:
             seconds[id(job)] = job_seconds(to_config(job.cfg))[0]
         entry = p.out / STORE / addr
         done = _finished(run_dir) is not None or (entry.exists() and _finished(entry.resolve()) is not None)
-        out.append((addr, seconds[id(job)], done))
+        trajectory = address(job.cfg, run.get("seed", job.cfg.get("seed", 0)), measured=False)
+        out.append((addr, seconds[id(job)], done, trajectory))
     return out
 
 
-def tally_line(tally: list[tuple[str, float, bool]]) -> str:
-    """``all: 282 runs, 261 distinct (21 shared between claims), 261 to train, about 30.1 h (estimate)``."""
+def tally_line(tally: list[tuple[str, float, bool, str]]) -> str:
+    """``282 runs, 243 distinct (39 shared between claims; distinct only by their records' cadence: 0), 243 to
+    train: 15.3 CPU-hours (one thread a run), about 7.6 h of this machine's 2 cores at jobs=2 (estimate)``."""
     from normbench.reproduce.estimate import spoken
 
-    distinct = {addr: (s, done) for addr, s, done in tally}
+    distinct = {addr: (s, done) for addr, s, done, _ in tally}
     todo = [s for s, done in distinct.values() if not done]
+    cadence = len(distinct) - len({t for *_, t in tally})  # distinct runs that differ only in the cadence
+    shared = f"{len(tally) - len(distinct)} shared between claims; distinct only by their records' cadence: {cadence}"
     cores = os.cpu_count() or 1
-    return (f"{len(tally)} runs, {len(distinct)} distinct ({len(tally) - len(distinct)} shared between claims), "
+    return (f"{len(tally)} runs, {len(distinct)} distinct ({shared}), "
             f"{len(todo)} to train: {sum(todo) / 3600:.1f} CPU-hours (one thread a run), {spoken(sum(todo) / cores)} "
             f"of this machine's {cores} cores at jobs={cores} (estimate)")  # fmt: skip
