@@ -74,8 +74,12 @@ def _runs(p):
         for run in expected:
             values = {k: v for k, v in run.items() if k != "seed"}
             job = by_values[(i, json.dumps(values, sort_keys=True))]
-            seed = run.get("seed", job.cfg.get("seed", 0))
-            yield address(job.cfg, seed), p.run_dir(run, i), job, run
+            yield address(job.cfg, _seed(job, run)), p.run_dir(run, i), job, run
+
+
+def _seed(job, run: dict):
+    """The seed of one expected run: its own, else its job's."""
+    return run.get("seed", job.cfg.get("seed", 0))
 
 
 def _finished(run_dir: Path):
@@ -170,7 +174,7 @@ def estimates(p) -> list[tuple[str, float, bool, str]]:
             seconds[id(job)] = job_seconds(to_config(job.cfg))[0]
         entry = p.out / STORE / addr
         done = _finished(run_dir) is not None or (entry.exists() and _finished(entry.resolve()) is not None)
-        trajectory = address(job.cfg, run.get("seed", job.cfg.get("seed", 0)), measured=False)
+        trajectory = address(job.cfg, _seed(job, run), measured=False)
         out.append((addr, seconds[id(job)], done, trajectory))
     return out
 
