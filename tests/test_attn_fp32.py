@@ -11,12 +11,14 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from normbench.analysis.loading import load_run
-from normbench.claims.registry import CPU_MODE, claim_ids, load_claim
+from normbench.claims import registry
+from normbench.claims.registry import CPU_MODES, claim_ids, cpu_mode, load_claim
 from normbench.model import build_model
 from normbench.model.attention import sdpa
 from normbench.report.setup import LINES
 from normbench.reproduce import estimate
 from normbench.reproduce.plan import build
+from normbench.runtime import precision
 from normbench.train import trainer
 
 from conftest import TINY, compose
@@ -84,15 +86,25 @@ def test_a_bf16_run_with_fp32_attention_learns_and_records_its_mode(tmp_path):
     assert precision(load_run(tmp_path / "fp32")) == "fp32"
 
 
-def test_every_claims_cpu_scale_trains_in_the_claims_mode_and_a_user_override_wins(tmp_path):
-    assert CPU_MODE == ("precision=bf16", "attn_fp32=true", "compile=auto")
+@pytest.mark.parametrize("native", [True, False])
+def test_every_claims_cpu_scale_trains_in_the_claims_mode_and_a_user_override_wins(tmp_path, monkeypatch, native):
+    """The claims' mode follows the CPU: bf16 with the attention kernel in fp32 where bf16 products are native,
+    fp32 where they are emulated (a few per cent of the fp32 rate); both compiled where it pays."""
+    monkeypatch.setattr(registry, "cpu_native_bf16", lambda: native)
+    mode = cpu_mode()
+    assert mode == CPU_MODES["bf16" if native else "fp32"]
+    assert CPU_MODES == {
+        "bf16": ("precision=bf16", "attn_fp32=true", "compile=auto"),
+        "fp32": ("precision=fp32", "attn_fp32=false", "compile=auto"),
+    }
     for cid in claim_ids():
         fixed = load_claim(cid).sweep("cpu")["fixed"]
-        assert fixed[: len(CPU_MODE)] == list(CPU_MODE), cid
+        assert fixed[: len(mode)] == list(mode), cid
         assert "attn_fp32=true" not in load_claim(cid).sweep("quick")["fixed"], cid  # quick keeps eager fp32
     claim = load_claim("peri_variance")
     p = build(claim, "cpu", None, [], tmp_path, log=lambda *a: None)
-    assert {(c.precision, c.attn_fp32, c.compile) for _, c in p.pairs} == {("bf16", True, True)}  # 4,480 steps: pinned
+    want = ("bf16", True, True) if native else ("fp32", False, True)  # 4,480 steps: compile=auto pinned to true
+    assert {(c.precision, c.attn_fp32, c.compile) for _, c in p.pairs} == {want}
     fp32 = build(
         claim, "cpu", None, ["precision=fp32", "attn_fp32=false", "compile=false"], tmp_path, log=lambda *a: None
     )
@@ -100,13 +112,18 @@ def test_every_claims_cpu_scale_trains_in_the_claims_mode_and_a_user_override_wi
     assert fp32.root != p.root  # another mode, other runs
 
 
-def test_the_estimate_divides_by_the_forms_measured_speed(monkeypatch):
+@pytest.mark.parametrize("native", [True, False])
+def test_the_estimate_divides_by_the_forms_measured_speed(monkeypatch, native):
+    """Each form's speed as measured on its kind of CPU: with native bf16, bf16 + fp32 attention is the fastest;
+    without, compiled fp32 is, and a bf16 form is slower than eager fp32."""
     monkeypatch.setattr(estimate, "cpu_rate", lambda: 4e10)
+    monkeypatch.setattr(precision, "cpu_native_bf16", lambda: native)
     base = [*TINY, "trainer.max_steps=1000", "device=cpu"]
     eager = estimate.job_seconds(compose(base))[0] - estimate.START_S
     fast = estimate.job_seconds(compose([*base, "precision=bf16", "attn_fp32=true", "compile=true"]))[0]
     compiled_fp32 = estimate.job_seconds(compose([*base, "compile=true"]))[0]
     warm = estimate._compile_seconds("CPU")
-    assert fast - estimate.START_S - warm == pytest.approx(eager / 1.71)
-    assert compiled_fp32 - estimate.START_S - warm == pytest.approx(eager / 1.25)
+    assert fast - estimate.START_S - warm == pytest.approx(eager / (1.71 if native else 0.20))
+    assert compiled_fp32 - estimate.START_S - warm == pytest.approx(eager / (1.25 if native else 1.29))
+    assert (fast < compiled_fp32) is native
     assert estimate.form_speedup(compose([*base, "attn_fp32=true"])) == 1.0  # fp32: the flag is idle

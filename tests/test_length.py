@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from normbench.claims.registry import CPU_MODE, load_claim
+from normbench.claims.registry import cpu_mode, load_claim
 from normbench.errors import ConfigError
 from normbench.reproduce.length import pin
 from normbench.reproduce.shared import check_claim
@@ -110,7 +110,7 @@ def test_quick_scale_is_the_cpu_sweep_with_its_own_length(tmp_path):
     }  # fmt: skip
     (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
     c = load_claim("madeup", tmp_path)
-    assert c.sweep("cpu")["fixed"] == [*CPU_MODE, "model=tiny", "diag.every=50"]  # the claims' mode first
+    assert c.sweep("cpu")["fixed"] == [*cpu_mode(), "model=tiny", "diag.every=50"]  # the claims' mode first
     assert c.sweep("cpu")["tokens_per_param"] == 20 and "precision=bf16" not in c.sweep("quick")["fixed"]
     assert c.sweep("quick")["fixed"][1] == "trainer.max_steps=200" and "tokens_per_param" not in c.sweep("quick")
     assert c.sweep("cpu")["sweeps"] == c.sweep("quick")["sweeps"]
@@ -137,7 +137,7 @@ def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path
     claim = _claim(tmp_path, [{"arch": ["pre_ln", "simplenorm"]}], ["model=tiny", "trainer.max_steps=300000"])
     assert pin_compile(claim, "cpu", ["compile=false"]) is None  # the user's compile=false over the mode's auto
     assert pin_compile(claim, "cpu", ["compile=auto", "compile=false"]) is None  # the last one wins
-    assert pin_compile(claim, "cpu") is not None  # the claims' mode (registry.CPU_MODE) asks for compile=auto
+    assert pin_compile(claim, "cpu") is not None  # the claims' mode (registry.cpu_mode) asks for compile=auto
     assert pin_compile(load_claim("peri_variance"), "quick") is None  # quick has no mode: nothing asks for it
     from normbench.reproduce.length import _asks_auto
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from normbench.runtime.precision import cpu_native_bf16
 from normbench.validation import ARCHS
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -104,8 +105,10 @@ def miniature_rows(out: str) -> dict[str, list[str]]:
 
 
 def test_bench_miniature_suite_measures_a_mode_against_eager_fp32_and_ends_with_the_ratio(tmp_path):
-    # --set reaches the claim's jobs after the claims' mode: eager bf16 with fp32 attention, no compile to wait for
-    args = ["--suite", "miniature", "--rounds", "2", "--threads", "1", "--set", "compile=false"]
+    # --set reaches the claim's jobs after the claims' mode (which follows the CPU): eager bf16 with fp32 attention
+    # on any CPU, no compile to wait for
+    sets = ["precision=bf16", "attn_fp32=true", "compile=false"]
+    args = ["--suite", "miniature", "--rounds", "2", "--threads", "1", *(x for s in sets for x in ("--set", s))]
     out = bench(args, tmp_path)
     assert "the claims' mode (eager bf16, attention fp32; compile=false)" in out, out
     rows = miniature_rows(out)
@@ -124,9 +127,10 @@ def test_bench_miniature_reads_the_claims_mode_from_reproduce():
     sys.path.insert(0, str(SCRIPTS))
     from bench.miniature import claims_job
 
-    cfg, reason = claims_job()  # rmsnorm_parity's baseline job at scale cpu, in the claims' mode (registry.CPU_MODE)
-    assert (cfg.model.name, cfg.model.n_layer, cfg.norm.name, cfg.precision) == ("tiny", 4, "layernorm", "bf16")
-    assert cfg.attn_fp32 is True
+    cfg, reason = claims_job()  # rmsnorm_parity's baseline job at scale cpu, in the claims' mode (registry.cpu_mode)
+    native = cpu_native_bf16()  # the mode follows the CPU: bf16 with fp32 attention where bf16 is native, else fp32
+    assert (cfg.model.name, cfg.model.n_layer, cfg.norm.name) == ("tiny", 4, "layernorm")
+    assert (cfg.precision, cfg.attn_fp32) == (("bf16", True) if native else ("fp32", False))
     assert cfg.compile is True and reason.startswith("compile=auto: ") and reason.endswith("compiling")
     assert cfg.trainer.max_steps == 4480  # 20 tokens per parameter, pinned as reproduce pins it
     cfg, reason = claims_job(["compile=false"])
@@ -136,7 +140,8 @@ def test_bench_miniature_reads_the_claims_mode_from_reproduce():
 @pytest.mark.slow  # compiles tiny (seconds with a warm inductor cache, ~50 s cold)
 def test_bench_miniature_suite_times_the_compiled_claims_mode(tmp_path):
     out = bench(["--suite", "miniature", "--rounds", "2", "--threads", "1"], tmp_path, timeout=900)
-    assert set(miniature_rows(out)) == {"eager fp32", "compiled bf16, attention fp32"}, out
+    claims = "compiled bf16, attention fp32" if cpu_native_bf16() else "compiled fp32"  # the mode this CPU runs fast
+    assert set(miniature_rows(out)) == {"eager fp32", claims}, out
     assert MINIATURE_LAST.match(out.strip().splitlines()[-1]), out
 
 

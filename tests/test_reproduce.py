@@ -20,6 +20,7 @@ from normbench.claims import verdict as V
 from normbench.claims.measure import judge_claim
 from normbench.claims.registry import claim_ids, load_claim
 from normbench.errors import ConfigError
+from normbench.runtime.precision import cpu_native_bf16
 
 CONTRACT = [
     "deepnorm_depth",
@@ -305,6 +306,13 @@ def test_no_run_judges_the_runs_there_are_and_writes_verdict_and_report(tmp_path
     assert saved["tests"][0]["ratio"] == pytest.approx(0.25)
     report = (tmp_path / "out" / "madeup" / "report.md").read_text()
     assert report.startswith("# Claim madeup: a made-up claim\n\n**Paper**: nobody 2025.\n\n**Verdict: INCONCLUSIVE**")
+    mode = saved["mode"]  # the mode the jobs train in, and the CPU it was chosen for (registry.cpu_mode)
+    native = cpu_native_bf16()
+    assert mode == {"precision": "bf16" if native else "fp32", "attn_fp32": native, "compile": mode["compile"],
+                    "cpu_mode": "bf16" if native else "fp32", "native_bf16": native}  # fmt: skip
+    cpu = "with" if native else "without"
+    assert f"**Mode**: {'bf16, attention fp32' if native else 'fp32'}, " in report
+    assert f"(the claims' mode on a CPU {cpu} native bf16 products)" in report
 
 
 def test_cli_list_and_errors(capsys):

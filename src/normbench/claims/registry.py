@@ -22,16 +22,34 @@ from pathlib import Path
 import yaml
 
 from normbench.errors import ConfigError
+from normbench.runtime.precision import cpu_native_bf16
 
 KINDS = ("difference", "on_par", "outcome", "largest_lr")
 SCALES = ("cpu", "quick", "gpu")
 LENGTH_KEYS = ("trainer.max_steps", "trainer.max_tokens", "trainer.tokens_per_param")
-# The claims' execution mode at scale cpu (the verdict's): bf16 autocast with the attention kernel in fp32, compiled
-# where compiling pays (compile=auto, pinned once per claim: reproduce/length.py). The fastest form of the miniature
-# on this CPU that keeps the verdicts (docs/performance.md §7, and the fp32 check in docs/claims.md); the papers
-# train in bf16 mixed precision too. Put ahead of a claim's own ``fixed``, so a claim file or a user override
-# (``precision=fp32 attn_fp32=false compile=false``: the fp32 verdict) sets another. quick and gpu keep their own.
-CPU_MODE = ("precision=bf16", "attn_fp32=true", "compile=auto")
+# The claims' execution mode at scale cpu (the verdict's), chosen by what this CPU does fast (:func:`cpu_mode`):
+# with native bf16 (avx512_bf16, AMX, Arm's bf16), bf16 autocast with the attention kernel in fp32; without it,
+# fp32, where an emulated bf16 product runs at a few per cent of the fp32 rate. Both compile where compiling pays
+# (compile=auto, pinned once per claim: reproduce/length.py). Each is the fastest form of the miniature on its kind
+# of CPU (docs/performance.md §7), and the two give the same verdicts (docs/claims.md, "bf16 against fp32"); the
+# papers train in bf16 mixed precision. Put ahead of a claim's own ``fixed``, so a claim file or a user override
+# (``precision=fp32 attn_fp32=false compile=false``) sets another. quick and gpu keep their own.
+CPU_MODES = {
+    "bf16": ("precision=bf16", "attn_fp32=true", "compile=auto"),
+    "fp32": ("precision=fp32", "attn_fp32=false", "compile=auto"),
+}
+
+
+def cpu_mode_name() -> str:
+    """``bf16`` on a CPU with native bf16 products, else ``fp32`` (runtime/precision.cpu_native_bf16)."""
+    return "bf16" if cpu_native_bf16() else "fp32"
+
+
+def cpu_mode() -> tuple[str, ...]:
+    """The claims' execution mode on this machine, as the overrides ``scale=cpu`` starts with."""
+    return CPU_MODES[cpu_mode_name()]
+
+
 METRICS = (
     "best_val_loss", "final_val_loss", "tokens_per_s", "var_growth", "grad_spread", "grad_cv",
     "massive_ratio_peak", "massive_onset_frac", "steps_to_target", "tokens_to_target", "seconds_to_target",
@@ -162,7 +180,7 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
             raise ConfigError(f"claim {cid} ({path}): missing key {key!r}")
     raw["scales"] = {scale: _derived(cid, raw["scales"], scale) for scale in raw["scales"]}
     if isinstance(raw["scales"].get("cpu"), dict):
-        raw["scales"]["cpu"] = {**raw["scales"]["cpu"], "fixed": [*CPU_MODE, *raw["scales"]["cpu"].get("fixed", [])]}
+        raw["scales"]["cpu"] = {**raw["scales"]["cpu"], "fixed": [*cpu_mode(), *raw["scales"]["cpu"].get("fixed", [])]}
     for scale, s in raw["scales"].items():
         if scale not in SCALES or not isinstance(s, dict) or "sweeps" not in s:
             raise ConfigError(f"claim {cid}: scales.{scale} must be one of {', '.join(SCALES)} with sweeps")

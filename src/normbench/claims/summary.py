@@ -130,6 +130,7 @@ def claim_blocks(result: dict, runs_dir: Path, formats=("pdf", "svg")) -> list[t
         ("p", f"**Paper**: {result['paper']}."),
         ("p", f"**Verdict: {result['verdict']}** at scale={result['scale']}, {how}: {effects}; "
               f"{result['n_seeds']} seeds.{reason}"),
+        *([("p", mode_text(result["mode"]))] if result.get("mode") else []),
         ("img", "claim.png", f"the claim's tests: each side's values by seed, its mean and the threshold "
                              f"({', '.join(METRIC_WORDS.get(t['metric'], t['metric']) for t in result['tests'])})",
          caption),
@@ -140,6 +141,24 @@ def claim_blocks(result: dict, runs_dir: Path, formats=("pdf", "svg")) -> list[t
               "`verdict.json` beside this page. Below: the report of these runs, its verdict box against the "
               "claim's baseline (effects group − baseline, as above)."),
     ]  # fmt: skip
+
+
+def mode_text(mode: dict) -> str:
+    """The execution mode the runs trained in, and why: ``**Mode**: fp32, compiled (the claims' mode on a CPU
+    without native bf16 products) ...``."""
+    form = f"{mode['precision']}{', attention fp32' if mode.get('attn_fp32') and mode['precision'] != 'fp32' else ''}"
+    compiled = {True: "compiled", False: "eager"}.get(mode.get("compile"), f"compile={mode.get('compile')}")
+    cpu = "with" if mode.get("native_bf16") else "without"
+    why = (
+        f"the claims' mode on a CPU {cpu} native bf16 products"
+        if mode.get("cpu_mode") == mode["precision"]
+        else "set by the claim or the command, not the claims' mode of this CPU"
+    )
+    return (
+        f"**Mode**: {form}, {compiled} ({why}). The other mode (bf16 with fp32 attention on a CPU with native bf16, "
+        "fp32 on one without) gave the same verdicts where both were run (docs/claims.md, “bf16 against fp32”); "
+        "the store never serves a run of one mode to a claim in the other."
+    )
 
 
 def claim_baseline(result: dict) -> str | None:

@@ -39,12 +39,22 @@ GPU_MFU = 0.35
 # batching cost next to nothing, so 1.
 TRAINER_SHARE = 1.0
 # tokens per CPU-second of each execution form over eager fp32 on the miniature, keyed (compiled, precision,
-# attn_fp32): docs/performance.md §7, paired, tiny 4 blocks (8 blocks within 4%). Wider models gain more from
-# bf16 (d 256: 1.64x compiled), so the estimate errs long there. A form not listed counts as eager fp32.
+# attn_fp32), for a CPU with native bf16 products and for one without (runtime/precision.cpu_native_bf16):
+# docs/performance.md §7, paired, tiny 4 blocks (8 blocks within 4%). With native bf16 (a Xeon with avx512_bf16);
+# wider models gain more from bf16 (d 256: 1.64x compiled), so the estimate errs long there. Without it (an AVX2-only
+# AMD EPYC, whose bf16 matmul ran at 2-6% of its fp32 rate), every bf16 form runs at a fifth of eager fp32. A form not
+# listed counts as eager fp32.
 FORM_SPEEDUP = {
-    (False, "fp32", False): 1.0, (True, "fp32", False): 1.25,
-    (False, "bf16", False): 0.68, (True, "bf16", False): 0.81,
-    (False, "bf16", True): 1.24, (True, "bf16", True): 1.71,
+    True: {
+        (False, "fp32", False): 1.0, (True, "fp32", False): 1.25,
+        (False, "bf16", False): 0.68, (True, "bf16", False): 0.81,
+        (False, "bf16", True): 1.24, (True, "bf16", True): 1.71,
+    },
+    False: {
+        (False, "fp32", False): 1.0, (True, "fp32", False): 1.29,
+        (False, "bf16", False): 0.19, (True, "bf16", False): 0.19,
+        (False, "bf16", True): 0.19, (True, "bf16", True): 0.20,
+    },
 }  # fmt: skip
 VOCAB = {"byte": 256, "gpt2": 50257}
 
@@ -148,10 +158,11 @@ def cpu_rate() -> float:
 
 
 def form_speedup(cfg) -> float:
-    """:data:`FORM_SPEEDUP` of ``cfg``'s execution form (``compile=auto`` not yet pinned counts as eager)."""
-    from normbench.runtime.precision import attn_fp32_active
+    """:data:`FORM_SPEEDUP` of ``cfg``'s execution form on this kind of CPU (``compile=auto`` not yet pinned counts
+    as eager)."""
+    from normbench.runtime.precision import attn_fp32_active, cpu_native_bf16
 
-    return FORM_SPEEDUP.get((cfg.compile is True, str(cfg.precision), attn_fp32_active(cfg)), 1.0)
+    return FORM_SPEEDUP[cpu_native_bf16()].get((cfg.compile is True, str(cfg.precision), attn_fp32_active(cfg)), 1.0)
 
 
 def calibration_note(where: str) -> str:

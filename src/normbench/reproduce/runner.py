@@ -22,12 +22,13 @@ from pathlib import Path
 from normbench.analysis.loading import find_runs, norm_value, setting
 from normbench.claims import benchmark
 from normbench.claims.measure import FINISHED, judge_claim
-from normbench.claims.registry import Claim
+from normbench.claims.registry import Claim, cpu_mode_name
 from normbench.claims.skip_eval import read_skip, skip_losses
 from normbench.errors import ConfigError
 from normbench.reproduce import dryrun, store
 from normbench.reproduce.plan import Plan, build, layout, threads_env
 from normbench.reproduce.shared import check_claim
+from normbench.runtime.precision import cpu_native_bf16
 
 
 def plan(
@@ -89,7 +90,7 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
     result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {}, timing=timing)
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
     result.update(length=_length(p.pinned, runs), runs_dir=str(root), n_runs=len(runs),
-                  compile=_compiled(p.mode, runs), seconds=round(time.perf_counter() - start, 1),
+                  compile=_compiled(p.mode, runs), mode=_mode(p), seconds=round(time.perf_counter() - start, 1),
                   run_time_s=round(run_time, 1),
                   commit=_commit(), settings=claim.sweep(scale).get("fixed", []) + p.overrides)  # fmt: skip
     claim_dir = out / claim.id
@@ -150,6 +151,20 @@ def _compiled(mode, runs) -> dict:
     """verdict.json's ``compile``: the pinned decision (if compile=auto was asked) and the runs' modes."""
     seen = sorted({bool(r.summary["compiled"]) for r in runs if (r.summary or {}).get("compiled") is not None})
     return {"pinned": mode.compile if mode else None, "reason": mode.reason if mode else None, "runs": seen}
+
+
+def _mode(p: Plan) -> dict:
+    """verdict.json's ``mode``: the execution mode the claim's jobs train in (precision, attention kernel, the
+    pinned compile) and the CPU it was chosen for: ``cpu_mode`` is what scale cpu picks on a CPU with or without
+    native bf16 (claims/registry.cpu_mode), ``native_bf16`` what this machine has."""
+    cfg = p.jobs[0].cfg
+    return {
+        "precision": str(cfg.precision),
+        "attn_fp32": bool(cfg.attn_fp32),
+        "compile": cfg.compile,
+        "cpu_mode": cpu_mode_name() if p.scale == "cpu" else None,
+        "native_bf16": cpu_native_bf16(),
+    }
 
 
 def _length(pinned, runs) -> dict:
