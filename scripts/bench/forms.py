@@ -52,14 +52,14 @@ def stacked_step(cfg, vocab: int, seeds: int):
         models.append(build_model(cfg, vocab))
     params, buffers = stack_module_state(models)
     base = copy.deepcopy(models[0])  # on meta, a weight the forward reads directly would stay there
-    from normbench.config import lr_rule
+    from normbench.config.spec import spec_of
 
     o = cfg.optim
     decay = [p for p in params.values() if p.ndim >= 3]
     rest = [p for p in params.values() if p.ndim < 3]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-        lr=lr_rule.resolve(o, cfg.model), betas=tuple(o.betas), eps=o.eps,  # optim.lr=auto resolved as the trainer does
+        lr=spec_of(cfg).lr, betas=tuple(o.betas), eps=o.eps,  # optim.lr=auto resolved as the trainer does
     )  # fmt: skip
     batch = torch.randint(0, vocab, (seeds, cfg.trainer.batch_size, cfg.model.seq_len + 1))
     clip = cfg.trainer.grad_clip

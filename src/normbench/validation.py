@@ -39,6 +39,7 @@ from normbench.config.schema import (
     qk_norm_mode,
     schema_node,
 )
+from normbench.config.spec import run_spec
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
 from normbench.model import mup, stabilizers
@@ -231,13 +232,15 @@ def _check_length(cfg: Any) -> None:
 
 
 def prepare(cfg: Any) -> tuple[Config, list[str]]:
-    """The composed config as a typed, validated :class:`Config` (the arch's recipe applied) and its
-    start-up notes; ConfigError (one line) if it is not valid."""
+    """The composed config as a typed, validated :class:`Config` (the arch's recipe applied, ``cfg.spec`` its
+    resolved spec: config/spec.py) and its start-up notes; ConfigError (one line) if it is not valid."""
     if not isinstance(cfg, Config):
         if not (isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is Config):
             cfg = OmegaConf.merge(OmegaConf.structured(schema_node()), cfg)  # a plain mapping: the schema first
         cfg = OmegaConf.to_object(cfg)
-    return cfg, validate(cfg)
+    notes = validate(cfg)
+    cfg.spec = run_spec(cfg)  # after validate: the arch's recipe may set keys the spec reads
+    return cfg, notes
 
 
 def to_config(cfg: Any) -> Config:

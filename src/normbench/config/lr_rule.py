@@ -95,11 +95,11 @@ def record_kind_lrs(optimizer: Any, kinds: dict[str, str], params: dict) -> Any:
     return optimizer
 
 
-def describe(lrs: dict, ocfg: Any, mcfg: Any) -> str:
+def describe(lrs: dict, source: str) -> str:
     """The start-up line: ``lr: embed 0.0072, matrix 0.0072, norm_in 0.0072 (optim.lr=auto (6e-4 x 768/64))``."""
     shown = ", ".join(f"{k} {'/'.join(f'{x:.4g}' for x in v) if isinstance(v, list) else f'{v:.4g}'}"
                       for k, v in lrs.items())  # fmt: skip
-    return f"lr: {shown} ({source(ocfg, mcfg)}; peak, before the schedule)"
+    return f"lr: {shown} ({source}; peak, before the schedule)"
 
 
 def flat_resolved(flat: dict) -> Any:
@@ -112,11 +112,11 @@ def flat_resolved(flat: dict) -> Any:
     return carried(flat.get("optim.lr_ref", LR_REF), flat.get("optim.lr_ref_width", LR_REF_WIDTH), width)
 
 
-class Resolved:
-    """``ocfg`` read with ``lr`` resolved, for the optimizer builders (they read ``ocfg.lr`` as a number)."""
+class WithLR:
+    """``ocfg`` read with ``lr`` as the resolved number, for the optimizer builders (they read ``ocfg.lr``)."""
 
-    def __init__(self, ocfg: Any, mcfg: Any):
-        self._ocfg, self.lr = ocfg, resolve(ocfg, mcfg)
+    def __init__(self, ocfg: Any, lr: float):
+        self._ocfg, self.lr = ocfg, lr
 
     def __getattr__(self, name: str):
         return getattr(self._ocfg, name)

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar
 
+from omegaconf import MISSING as SET_BY_YAML
+
 from normbench.errors import ConfigError
 
 
@@ -41,7 +43,7 @@ def unit_interval(key: str, value: float) -> None:
 class NormKeys:
     """The keys every norm reads."""
 
-    name: str = "rmsnorm"
+    name: str = SET_BY_YAML  # every conf/norm/*.yaml sets it (config/schema.py: one home per default)
     eps: float = 1e-6
     affine: bool = True  # false: no gain vector (the "no scale" ablation)
     bias: bool = False  # layernorm / dyt / derf additive bias

@@ -7,11 +7,12 @@ Rank 0 writes; the other ranks keep the summary in memory only (it goes into che
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import socket
 
-from normbench.config import lr_rule
+from normbench.config.spec import spec_of
 from normbench.diag import outcomes
 from normbench.diag.wandb_logger import WandbLogger
 from normbench.run.provenance import code_commit
@@ -56,8 +57,9 @@ class Recorder:
             n_params=c.n_params,
             length_params=c.length_params,
             init_std=c.init_std,
-            lr=lr_rule.resolve(cfg.optim, cfg.model),  # optim.lr's number (auto resolved; config/lr_rule.py)
-            lr_source=lr_rule.source(cfg.optim, cfg.model),
+            lr=spec_of(cfg).lr,  # optim.lr's number (auto resolved once: config/spec.py)
+            lr_source=spec_of(cfg).lr_source,
+            spec=dataclasses.asdict(spec_of(cfg)),  # the run's resolved spec (config/spec.py)
             lr_resolved=c.optimizer.kind_lrs,  # {parameter kind: peak LR}, muP's multipliers applied
             arch=cfg.arch.name,
             norm=cfg.norm.name,

@@ -61,6 +61,7 @@ import torch
 import torch.nn as nn
 
 from normbench.config import lr_rule
+from normbench.config.spec import spec_of
 from normbench.model import mup
 from normbench.model.attention import Attention
 from normbench.model.gpt import MLP
@@ -255,7 +256,7 @@ def base_shapes(model: nn.Module, cfg) -> dict[str, tuple[int, ...]]:
 
 def build_optimizer(model: nn.Module, cfg, log=print) -> OptimizerList:
     """The configured optimizer with its weight-decay groups; logs one line per group."""
-    ocfg = lr_rule.Resolved(cfg.optim, cfg.model)  # optim.lr: auto as its number
+    ocfg = lr_rule.WithLR(cfg.optim, spec_of(cfg).lr)  # optim.lr as its number (auto resolved once: config/spec.py)
     name = ocfg.name
     kinds = param_kinds(model)
     params = dict(model.named_parameters())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 
 from normbench.claims.registry import Claim, override_key
+from normbench.config.spec import spec_of
 
 
 def command(argv: list[str]) -> str:
@@ -57,10 +58,9 @@ def sides_line(claim: Claim, test, inits: dict[str, list[float]], jobs, fixed: l
 def lr_line(claim: Claim, jobs: list) -> str:
     """``hidden-matrix lr 0.0072 on every run (optim.lr=auto (0.0006 x 768/64))``: the peak LR the claim's
     composed ``jobs`` ((values, config) pairs) give their hidden matrices, and where it came from."""
-    from normbench.config import lr_rule
-
-    lrs = sorted({lr_rule.matrix_lr(cfg) for _, cfg in jobs})
-    sources = sorted({lr_rule.source(cfg.optim, cfg.model) for _, cfg in jobs})
+    specs = [spec_of(cfg) for _, cfg in jobs]  # planned jobs are composed, not prepared: their spec resolved here
+    lrs = sorted({spec.matrix_lr for spec in specs})
+    sources = sorted({spec.lr_source for spec in specs})
     where = (
         f" ({sources[0]})" if len(sources) == 1 else f" (optim.lr: {', '.join(sources)})" if len(sources) < 4 else ""
     )

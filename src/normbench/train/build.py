@@ -19,6 +19,7 @@ import torch
 
 from normbench.config import lr_rule
 from normbench.config.schema import as_dict
+from normbench.config.spec import spec_of
 from normbench.data.batches import Batches, fixed_batches
 from normbench.data.corpus import load_data
 from normbench.diag.diagnostics import Diagnostics
@@ -136,7 +137,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
     if world > 1:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
-    log.info("%s", lr_rule.describe(optimizer.kind_lrs, cfg.optim, cfg.model))  # beside the init and the length
+    log.info("%s", lr_rule.describe(optimizer.kind_lrs, spec_of(cfg).lr_source))  # beside the init and the length
     dtype = autocast_dtype(cfg)
     batches, val_batches, diag = _batches_and_diagnostics(cfg, data, raw_model, device)
     return Components(

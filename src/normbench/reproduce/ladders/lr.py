@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from normbench.claims.registry import Claim
+from normbench.config.spec import spec_of
 from normbench.errors import ConfigError
 
 FACTORS = (1 / 3, 1.0, 3.0)
@@ -43,12 +44,12 @@ def refusal(claim: Claim, scale: str, overrides=()) -> str | None:
 def claim_lr(claim: Claim, scale: str, overrides=(), cfg=None) -> tuple[float, str]:
     """(the LR the claim's jobs train at, where it came from), from a composed job of the claim (``cfg``: one
     of its plan's, else its fixed settings composed)."""
-    from normbench.config import lr_rule
     from normbench.reproduce.shared import compose
 
     if cfg is None:
         cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")
-    return lr_rule.resolve(cfg.optim, cfg.model), lr_rule.source(cfg.optim, cfg.model)
+    spec = spec_of(cfg)
+    return spec.lr, spec.lr_source
 
 
 def rung_lrs(center: float, factors=FACTORS) -> list[tuple[float, float]]:
