@@ -365,19 +365,99 @@ SIGNAL_WORKER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_signal_on_one_rank_stops_every_rank_at_the_next_step(tmp_path):
-    """Not only at log steps (log_every=10): the stop vote rides in every step's loss all-reduce."""
+def test_a_signal_on_one_rank_stops_every_rank_at_the_next_vote(tmp_path):
+    """Not only at log steps (log_every=25): the stop vote rides in every step's loss all-reduce and is read every
+    VOTE_EVERY (10) steps, so the signal caught during step 3 stops both ranks after step 10."""
     script = tmp_path / "signal_worker.py"
     script.write_text(SIGNAL_WORKER)
     out = tmp_path / "out"
-    args = [*BASE, "trainer.max_steps=20", "trainer.log_every=10", "trainer.eval_every=10", "diag=off", "parallel=ddp"]
+    args = [*BASE, "trainer.max_steps=30", "trainer.log_every=25", "trainer.eval_every=25", "diag=off", "parallel=ddp"]
     torchrun([str(script), str(out), *args], tmp_path, module=False)
     assert [(out / f"exit{r}").read_text() for r in (0, 1)] == ["143", "143"]
     s = json.loads((out / "run" / "summary.json").read_text())
-    assert s["status"] == "interrupted" and s["step"] == 4 and "SIGTERM at step 4" in s["reason"]
+    assert s["status"] == "interrupted" and s["step"] == 10 and "SIGTERM at step 10" in s["reason"]
     from normbench.train import checkpoint
 
-    assert checkpoint.load(out / "run" / "checkpoints" / "last.pt")["step"] == 4
+    assert checkpoint.load(out / "run" / "checkpoints" / "last.pt")["step"] == 10
+
+
+READS_WORKER = textwrap.dedent(
+    """
+    # torchrun worker: count normbench's host reads of tensor values (item, float, int, bool, tolist) per step.
+    import json, os, sys
+    from pathlib import Path
+
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from normbench.runtime import distributed as du
+    from normbench.train import trainer as tr
+    from normbench.config.files import config_dir
+    from normbench.config.schema import register_configs
+
+    out, overrides = Path(sys.argv[1]), sys.argv[2:]
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
+        cfg = compose(config_name="config", overrides=overrides)
+    run_dir = out / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    reads, logged, current = {}, [], [None]
+
+    def counted(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):  # counted where normbench's own code reads (torch's Adam reads its
+            caller = sys._getframe(1).f_code.co_filename  # CPU step counters, which sync nothing on a GPU)
+            if current[0] is not None and os.sep + "normbench" + os.sep in caller:
+                reads[current[0]] = reads.get(current[0], 0) + 1
+            return original(self, *args, **kwargs)
+
+        setattr(torch.Tensor, name, read)
+
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__"):
+        counted(name)
+    train_step, log_step = tr.Trainer.train_step, tr.Trainer.log_step
+
+    def step(self, *args, **kwargs):
+        current[0] = self.step + 1  # what follows, up to the next step's start, belongs to this step
+        return train_step(self, *args, **kwargs)
+
+    def log(self, *args, **kwargs):
+        logged.append(self.step)
+        return log_step(self, *args, **kwargs)
+
+    tr.Trainer.train_step, tr.Trainer.log_step = step, log
+    t = tr.Trainer(cfg, run_dir)
+    t.setup()
+    t.fit()
+    current[0] = None
+    t.close()
+    (out / f"reads{du.rank()}.json").write_text(json.dumps({"reads": reads, "logged": logged}))
+    du.shutdown()
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_no_host_read_between_log_steps_but_the_stop_vote_every_ten(mode, tmp_path):
+    """Issue 51: a host read of a tensor is a device sync on a GPU. Between log steps normbench's step reads
+    nothing but the stop vote every VOTE_EVERY (10) steps: at most 0.1 reads per step (1.04 before, under DDP)."""
+    script = tmp_path / "reads_worker.py"
+    script.write_text(READS_WORKER)
+    out = tmp_path / "out"
+    args = [*BASE, "trainer.max_steps=50", "trainer.log_every=25", "trainer.eval_every=25", "trainer.ckpt_every=1000",
+            "diag=off", f"parallel={mode}"]  # fmt: skip
+    torchrun([str(script), str(out), *args], tmp_path, module=False)
+    for rank in (0, 1):
+        got = json.loads((out / f"reads{rank}.json").read_text())
+        logged = set(got["logged"])
+        assert {25, 50} <= logged <= {1, 25, 50}, got  # the log steps (and the first step's record)
+        between = {int(k): n for k, n in got["reads"].items() if int(k) not in logged}
+        assert set(between) <= {10, 20, 30, 40}, between  # the stop vote's steps, nothing else
+        assert sum(between.values()) / (50 - len(logged)) <= 0.1, between
 
 
 WORKER = textwrap.dedent(

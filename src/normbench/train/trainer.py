@@ -39,7 +39,7 @@ from normbench.runtime.throughput import Throughput
 from normbench.train import build as builder
 from normbench.train import checkpoint as ckpt
 from normbench.train.loop_parts import Checkpoints, DiagSchedule, Evaluation, LossWatch
-from normbench.train.signals import STOP, RunSignals, StopVotes
+from normbench.train.signals import STOP, RunSignals, StopVotes, vote_due
 from normbench.train.state import TrainState
 from normbench.validation import prepare
 
@@ -145,7 +145,7 @@ class Trainer:
             p.meter.step_end(sync=log_now)
             if log_now and (status := self.log_step(lr, grad_norm, diag_now, eval_now)):
                 return p.recorder.finish("diverged", status)
-            stop_now = self._stop_requested()
+            stop_now = self._stop_requested(vote_due(s.step, synced=log_now or ckpt_now))
             if stop_now or ckpt_now:
                 if status := self._flush_losses():
                     return p.recorder.finish("diverged", status)
@@ -276,9 +276,14 @@ class Trainer:
         p.recorder.log(record, tps)
         return status
 
-    def _stop_requested(self) -> bool:
+    def _stop_requested(self, vote_due: bool) -> bool:
+        """Whether to stop after this step: the signal flag in one process; under torchrun the ranks' summed
+        vote, read only where ``vote_due`` (signals.vote_due: no host read between log steps but every
+        VOTE_EVERY steps)."""
         if self.world == 1:
             stop_now = self.stop_signal is not None
+        elif not vote_due:
+            return False
         else:  # every rank reads the same summed vote (signals.StopVotes)
             stop_now = self.loop.votes.any()
             if stop_now:  # which signal: the largest number any rank caught
