@@ -5,6 +5,8 @@
     python scripts/claims_table.py compare A/verdict.json B/verdict.json   # two measurements of one claim
     python scripts/claims_table.py ladder outputs/reproduce/dyt_parity/ladder.json   # a width ladder
     python scripts/claims_table.py lr outputs/reproduce/peri_variance/lr_ladder.json   # an LR ladder
+    python scripts/claims_table.py record outputs/reproduce/peri_variance/verdict.json --into docs/verdicts
+    python scripts/claims_table.py answer docs/verdicts --write docs/claims.md   # the one-table answer
 
 ``verdict``: one row per claim (each test's verdict, effect, interval and kind; each group's mean and
 outcomes; the CPU seconds of its runs). ``duration``: one row per rung. ``compare``: per test, the two
@@ -12,14 +14,37 @@ effects and intervals side by side and the per-seed differences of each group's 
 duration rung against a standalone run of the same length and seeds). ``ladder``: one row per test, one
 column per width rung (effect, interval, verdict), then each group's mean and outcomes per rung (read from
 the rungs' verdict.json). ``lr``: one row per LR rung (``reproduce ID lr=ladder``).
+
+``record``: a claim's verdict.json as its small committed record, ``docs/verdicts/<claim>.json`` (the
+verdict, where it was measured, each test's effect and interval, the commit), because ``outputs/`` does not
+survive between sessions and the page's tables were pasted by hand: a landed verdict is copied, not
+transcribed. ``--into DIR`` writes ``DIR/<claim>.json`` and keeps the ``ladders`` of the record it replaces
+(they come from ladder runs, not from the verdict); without it the record goes to stdout. ``answer``: one
+table from those records, a row per claim in conf/claims order (the verdict at the papers' length and step
+size, the test(s) it rests on with their intervals, what the ladders say), printed, or with ``--write
+PAGE`` put between the page's ``<!-- answer:start -->`` and ``<!-- answer:end -->``;
+tests/test_claims_answer.py keeps docs/claims.md's copy equal to the records.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
+
+from normbench.claims import verdict as V
+from normbench.claims.registry import claim_ids
+from normbench.claims.summary import deciding
+
+# a record's keys (docs/verdicts/<claim>.json) and each of its tests'
+REQUIRED = ("claim", "paper", "verdict", "where", "tests", "source")
+TEST_KEYS = ("name", "verdict", "effect", "ci", "interval", "seeds", "steps", "commit")
+VERDICTS = (V.HOLDS, V.FAILS, V.INCONCLUSIVE)
+PENDING = "20 tokens per parameter at the recipe's LR"  # the papers' length and step size, where not there yet
+LADDERS = {"lr": "LR ladder", "duration": "duration ladder", "width": "width ladder"}
+START, END = "<!-- answer:start -->", "<!-- answer:end -->"
 
 
 def g(x, spec=".3g") -> str:
@@ -118,10 +143,190 @@ def _effect(t: dict) -> str:
     return f"{g(t['effect'])} [{g(ci[0])}, {g(ci[1])}], {t['verdict']}"
 
 
+def record(path: Path) -> dict:
+    """A verdict.json (what ``reproduce`` writes) as a record: where it was measured from its ``length``,
+    settings and ``mode``; every test (the table picks the deciding ones, as :func:`.summary.deciding` does)
+    with the verdict's seeds, steps and commit; pending where it is not at 20 tokens per parameter."""
+    v = json.loads(Path(path).read_text())
+    length = v.get("length") or {}
+    rec = {"claim": v["claim"], "paper": v.get("paper"), "verdict": v["verdict"], "where": _where(v)}
+    if length.get("tokens_per_param") != 20:
+        rec["pending"] = PENDING
+    rec["tests"] = [
+        {
+            "name": t["name"],
+            "verdict": t["verdict"],
+            "effect": t.get("effect"),
+            **({"ratio": t["ratio"]} if t.get("ratio") is not None else {}),
+            "ci": t.get("ci"),
+            "interval": t.get("interval") or ("grid" if t.get("kind") == "largest_lr" else None),
+            "seeds": t.get("n_seeds"),
+            "steps": length.get("steps"),
+            "commit": v.get("commit"),
+            "informative": bool(t.get("informative")),
+        }
+        for t in v["tests"]
+    ]
+    rec["source"] = (f"copied from {path} by scripts/claims_table.py record (commit {v.get('commit')}, "
+                     f"{v.get('n_runs')} runs, scale={v.get('scale')})")  # fmt: skip
+    return rec
+
+
+def _where(v: dict) -> str:
+    """``20 tokens per parameter, recipe's LR, claims' mode (bf16 with fp32 attention, compiled)``."""
+    length = v.get("length") or {}
+    tpp = length.get("tokens_per_param")
+    size = f"{tpp:g} tokens per parameter" if tpp else f"{length.get('steps')} steps (scale={v.get('scale')})"
+    lrs = [s.split("=", 1)[1] for s in v.get("settings") or [] if s.split("=", 1)[0].lstrip("+") == "optim.lr"]
+    lr = "the claim's own LR or grid" if not lrs else "recipe's LR" if lrs[-1] == "auto" else f"lr {lrs[-1]}"
+    parts = [size, lr]
+    if mode := v.get("mode"):
+        form = mode["precision"] + (" with fp32 attention" if mode.get("attn_fp32") and mode["precision"] != "fp32"
+                                    else "")  # fmt: skip
+        form += {True: ", compiled", False: ", eager"}.get(mode.get("compile"), "")
+        parts.append(f"claims' mode ({form})" if mode.get("cpu_mode") == mode["precision"] else form)
+    return ", ".join(parts)
+
+
+def dumps(rec: dict) -> str:
+    """A record as JSON, two-space indented, an interval on one line."""
+    text = json.dumps(rec, indent=2, ensure_ascii=False)
+    number = r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"
+    return re.sub(rf"\[\s*({number}),\s*({number})\s*\]", r"[\1, \2]", text) + "\n"
+
+
+def check_record(rec: dict) -> list[str]:
+    """What a record lacks: a required key, a test's key, a verdict outside the rule's three."""
+    cid = rec.get("claim", "?")
+    problems = [f"{cid}: no {k!r}" for k in REQUIRED if k not in rec]
+    problems += [f"{cid}: verdict {rec.get('verdict')!r}"] if rec.get("verdict") not in VERDICTS else []
+    for t in rec.get("tests") or []:
+        problems += [f"{cid}, {t.get('name')!r}: no {k!r}" for k in TEST_KEYS if k not in t]
+        problems += (
+            [f"{cid}, {t.get('name')!r}: verdict {t.get('verdict')!r}"] if t.get("verdict") not in VERDICTS else []
+        )
+    return problems + ([f"{cid}: no tests"] if not rec.get("tests") else [])
+
+
+def load_records(directory: Path) -> dict[str, dict]:
+    """``{claim: record}`` from ``directory/*.json``; a record that fails :func:`check_record` is refused."""
+    records = {}
+    for path in sorted(Path(directory).glob("*.json")):
+        rec = json.loads(path.read_text())
+        if problems := check_record(rec):
+            raise ValueError(f"{path}: " + "; ".join(problems))
+        records[rec["claim"]] = rec
+    return records
+
+
+def paper_short(paper: str | None) -> str:
+    """``Kim et al. 2025, arXiv:2502.02732``: each paper's first name field and its arXiv id, no notes."""
+    out = []
+    for part in re.sub(r"\s*\([^)]*\)", "", paper or "").split(";"):
+        fields = [f.strip() for f in part.split(",") if f.strip()]
+        arxiv = next((f for f in fields if f.startswith("arXiv:")), None)
+        out += [", ".join([fields[0], arxiv] if arxiv else fields[:1])] if fields else []
+    return "; ".join(out) or "—"
+
+
+def effect_cell(t: dict) -> str:
+    """``name: effect (×ratio) [lo, hi]`` to 3 significant digits (as the page's pasted rows), the interval's
+    kind where it is not paired over seeds."""
+    if t.get("interval") == "grid":
+        return f"{t['name']}: {t['effect']:+g} (LR grid steps; no interval)"
+    ratio = f" (×{g(t['ratio'])})" if t.get("ratio") is not None else ""
+    ci = t.get("ci") or [None, None]
+    kind = f" ({t['interval']})" if t.get("interval") not in ("paired", None) else ""
+    return f"{t['name']}: {g(t['effect'])}{ratio} [{g(ci[0])}, {g(ci[1])}]{kind}"
+
+
+def answer_row(rec: dict) -> str:
+    """One claim's row: claim, paper, verdict and where, the deciding test(s), what the ladders say."""
+    where = f"**{rec['verdict']}**, {rec['where']}"
+    if rec.get("pending"):
+        cost = rec.get("cost") or {}
+        seconds, note = cost.get("cpu_s_estimate"), cost.get("note")
+        price = (
+            f" (about {seconds:,} CPU s)"
+            if seconds
+            else f", at no cost of its own: {note}"
+            if seconds == 0 and note
+            else ""
+        )
+        where += f"; *pending*: {rec['pending']}{price}"
+    effects = "<br>".join(effect_cell(t) for t in deciding(rec))
+    ladders = "<br>".join(f"{LADDERS.get(k, k)}: {s}" for k, s in (rec.get("ladders") or {}).items()) or "no ladder run"
+    return f"| `{rec['claim']}` | {paper_short(rec.get('paper'))} | {where} | {effects} | {ladders} |"
+
+
+ANSWER_NOTE = (
+    "Generated from `docs/verdicts/<claim>.json` (one record per claim, each naming the verdict.json or the section "
+    "of this page it was copied or transcribed from) by `python scripts/claims_table.py answer docs/verdicts "
+    "--write docs/claims.md`; `tests/test_claims_answer.py` fails when this table and the records differ. The "
+    "effect is group − baseline (a log ratio where a ratio is shown) of the test(s) the verdict rests on (every "
+    "judged test when it HOLDS, else those whose verdict is the claim's), with its 95% interval, paired over seeds "
+    "unless marked: the seed is the unit of every interval (the benchmark's rounds for tokens/s). A pending claim "
+    "gives its latest verdict and what measuring it there costs. tpp: tokens per parameter; each ladder's cell "
+    "begins with the setting that ladder ran at."
+)
+
+
+def answer_lines(directory: Path, ids: list[str] | None = None) -> list[str]:
+    """The table, a row per claim of ``ids`` (default: conf/claims, in its order), then any other record's."""
+    records = load_records(directory)
+    ids = claim_ids() if ids is None else list(ids)
+    if missing := [cid for cid in ids if cid not in records]:
+        raise ValueError(f"no record in {directory} for: {', '.join(missing)}")
+    order = ids + sorted(set(records) - set(ids))
+    head = ["| claim | paper | verdict, where measured | deciding test: effect [95% CI] | as the miniature grows |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    return [*head, *(answer_row(records[cid]) for cid in order), "", ANSWER_NOTE]
+
+
+def write_answer(page: Path, lines: list[str]) -> None:
+    """Put the table between the page's answer markers (placed once, by hand, under its heading)."""
+    text = Path(page).read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{page} has no {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    Path(page).write_text(head + START + "\n" + "\n".join(lines) + "\n" + END + rest.split(END, 1)[1])
+
+
+def answer_text(page: Path) -> str:
+    """What is between the page's answer markers now (the test compares it with :func:`answer_lines`)."""
+    return Path(page).read_text().split(START, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def _record_main(args: list[str]) -> int:
+    rec = record(Path(args[0]))
+    if "--into" not in args:
+        print(dumps(rec), end="")
+        return 0
+    target = Path(args[args.index("--into") + 1]) / f"{rec['claim']}.json"
+    if target.exists() and (old := json.loads(target.read_text()).get("ladders")):
+        rec["ladders"] = old
+    target.write_text(dumps(rec))
+    print(f"wrote {target}")
+    return 0
+
+
+def _answer_main(args: list[str]) -> int:
+    lines = answer_lines(Path(args[0]))
+    if "--write" in args:
+        write_answer(Path(args[args.index("--write") + 1]), lines)
+    else:
+        print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("verdict", "duration", "compare", "ladder", "lr"):
+    if len(argv) < 2 or argv[0] not in ("verdict", "duration", "compare", "ladder", "lr", "record", "answer"):
         print(__doc__)
         return 2
+    if argv[0] == "record":
+        return _record_main(argv[1:])
+    if argv[0] == "answer":
+        return _answer_main(argv[1:])
     paths = [Path(p) for p in argv[1:]]
     if argv[0] == "verdict":
         lines = [verdict_row(p) for p in paths]
