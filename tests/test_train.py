@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,10 @@ SUMMARY_KEYS = {
     "best_val_loss",
     "tokens_per_s",
     "wall_s",
+    "eval_s",
+    "ckpt_s",
+    "diag_s",
+    "spec",
     "n_params",
     "arch",
     "norm",
@@ -383,3 +388,26 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(tmp_path):
     proc = run_cli(["list", "optim"], cwd=tmp_path, env={"NORMBENCH_PLUGINS": "normbench_test_hooks,no_such_plugin"})
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "NORMBENCH_PLUGINS: cannot import 'no_such_plugin'" in proc.stderr
+
+
+def test_summary_says_where_the_wall_clock_went_besides_the_steps(tmp_path, monkeypatch):
+    """eval_s, ckpt_s and diag_s (issue 51): a checkpoint write slowed by 0.2 s shows in ckpt_s, an evaluation
+    slowed by 0.1 s per batch in eval_s; each is a part of wall_s."""
+    save, evaluate = trainer.ckpt.save_atomic, trainer.Trainer.evaluate
+
+    def slow_save(state, path):
+        time.sleep(0.2)
+        save(state, path)
+
+    def slow_evaluate(self):
+        time.sleep(0.1)
+        return evaluate(self)
+
+    monkeypatch.setattr(trainer.ckpt, "save_atomic", slow_save)
+    monkeypatch.setattr(trainer.Trainer, "evaluate", slow_evaluate)
+    cfg = compose([*TINY, "trainer.max_steps=20", "trainer.ckpt_every=10", "trainer.eval_every=10"])
+    s = trainer.run(cfg, tmp_path / "run")
+    assert s["ckpt_s"] >= 0.2 * 2  # steps 10 and 20 (the last)
+    assert s["eval_s"] >= 0.1 * 3  # steps 1, 10 and 20
+    assert s["diag_s"] > 0  # diag.every=10: steps 1, 10, 20
+    assert s["ckpt_s"] + s["eval_s"] + s["diag_s"] < s["wall_s"]

@@ -18,11 +18,20 @@ from normbench.diag.wandb_logger import WandbLogger
 from normbench.run.provenance import code_commit
 from normbench.runtime.flops import mfu, peak_memory_gb
 from normbench.runtime.precision import attn_fp32_active
-from normbench.runtime.throughput import Eta, fmt, fmt_time
+from normbench.runtime.throughput import SPENT, Eta, fmt, fmt_time
 
 log = logging.getLogger("normbench")
 
-KEPT_ON_RESUME = ("final_loss", "final_val_loss", "best_val_loss", "tokens_per_s", "step_time_s", "mfu", "wall_s")
+KEPT_ON_RESUME = (
+    "final_loss",
+    "final_val_loss",
+    "best_val_loss",
+    "tokens_per_s",
+    "step_time_s",
+    "mfu",
+    "wall_s",
+    *SPENT,
+)
 
 
 class Recorder:
@@ -54,6 +63,7 @@ class Recorder:
             flops_per_token=c.flops_per_token,
             peak_flops=c.peak_flops,
             wall_s=0.0,
+            **dict.fromkeys(SPENT, 0.0),  # eval_s, ckpt_s, diag_s (runtime/throughput.py)
             n_params=c.n_params,
             length_params=c.length_params,
             init_std=c.init_std,
@@ -135,13 +145,19 @@ class Recorder:
             mfu=mfu(c.flops_per_token, steady_tps, c.peak_flops, self.world),
             peak_mem_gb=peak_memory_gb(c.device),
             wall_s=self.meter.wall(),
+            **self._spent(),
         )
+
+    def _spent(self) -> dict:
+        """eval_s, ckpt_s, diag_s: where the wall clock went besides the steps (runtime/throughput.py)."""
+        return {k: round(self.meter.clock[k], 3) for k in SPENT}
 
     def finish(self, status: str, reason: str | None) -> dict:
         """The run's end: status, outcome (learned/unstable/stuck/diverged), per-layer statistics."""
         s = self.state
         self.summary.update(status=status, reason=reason, step=s.step, tokens=s.tokens,
-                            tokens_per_param=round(s.tokens / self.c.length_params, 4))  # fmt: skip
+                            tokens_per_param=round(s.tokens / self.c.length_params, 4),
+                            **self._spent())  # fmt: skip
         if self.is_main:
             baseline = outcomes.baseline_loss(self.c.data)
             self.summary.update(outcomes.run_results(self.summary, self.history, baseline, s.losses.spike.steps))

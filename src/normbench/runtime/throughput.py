@@ -14,12 +14,14 @@ import time
 import torch
 
 WARMUP_STEPS = 5  # untimed steps at the start of each segment (allocator, compile, caches)
+SPENT = ("eval_s", "ckpt_s", "diag_s")  # where the wall clock goes besides the steps, each summed over the run
 
 
 class Throughput:
     def __init__(self, tokens_per_step: int, device: torch.device):
         self.tokens_per_step, self.device = tokens_per_step, device
-        self.clock = {"wall_s": 0.0, "train_time": 0.0, "train_tokens": 0}
+        # the seconds apart from training steps (summary.json's eval_s, ckpt_s, diag_s): :meth:`spent`
+        self.clock = {"wall_s": 0.0, "train_time": 0.0, "train_tokens": 0, **dict.fromkeys(SPENT, 0.0)}
         self.window_time, self.window_tokens = 0.0, 0
         self.start_wall = time.perf_counter()
         self.first_step, self.t0, self.timed = 0, 0.0, False
@@ -56,6 +58,11 @@ class Throughput:
             self.clock["train_tokens"] += tokens
         self.window_time += seconds
         self.window_tokens += tokens
+
+    def spent(self, what: str, seconds: float) -> None:
+        """Wall seconds of evaluation (``eval_s``), checkpoints (``ckpt_s``) or diagnostics (``diag_s``), summed
+        over the run (across a resume too), so summary.json says where the time outside the steps went."""
+        self.clock[what] += seconds
 
     def window(self) -> tuple[float, float]:
         """(tokens/s, s/step) since the last call; starts a new window."""

@@ -271,8 +271,13 @@ class Trainer:
             t_diag = time.perf_counter()
             record.update(c.diag.collect())
             p.meter.add(time.perf_counter() - t_diag)
-        if eval_now and status is None and p.evals.record(self.evaluate()):
-            record["val_loss"] = p.evals.last
+            p.meter.spent("diag_s", time.perf_counter() - t_diag)
+        if eval_now and status is None:
+            t_eval = time.perf_counter()
+            val = self.evaluate()
+            p.meter.spent("eval_s", time.perf_counter() - t_eval)
+            if p.evals.record(val):
+                record["val_loss"] = p.evals.last
         p.recorder.log(record, tps)
         return status
 
@@ -316,12 +321,15 @@ class Trainer:
             self.recorder.amend_val(evals.last)
 
     def save_checkpoint(self) -> None:
+        t_ckpt = time.perf_counter()
         state = self.loop.state.state_dict()  # collective under FSDP: every rank gets here; rank 0 writes
         if state is not None:
             path = self.rundir.checkpoint_path
             ckpt.save_atomic(state, path)
             if self.step in self.loop.ckpts.keep:  # a branch point (trainer.save_at): kept beside last.pt
                 ckpt.save_atomic(state, path.with_name(f"step_{self.step}.pt"))
+        self.loop.meter.spent("ckpt_s", time.perf_counter() - t_ckpt)
+        if state is not None:
             self.write_summary()
 
     def write_summary(self) -> None:
