@@ -687,3 +687,37 @@ def test_jobs_option_is_checked(capsys):
     out = capsys.readouterr().out
     assert "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python -m normbench train -m" in out
     assert "hydra/launcher=joblib hydra.launcher.n_jobs=2" in out
+
+
+def test_the_claim_figure_draws_the_deciding_interval_and_a_band_that_does_not_fill_the_axis():
+    """An INCONCLUSIVE on-par test: the effect's interval leaves the ±0.02 band, and the figure shows it (issue
+    52: the band covered the whole axis, so such a test looked on par, and the interval was not drawn)."""
+    from matplotlib.figure import Figure
+
+    from normbench.claims import figure
+    from normbench.report.figures import set_log
+
+    t = {"name": "on par", "kind": "on_par", "metric": "best_val_loss", "interval": "paired", "transform": None,
+         "threshold": [-0.02, 0.02], "effect": 0.006, "ci": [-0.0135, 0.0258],
+         "groups": {"norm=rmsnorm": {"values": [1.271, 1.262, 1.285], "outcomes": {"learned": 3}},
+                    "norm=layernorm": {"values": [1.270, 1.260, 1.270], "outcomes": {"learned": 3}}}}  # fmt: skip
+    ax = Figure().subplots()
+    figure._plot_sides(ax, t, None, set_log, {"norm=rmsnorm": "tab:orange", "norm=layernorm": "tab:blue"})
+    ref = statistics.fmean([1.270, 1.260, 1.270])
+    (bar,) = [c for c in ax.containers if hasattr(c, "has_yerr")]  # the errorbar: the effect and its interval
+    ((x, y),) = bar.lines[0].get_xydata()
+    assert y == pytest.approx(ref + 0.006) and x > 1
+    lo, hi = ax.get_ylim()
+    assert lo <= ref - 0.0135 and hi >= ref + 0.0258  # the whole interval is on the axis ...
+    (band,) = ax.patches  # axhspan's rectangle: from ref - 0.02 to ref + 0.02
+    y0, y1 = band.get_y(), band.get_y() + band.get_height()
+    assert (y0, y1) == (pytest.approx(ref - 0.02), pytest.approx(ref + 0.02))
+    assert hi > y1  # ... and pokes out of the band, which no longer fills it
+    colors = [tuple(c.get_facecolor()[0][:3]) for c in ax.collections if c.get_offsets().shape[0] == 3]
+    from matplotlib.colors import to_rgb
+
+    assert colors == [to_rgb("tab:blue"), to_rgb("tab:orange")]  # baseline left, group right, the report's colours
+    welch = {**t, "interval": "welch"}
+    text = figure.caption({"tests": [welch]}, "`claim.pdf`")
+    assert "grey line" not in text and "95% interval" in text and "band of no meaningful effect" in text
+    assert "grey line" in figure.caption({"tests": [t]}, "`claim.pdf`")

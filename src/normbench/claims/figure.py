@@ -56,6 +56,42 @@ def side_name(label: str) -> str:
     return ", ".join(parts) or label
 
 
+def paired_lines(t: dict) -> bool:
+    """Whether the test's panel joins each seed's two runs: its interval pairs them (same seeds both sides)."""
+    sides = list(t.get("groups", {}).values())
+    return t.get("interval") == "paired" and len(sides) == 2 and len(sides[0]["values"]) == len(sides[1]["values"])
+
+
+def effect_interval(t: dict) -> tuple[float, float, float] | None:
+    """(effect, low, high) of the test's 95% interval where it has a finite two-sided one, else None."""
+    ci = t.get("ci") or [None, None]
+    values = (t.get("effect"), *ci)
+    if t["kind"] == "largest_lr" or any(v is None or not math.isfinite(v) for v in values):
+        return None
+    return values
+
+
+def caption(result: dict, also: str) -> str:
+    """The figure's caption, naming only what its panels draw (:func:`_plot_sides`, :func:`_plot_lr_grid`)."""
+    tests = result["tests"]
+    parts = ["Each test's values, baseline left and group right, in the report's colours: one point per run"]
+    if any(paired_lines(t) for t in tests):
+        parts.append("a grey line joining one seed's two runs where the interval pairs them")
+    parts.append("black bars the means (geometric for a ratio)")
+    if any(effect_interval(t) for t in tests):
+        parts.append(
+            "at the right, the effect (group − baseline) with its 95% interval over seeds, drawn from the "
+            "baseline's mean: the interval that decides the test"
+        )
+    if any(t["kind"] == "on_par" for t in tests):
+        parts.append("the shaded band is the band of no meaningful effect around the baseline's mean")
+    if any(t["kind"] != "on_par" and t.get("threshold") for t in tests):
+        parts.append("the dashed red line the threshold the group's mean has to pass")
+    if any(t["kind"] == "largest_lr" for t in tests):
+        parts.append("an LR-grid test shows the share of each side's seeds that learned at each LR")
+    return f"{'; '.join(parts)} (also {also})."
+
+
 def plot_claim(result: dict, runs, claim, path: Path) -> Path:
     """The claim's figure at ``path`` (PNG) with PDF and SVG copies beside it."""
     from matplotlib.figure import Figure
@@ -63,6 +99,7 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
     from normbench.report.figures import SINGLE, grid, rc, set_log
 
     tests = result["tests"]
+    colors = side_colors(runs)
     width = min(MAX_WIDTH, PANEL_WIDTH * len(tests))
     rows, cols, _ = grid(len(tests), width, min_panel=2.2, max_cols=3)
     with rc(SINGLE):  # a single column's fonts (7-8 pt) at any width: the panels are a column wide or less
@@ -73,7 +110,7 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
             if t["kind"] == "largest_lr" and t.get("learned_share"):
                 _plot_lr_grid(ax, t, set_log)
             else:
-                _plot_sides(ax, t, declared.get(t["name"]), set_log)
+                _plot_sides(ax, t, declared.get(t["name"]), set_log, colors)
             chars = (width / cols * 72 - 24) / (0.6 * 8)  # a panel's width in 8 pt characters
             ax.set_title(_wrap(f"{t['name']}: {t['verdict']}", chars), fontsize=8, loc="left")
         for ax in axes[len(tests) :]:
@@ -88,25 +125,43 @@ def _wrap(text: str, chars: float) -> str:
     return textwrap.fill(text, width=max(20, int(chars)))
 
 
-def _plot_sides(ax, t: dict, test, set_log) -> None:
-    """Baseline (left) and group (right): the values, seeds joined where paired, means, and the threshold."""
+def side_colors(runs) -> dict:
+    """{setting: colour} as the report colours its groups (report.figures.Styles over the claim's runs), so a
+    side has one colour on the claim's figure and in the report below it."""
+    from normbench.analysis.loading import group_runs
+    from normbench.report.figures import Styles
+
+    groups = group_runs(list(runs)) if runs else []
+    if not groups:
+        return {}
+    styles = Styles(groups)
+    return {f"{styles.color_key}={v}": c for v, c in styles.colors.items()}
+
+
+def _color(label: str, colors: dict, default: str) -> str:
+    return next((colors[item] for item in label.split() if item in colors), default)
+
+
+def _plot_sides(ax, t: dict, test, set_log, colors: dict | None = None) -> None:
+    """Baseline (left) and group (right): the values, seeds joined where paired, means, the effect's interval
+    and the rule (band or threshold)."""
     labels = list(t["groups"])[::-1]  # baseline first: read left to right, group − baseline
     sides = [t["groups"][g] for g in labels]
     log = t.get("transform") == "log"
-    paired = t.get("interval") == "paired" and len(sides) == 2 and len(sides[0]["values"]) == len(sides[1]["values"])
-    if paired:
+    if paired_lines(t):
         for b, g in zip(sides[0]["values"], sides[1]["values"]):
             ax.plot([0, 1], [b, g], color="0.6", lw=0.8, zorder=1)
     for i, side in enumerate(sides):
         vals = [v for v in side["values"] if v is not None]
-        ax.scatter([i] * len(vals), vals, s=16, color=("tab:gray", "tab:blue")[i] if len(sides) == 2 else "tab:blue",
-                   zorder=2)  # fmt: skip
+        default = ("tab:gray", "tab:blue")[i] if len(sides) == 2 else "tab:blue"
+        ax.scatter([i] * len(vals), vals, s=16, color=_color(labels[i], colors or {}, default), zorder=2)
         if (m := _mean(vals, log)) is not None:
             ax.hlines(m, i - 0.22, i + 0.22, color="k", lw=1.5, zorder=3)
         bad = {k: n for k, n in side["outcomes"].items() if k not in ("learned", "unstable")}
         if bad:
             ax.annotate(", ".join(f"{n} {k}" for k, n in bad.items()), (i, 0), xycoords=("data", "axes fraction"),
                         ha="center", va="bottom", fontsize=7, color="crimson")  # fmt: skip
+    _draw_interval(ax, t, test, sides, log)
     _draw_rule(ax, t, test, sides, log)
     tuned = t.get("tuned") or {}  # each side at its own best value: name it under the side
     names = [side_name(g) + (f"\n{tuned['key']} {tuned['chosen'][g]}" if tuned.get("chosen", {}).get(g) else "")
@@ -114,7 +169,7 @@ def _plot_sides(ax, t: dict, test, set_log) -> None:
     if len(labels) == 2:
         names[0] += "\n(baseline)"
     ax.set_xticks(range(len(labels)), names)
-    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.set_xlim(-0.6, len(labels) - 0.4 + (0.35 if effect_interval(t) else 0))
     ax.set_ylabel(metric_words(t["metric"]))
     values = [v for s in sides for v in s["values"] if v is not None]
     if (log or t["metric"].startswith(("var_growth", "grad_spread", "massive"))) and values and min(values) > 0:
@@ -130,19 +185,50 @@ def _mean(vals: list[float], log: bool) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in vals)) if log else statistics.fmean(vals)
 
 
+def _reference(test, sides: list[dict], log: bool) -> float | None:
+    """The value the effect is set off from: the fixed baseline, or the baseline side's mean."""
+    fixed = getattr(test, "baseline", None) if len(sides) == 1 else None
+    if isinstance(fixed, (int, float)):
+        return fixed
+    return _mean(sides[0]["values"], log) if len(sides) == 2 else None
+
+
+def _shift(ref: float, log: bool):
+    """An effect (a difference, or a log ratio) as the value it puts the group at, from ``ref``."""
+    return (lambda d: ref * math.exp(d)) if log else (lambda d: ref + d)
+
+
+def _draw_interval(ax, t: dict, test, sides: list[dict], log: bool) -> None:
+    """The effect and its 95% interval, drawn from the reference right of the group: what decides the test,
+    next to the band or threshold it is held against."""
+    ref, drawn = _reference(test, sides, log), effect_interval(t)
+    if ref is None or drawn is None:
+        return
+    shift = _shift(ref, log)
+    effect, lo, hi = (shift(v) for v in drawn)
+    x = len(sides) - 1 + 0.35
+    ax.errorbar([x], [effect], yerr=[[effect - lo], [hi - effect]], fmt="D", ms=4, color="k", capsize=3, lw=1.2,
+                zorder=4, label=f"effect, 95% CI ({t.get('interval') or 'interval'})")  # fmt: skip
+
+
 def _draw_rule(ax, t: dict, test, sides: list[dict], log: bool) -> None:
     """Where the group's mean has to be, set off from the baseline's: the band (on par) or the threshold line
-    in the claimed direction (a difference or an outcome); a fixed baseline is a line of its own."""
+    in the claimed direction (a difference or an outcome); a fixed baseline is a line of its own. The band
+    does not widen the axis (it would cover it and make an undecided test look on par); the data, the
+    interval and the threshold set the limits."""
     fixed = getattr(test, "baseline", None) if len(sides) == 1 else None
-    ref = fixed if isinstance(fixed, (int, float)) else (_mean(sides[0]["values"], log) if len(sides) == 2 else None)
+    ref = _reference(test, sides, log)
     if ref is None or t.get("threshold") is None:
         return
-    shift = (lambda d: ref * math.exp(d)) if log else (lambda d: ref + d)  # noqa: E731
-    if fixed is not None:
+    shift = _shift(ref, log)
+    if isinstance(fixed, (int, float)):
         ax.axhline(ref, color="0.4", lw=1, ls=":", label=f"baseline {ref:g}")
     if t["kind"] == "on_par":
         lo, hi = t["threshold"]
+        ax.autoscale_view()
+        limits = ax.get_ylim()
         ax.axhspan(shift(lo), shift(hi), color="0.5", alpha=0.18, lw=0, label="band of no meaningful effect")
+        ax.set_ylim(limits)
     elif t["threshold"]:
         sign = 1 if t.get("direction") == "higher" else -1
         ax.axhline(shift(sign * t["threshold"]), color="tab:red", lw=1, ls="--", label="threshold")

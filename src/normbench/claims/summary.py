@@ -12,6 +12,7 @@ from pathlib import Path
 from normbench.analysis import numbers
 from normbench.claims import verdict as V
 from normbench.claims.figure import METRIC_WORDS, metric_words, side_name
+from normbench.claims.figure import caption as figure_caption
 from normbench.errors import ConfigError
 from normbench.report import build_report
 
@@ -121,11 +122,7 @@ def claim_blocks(result: dict, runs_dir: Path, formats=("pdf", "svg")) -> list[t
     effects = "; ".join(f"{metric_words(t['metric'])}, {sides(t)}: {effect_text(t)} (rule {rule_text(t)})"
                         for t in tests)  # fmt: skip
     reason = f" {result['reason'][0].upper()}{result['reason'][1:]}." if result.get("reason") else ""
-    also = ", ".join(f"`claim.{e}`" for e in formats)
-    caption = (f"Each test's values, baseline left and group right (also {also}): one point per run, a grey line "
-               "joining one seed's two runs where the interval pairs them, black bars the means (geometric for a "
-               "ratio); the shaded band is the band of no meaningful effect, the dashed red line the threshold "
-               "the group's mean has to pass, both set off from the baseline's mean.")  # fmt: skip
+    caption = figure_caption(result, ", ".join(f"`claim.{e}`" for e in formats))
     return [
         ("p", f"**Paper**: {result['paper']}."),
         ("p", f"**Verdict: {result['verdict']}** at scale={result['scale']}, {how}: {effects}; "
