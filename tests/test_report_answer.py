@@ -152,7 +152,12 @@ def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
     # the answer comes first: the verdict box, then the setup box, then the tables
     assert md.index("## Verdict") < md.index("## Setup") < md.index("## Groups and outcomes")
     rows = {(r[0], r[1]): r for r in box_table(md, "factor")}
-    assert set(rows) == {("arch", "post_ln − pre_ln"), ("arch", "peri_ln − pre_ln"), ("norm", "layernorm − rmsnorm")}
+    assert set(rows) == {
+        ("arch", "post_ln − pre_ln"),
+        ("arch", "peri_ln − pre_ln"),
+        ("norm", "layernorm − rmsnorm"),
+        ("arch", "post_ln − peri_ln (for the ranking)"),
+    }  # every comparison of the Holm family
     # norm: the config default (rmsnorm) is the baseline; per seed, the difference averaged over the 3 archs,
     # then the interval over the 3 seeds (2 degrees of freedom), not over 9 (arch, seed) pairs
     per_seed = [statistics.fmean(NORM_DELTA[(a, s)] for a in ("pre_ln", "post_ln", "peri_ln")) for s in (0, 1, 2)]
@@ -182,6 +187,8 @@ def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
     assert adjusted[0] < 0.05 and rows[("arch", "post_ln − pre_ln")][3] == "post_ln worse (higher)"
     # peri_ln is 0.01 above post_ln on average, but its seeds scatter by 0.02: the two do not separate
     assert adjusted[2] > 0.05
+    ranked = rows[("arch", "post_ln − peri_ln (for the ranking)")]
+    assert ranked[5].endswith(f"p {ps[2]:.2g} (Holm {adjusted[2]:.2g})") and ranked[3] == "no detectable difference"
     assert "`arch`, lower best val loss first: pre_ln < post_ln ≈ peri_ln" in md
 
 
@@ -202,6 +209,7 @@ def test_two_seeds_two_norms_give_an_interval_with_one_degree_of_freedom(tmp_pat
     # by hand: per seed, post_ln - pre_ln averaged over the norms: seed 0 (0.17 + 0.19) / 2 = 0.18, seed 1
     # 0.22; mean 0.20, se = |0.22 - 0.18| / 2 = 0.02, t(0.975, 1 dof) = 12.706: 0.20 ± 0.254
     assert post[2] == "+0.20 [-0.05, +0.45]" and post[5].startswith("paired, 2 seeds x 2 settings; p ")
+    assert post[5].endswith("; 2 seeds: 1 degree of freedom (t = 12.7), so the interval is wide")
     assert post[3] == "no detectable difference"  # pooled as 4 pairs (3 dof) it was [+0.159, +0.241]
     # per norm: 0.17, 0.21 -> 0.19 ± 0.254; 0.19, 0.23 -> 0.21 ± 0.254
     assert post[4] == "norm=layernorm: +0.19 [-0.06, +0.44]; norm=rmsnorm: +0.21 [-0.04, +0.46]"

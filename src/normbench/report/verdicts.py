@@ -10,7 +10,10 @@ t-interval over seeds (n_seeds − 1 degrees of freedom); Welch's over the per-s
 differ between the sides. Beside it, the effect at each setting, and a note where those disagree.
 
 The box makes every pairwise comparison within each factor (the rows against the baseline, and the pairs a
-ranking needs); their p-values are Holm-adjusted together (:func:`.contrasts.holm`). A difference is called
+ranking needs, each shown as a row of its own); their p-values are Holm-adjusted together
+(:func:`.contrasts.holm`). The interval of a row is its comparison's alone (the header says so; Holm's step-down
+has no interval of its own), the call beside it is the adjusted one, and a row from 2 seeds says that its interval
+rests on one degree of freedom. A difference is called
 (``post_ln worse``) and ranked (``<``) only where it survives that adjustment; an interval that contains
 zero reads "no detectable difference". Where every compared run got stuck or diverged, the losses compare
 nothing that learned: the box says no verdict can be made.
@@ -226,8 +229,8 @@ def ranking(family: dict, key: str, values: list[str], base: str) -> str | None:
 def verdict_box(groups: list[Group], chosen=None, metric: str = "best val loss", target=None, defaults=None) -> Box:
     """One row per factor value against its baseline, with the effect at each setting of the other factors."""
     unit = UNITS.get(metric, "")
-    header = ["factor", "compared", f"Δ {metric} [95% CI] ({unit})", "verdict", "per setting of the other factors",
-              "interval"]  # fmt: skip
+    header = ["factor", "compared", f"Δ {metric} [95% CI, this comparison alone] ({unit})",
+              "verdict (Holm-adjusted over the box)", "per setting of the other factors", "interval"]  # fmt: skip
     family = comparisons(groups, chosen, metric, target, defaults)
     rows, ranks = [], []
     for key, base in baselines(groups, chosen).items():
@@ -235,6 +238,10 @@ def verdict_box(groups: list[Group], chosen=None, metric: str = "best val loss",
         for value in values:
             if value != base:
                 rows.append(_row(family[(key, value, base)]))
+        # the pairs a ranking needs are in the Holm family too: every comparison the box adjusts is shown
+        others = [v for v in values if v != base]
+        for a, b in combinations(others, 2) if len(values) > 2 else ():
+            rows.append(_row(family[(key, a, b)], " (for the ranking)"))
         if len(values) > 2 and (r := ranking(family, key, values, base)):
             ranks.append(f"`{key}`, lower {metric} first: {r}")
     return Box(header, rows, ranks, len(family), _no_verdict(groups))
@@ -244,14 +251,23 @@ def _shown(c: Contrast) -> str:
     return numbers.interval(c.diff, c.low, c.high) if c.diff is not None else "—"
 
 
-def _row(e: Effect) -> list[str]:
+def _row(e: Effect, role: str = "") -> list[str]:
     per = "; ".join(f"{label}: {_shown(c)}" for label, c in e.per_setting) or "— (one setting)"
     how = e.pooled.how + (f"; p {e.pooled.p:.2g} (Holm {e.p_holm:.2g})" if e.p_holm is not None else "")
+    if e.pooled.how.startswith("paired, 2 seeds") and e.pooled.low is not None:
+        how += "; 2 seeds: 1 degree of freedom (t = 12.7), so the interval is wide"
     if e.left_out:
         more = ", ..." if len(e.left_out) > 2 else ""
         how += f"; left out: {len(e.left_out)} runs ({', '.join(e.left_out[:2])}{more})"
     word = e.word + (f"; depends on the setting: {e.note}" if e.note and not e.failed else "")
-    return [e.key, f"{e.value} − {e.base}", _shown(e.pooled), word, per, how]  # the answer first, its workings after
+    return [
+        e.key,
+        f"{e.value} − {e.base}{role}",
+        _shown(e.pooled),
+        word,
+        per,
+        how,
+    ]  # the answer first, its workings after
 
 
 def _no_verdict(groups: list[Group]) -> str | None:
