@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normbench.config.arch_traits import arch_traits
 from normbench.config.schema import init_std_of
 from normbench.model import mup
 from normbench.model.attention import Attention, rope_cache
@@ -265,7 +266,7 @@ class GPT(CausalLM, nn.Module):
         for mod in self.modules():  # after the Linears: a tied lm_head must not overwrite the embedding's init
             if isinstance(mod, nn.Embedding) and id(mod) not in inside:
                 normal(mod.weight, emb_std)
-        if arch.name == "deepnorm":
+        if arch_traits(arch.name).deepnorm_init:
             beta = arch.beta if arch.beta is not None else deepnorm_beta(L)
             for block in self.blocks:
                 w_qkv = block.attn.core.c_attn.weight  # rows: q, k, v
