@@ -120,7 +120,7 @@ def check(cfg: Any, own_model: bool) -> list[str]:
     if m.param == "completep":
         from normbench.model.placement import block_specs
 
-        if getattr(a, "tiny_init", False) or not residual_side_free(block_specs(a, m.n_layer)):
+        if a.tiny_init or not residual_side_free(block_specs(a, m.n_layer)):
             raise ConfigError(
                 f"model.param=completep covers Pre-LN-family placements only (no norm on the residual stream, "
                 f"no depth rule of its own); arch={a.name} is not one: use model.param=mup"
