@@ -48,10 +48,11 @@ from normbench.runtime import length
 
 
 def archs() -> tuple[str, ...]:
-    """``arch=`` names: the block placements (model/placement.py's registry), then nGPT (its own model)."""
-    from normbench.model.placement import PLACEMENTS
+    """``arch=`` names: the block placements (model/placement.py's registry), then the archs with a model of
+    their own (nGPT)."""
+    from normbench.model.placement import arch_names
 
-    return (*PLACEMENTS, "ngpt")
+    return arch_names()
 
 
 def norms() -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from normbench.config.arch_traits import arch_traits
 from normbench.export.custom import FILES
 from normbench.norm.scale_and_batch_norms import BatchNormBT, PowerNorm
 
@@ -87,7 +88,7 @@ def _front_matter(arch: str, norm: str) -> str:
 def model_card(run, kind: str, hf_class: str, n_tokens: int, max_abs_diff: float, path: str) -> str:
     cfg, s = run.cfg, run.summary
     a, n, m, d = cfg.arch, cfg.norm, cfg.model, cfg.data
-    title = f"normbench {a.name} + {n.name if a.name != 'ngpt' else 'L2 (nGPT)'}"
+    title = f"normbench {a.name} + {'L2 (nGPT)' if arch_traits(a.name).unit_norm_geometry else n.name}"
     load = _load_lines(path, kind == "custom")
     rows = [f"| {label} | {_fmt(s.get(key))} |" for key, label in _SUMMARY_KEYS if key in s]
     data = "".join(f", `data.{k}={v}`" for k, v in _data_keys(d).items())

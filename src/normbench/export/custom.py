@@ -33,9 +33,10 @@ AUTO_MAP = {
 
 
 def _pointwise_spec(mod: nn.Module, has) -> dict:
-    kind = "derf" if isinstance(mod, Derf) else "dyt"
-    if has("shift") != (kind == "derf"):
-        raise ConfigError(f"export: a {kind} norm {'without' if kind == 'derf' else 'with'} a shift is not supported")
+    derf = isinstance(mod, Derf)
+    kind = "derf" if derf else "dyt"
+    if has("shift") != derf:
+        raise ConfigError(f"export: a {kind} norm {'without' if derf else 'with'} a shift is not supported")
     return {"kind": kind, "affine": has("weight"), "bias": has("bias")}
 
 

@@ -7,12 +7,14 @@ import math
 import torch.nn as nn
 
 import normbench.model.norm_sites  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
+import normbench.model.normfree  # noqa: F401 (registers rezero, fixup, tfixup before simplenorm: arch= lists)
 import normbench.norm.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
+from normbench.config.arch_traits import arch_traits
 from normbench.errors import ConfigError
 from normbench.model.combinations import check_combination
 from normbench.model.gpt import GPT
 from normbench.model.ngpt import NGPT
-from normbench.model.normfree import NORM_FREE, NormFreeGPT
+from normbench.model.normfree import NormFreeGPT
 from normbench.model.simplegpt import SimpleGPT
 from normbench.norm.norm_api import Norm, norm_class, register_norm
 
@@ -28,6 +30,9 @@ __all__ = [
     "register_norm",
     "weight_init_std",
 ]
+
+# ArchTraits.model -> the module class that builds the arch
+MODEL_CLASSES: dict[str, type[nn.Module]] = {"gpt": GPT, "ngpt": NGPT, "simplegpt": SimpleGPT, "normfree": NormFreeGPT}
 
 # The overrides under which GPT computes exactly karpathy/nanoGPT's model (tests/test_model.py
 # checks the logits; scripts/bench_throughput.py races it against a plain loop).
@@ -59,11 +64,7 @@ def weight_init_std(cfg) -> float:
 
 def model_class(cfg) -> type[nn.Module]:
     """The module class an arch builds: its own geometry (nGPT, SimpleGPT, the norm-free nets) or the GPT."""
-    if cfg.arch.name == "ngpt":
-        return NGPT
-    if cfg.arch.name == "simplenorm":
-        return SimpleGPT
-    return NormFreeGPT if cfg.arch.name in NORM_FREE else GPT
+    return MODEL_CLASSES[arch_traits(cfg.arch.name).model]
 
 
 def build_model(cfg, vocab_size: int) -> nn.Module:

@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normbench.config.arch_traits import arch_traits
 from normbench.config.schema import init_std_of
 from normbench.model import mup
 from normbench.model.attention import Attention, rope_cache
@@ -201,7 +202,7 @@ class GPT(CausalLM, nn.Module):
         # muP off d_base: each Linear's fan_in in this model built at d_base (its init follows its own ratio)
         self.mup_fan_in_base = mup.base_fan_ins(lambda base: type(self)(base, arch, norm_cfg, vocab_size), mcfg)
         self._init_weights(mcfg, arch)
-        if getattr(arch, "gain_offset", False):  # Gemma: every norm gain stored as 1 + w, w = 0 at init
+        if arch.gain_offset:  # Gemma: every norm gain stored as 1 + w, w = 0 at init
             gains = [m for m in self.modules() if getattr(type(m), "has_gain", False) and m.weight is not None]
             for mod in gains:
                 offset_gain(mod)
@@ -209,7 +210,7 @@ class GPT(CausalLM, nn.Module):
     def make_block(self, index: int, spec: BlockSpec, mcfg, arch, norm_cfg) -> nn.Module:
         """Block ``index`` of the stack; a model whose blocks have their own geometry overrides this
         (model/simplegpt.py, normfree.py). Called once per block, before the weights are initialised."""
-        return Block(spec, mcfg, norm_cfg, default_d_ff(mcfg), getattr(arch, "attn_gate", "none"))
+        return Block(spec, mcfg, norm_cfg, default_d_ff(mcfg), arch.attn_gate)
 
     # ----- init -----
     @staticmethod
@@ -225,7 +226,7 @@ class GPT(CausalLM, nn.Module):
     @staticmethod
     def _init_rule(mcfg, arch) -> float:
         d, L = mcfg.d_model, mcfg.n_layer
-        if getattr(arch, "tiny_init", False):  # variance 1/(2dL), embedding std 0.5 (model/norm_sites.py)
+        if arch.tiny_init:  # variance 1/(2dL), embedding std 0.5 (model/norm_sites.py)
             return math.sqrt(1.0 / (2.0 * d * L))
         if arch.small_init:
             return math.sqrt(2.0 / (5.0 * d))
@@ -244,7 +245,7 @@ class GPT(CausalLM, nn.Module):
 
     def _init_weights(self, mcfg, arch) -> None:
         d, L = mcfg.d_model, mcfg.n_layer
-        tiny = getattr(arch, "tiny_init", False)
+        tiny = arch.tiny_init
         std, stds = self.init_std(mcfg, arch), self._linear_stds(mcfg, arch)
         emb_std = arch.embed_init_std if arch.embed_init_std is not None else (0.5 if tiny else std)
         if mup.active(mcfg) and arch.embed_init_std is None and not tiny:  # muP: constant in width
@@ -265,7 +266,7 @@ class GPT(CausalLM, nn.Module):
         for mod in self.modules():  # after the Linears: a tied lm_head must not overwrite the embedding's init
             if isinstance(mod, nn.Embedding) and id(mod) not in inside:
                 normal(mod.weight, emb_std)
-        if arch.name == "deepnorm":
+        if arch_traits(arch.name).deepnorm_init:
             beta = arch.beta if arch.beta is not None else deepnorm_beta(L)
             for block in self.blocks:
                 w_qkv = block.attn.core.c_attn.weight  # rows: q, k, v

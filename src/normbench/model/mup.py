@@ -39,15 +39,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from normbench.config.arch_traits import arch_traits
 from normbench.errors import ConfigError
 
 ADAM_LIKE = ("adamw", "lion")  # entrywise-normalized updates: Adam's table applies
 KEEP_MATRIX_LR = ("muon",)  # the hidden matrices' update is width-scaled by the optimizer itself
-OWN_PARAMETRIZATION = {
-    "ngpt": "nGPT is its own normalized parametrization (unit-norm weights, its s/alpha scales; model/ngpt.py)",
-    "simplenorm": "SimpleNorm's GPT has its own init (std 0.02, depth-scaled outputs; model/simplegpt.py)",
-}
-OWN_INIT = "its model class has its own init (the paper's depth rule)"
 
 
 def active(mcfg: Any) -> bool:
@@ -102,7 +98,7 @@ def check(cfg: Any, own_model: bool) -> list[str]:
         return []
     key = f"model.param={m.param}"
     if own_model:
-        why = OWN_PARAMETRIZATION.get(a.name, OWN_INIT)
+        why = arch_traits(a.name).own_init
         raise ConfigError(f"{key} does not apply to arch={a.name}: {why}; use model.param=sp")
     if o.name not in ADAM_LIKE + KEEP_MATRIX_LR:
         raise ConfigError(f"{key} has rules for optim=adamw, lion, muon; optim={o.name} has none here")
@@ -124,7 +120,7 @@ def check(cfg: Any, own_model: bool) -> list[str]:
     if m.param == "completep":
         from normbench.model.placement import block_specs
 
-        if getattr(a, "tiny_init", False) or not residual_side_free(block_specs(a, m.n_layer)):
+        if a.tiny_init or not residual_side_free(block_specs(a, m.n_layer)):
             raise ConfigError(
                 f"model.param=completep covers Pre-LN-family placements only (no norm on the residual stream, "
                 f"no depth rule of its own); arch={a.name} is not one: use model.param=mup"

@@ -38,10 +38,23 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normbench.config.arch_traits import register_arch
 from normbench.model.attention import apply_rope, cached_attention, record_attention_stats, sdpa
 from normbench.model.gpt import CausalLM, LMHead
 from normbench.norm.lean_grads import l2_normalize
 from normbench.norm.norms import upcast
+
+# arch=ngpt: no placement but this model (config/arch_traits.py ArchTraits says who reads each trait)
+register_arch(
+    "ngpt",
+    model="ngpt",
+    needs_norm=False,
+    ignores_norm=True,
+    unit_norm_geometry=True,
+    own_init="nGPT is its own normalized parametrization (unit-norm weights, its s/alpha scales; model/ngpt.py)",
+    extra_norms=10,  # ten L2 normalisations per layer
+    own_mlp="swiglu",
+)
 
 
 class ScaledVector(nn.Module):

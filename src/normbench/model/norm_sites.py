@@ -51,7 +51,7 @@ def lns_scale(block: int) -> float:
     return 1.0 / math.sqrt(block + 1)
 
 
-@register_placement("lns")
+@register_placement("lns", scaled_init_advice="the LNS authors advise against depth-scaled init")
 def _lns(arch, n_layer: int) -> list[BlockSpec]:
     specs = []
     for i in range(n_layer):
@@ -78,7 +78,12 @@ def dssn_gains(arch, n_layer: int) -> tuple[float, float]:
     return c_attn / math.sqrt(n_layer), c_mlp / math.sqrt(n_layer)
 
 
-@register_placement("sandwich_depth", gain_init="initialises the output-norm gains to c/sqrt(L)", extra_norms=2)
+@register_placement(
+    "sandwich_depth",
+    gain_init="initialises the output-norm gains to c/sqrt(L)",
+    extra_norms=2,
+    own_keys=("dssn_c_attn", "dssn_c_mlp"),
+)
 def _sandwich_depth(arch, n_layer: int) -> list[BlockSpec]:
     g_attn, g_mlp = dssn_gains(arch, n_layer)
     attn = SublayerSpec(in_norm=True, out_norm=True, out_gain=g_attn)
@@ -86,7 +91,8 @@ def _sandwich_depth(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(attn, mlp, **qk_kwargs(arch))] * n_layer
 
 
-@register_placement("normformer")
+# NormFormer: the attention-output norm (d) beyond Pre-LN's two, and the FFN norm over d_ff
+@register_placement("normformer", extra_norms=1, mid_norm=True, own_keys=("scale_resids",))
 def _normformer(arch, n_layer: int) -> list[BlockSpec]:
     mlp = SublayerSpec(in_norm=True, mid_norm=True, resid_scale=bool(arch.scale_resids))
     return [BlockSpec(PERI, mlp, head_scale=True, **qk_kwargs(arch))] * n_layer

@@ -50,19 +50,26 @@ import math
 import torch
 import torch.nn as nn
 
+from normbench.config.arch_traits import arch_traits
 from normbench.model.attention import Attention
 from normbench.model.gpt import GPT, MLP, default_d_ff
 from normbench.model.placement import BlockSpec, SublayerSpec, register_placement
-
-NORM_FREE = ("rezero", "fixup", "tfixup")
 
 
 def _no_norm_specs(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(SublayerSpec(), SublayerSpec())] * n_layer
 
 
-for _name in NORM_FREE:
-    register_placement(_name, needs_norm=False)(_no_norm_specs)
+# What every norm-free arch declares (config/arch_traits.py ArchTraits): its own model class and init, no norm layer
+_NORM_FREE = {
+    "model": "normfree",
+    "needs_norm": False,
+    "ignores_norm": True,
+    "own_init": "its model class has its own init (the paper's depth rule)",
+}
+register_placement("rezero", **_NORM_FREE)(_no_norm_specs)
+register_placement("fixup", sets_embed_scale=True, **_NORM_FREE)(_no_norm_specs)
+register_placement("tfixup", sets_embed_scale=True, **_NORM_FREE)(_no_norm_specs)
 
 
 def fixup_branches(n_layer: int) -> int:
@@ -165,7 +172,7 @@ class NormFreeGPT(GPT):
         no_norm.name, no_norm.embed_scale = "none", False
         super().__init__(mcfg, arch, no_norm, vocab_size)
         self.kind = arch.name
-        self.embed_mult = math.sqrt(mcfg.d_model) if self.kind in ("fixup", "tfixup") else 1.0
+        self.embed_mult = math.sqrt(mcfg.d_model) if arch_traits(self.kind).sets_embed_scale else 1.0
         self.ln_f = OutputShift() if self.kind == "fixup" else None
 
     def make_block(self, index: int, spec: BlockSpec, mcfg, arch, norm_cfg) -> nn.Module:

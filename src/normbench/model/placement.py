@@ -42,6 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from normbench.config.arch_traits import ARCH_TRAITS, register_arch
+
 
 @dataclass(frozen=True)
 class SublayerSpec:
@@ -99,37 +101,21 @@ def qk_kwargs(arch) -> dict:
 PLACEMENTS: dict[str, Callable[[Any, int], list[BlockSpec]]] = {}
 
 
-@dataclass(frozen=True)
-class PlacementTraits:
-    """What a placement needs of the norm, declared where it registers (model/__init__.check_combination reads it).
+def register_placement(name: str, **traits: Any):
+    """Register a placement's specs function as ``arch=name``, with its ``ArchTraits`` (config/arch_traits.py) as
+    keyword fields."""
 
-    ``needs_norm``: its blocks are defined by the norms it places, so ``norm=none`` is refused (Pre-LN
-    without norms is ``pre_ln norm=none``; the norm-free and SimpleNorm archs check the norm themselves).
-    ``gain_init``: it initialises the norm gains (what, for the refusal), so the norm needs a gain vector.
-    ``extra_norms``: norm sites per layer beyond Pre-LN's two (each saves its input and output for backward:
-    runtime/memory.py's estimate).
-    """
-
-    needs_norm: bool = True
-    gain_init: str | None = None
-    extra_norms: int = 0
-
-
-PLACEMENT_TRAITS: dict[str, PlacementTraits] = {}
-
-
-def register_placement(name: str, needs_norm: bool = True, gain_init: str | None = None, extra_norms: int = 0):
     def register(specs: Callable[[Any, int], list[BlockSpec]]) -> Callable[[Any, int], list[BlockSpec]]:
         PLACEMENTS[name] = specs
-        PLACEMENT_TRAITS[name] = PlacementTraits(needs_norm, gain_init, extra_norms)
+        register_arch(name, **traits)
         return specs
 
     return register
 
 
-def placement_traits(name: str) -> PlacementTraits:
-    """What ``arch=name`` declared (nGPT, no placement: needs no norm; its ten L2 normalisations per layer)."""
-    return PLACEMENT_TRAITS.get(name, PlacementTraits(needs_norm=False, extra_norms=10 if name == "ngpt" else 0))
+def arch_names() -> tuple[str, ...]:
+    """``arch=`` names: the block placements in registration order, then the archs with a model of their own."""
+    return (*PLACEMENTS, *(name for name in ARCH_TRAITS if name not in PLACEMENTS))
 
 
 @register_placement("pre_ln", needs_norm=False)
@@ -142,28 +128,32 @@ def _post_ln(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(POST, POST, **qk_kwargs(arch))] * n_layer
 
 
-@register_placement("peri_ln", extra_norms=2)
+@register_placement(
+    "peri_ln", extra_norms=2, learned_gains="removes Peri-LN's Output-norm gains, which its paper keeps learnable"
+)
 def _peri_ln(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(PERI, PERI, **qk_kwargs(arch))] * n_layer
 
 
-@register_placement("mix_ln")
+@register_placement(
+    "mix_ln", own_keys=("post_ratio",), keeps_final_norm="always applies the final norm (Li et al. 2024)"
+)
 def _mix_ln(arch, n_layer: int) -> list[BlockSpec]:
     k, qk = mix_ln_post_blocks(n_layer, arch.post_ratio), qk_kwargs(arch)
     return [BlockSpec(POST, POST, **qk) if i < k else BlockSpec(PRE, PRE, **qk) for i in range(n_layer)]
 
 
-@register_placement("hybridnorm", extra_norms=2)
+@register_placement("hybridnorm", extra_norms=2, qkv_norms=True, qk_normed=True)
 def _hybridnorm(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(SublayerSpec(), SublayerSpec(in_norm=True, residual_after_norm=True), True, True)] * n_layer
 
 
-@register_placement("hybridnorm_star", extra_norms=2)
+@register_placement("hybridnorm_star", extra_norms=2, qkv_norms=True, qk_normed=True)
 def _hybridnorm_star(arch, n_layer: int) -> list[BlockSpec]:
     return [BlockSpec(PRE, PRE, qk_norm=True, v_norm=True)] + _hybridnorm(arch, n_layer)[1:]
 
 
-@register_placement("deepnorm")
+@register_placement("deepnorm", own_keys=("alpha", "beta"), deepnorm_init=True)
 def _deepnorm(arch, n_layer: int) -> list[BlockSpec]:
     alpha = arch.alpha if arch.alpha is not None else deepnorm_alpha(n_layer)
     sub = SublayerSpec(post_norm=True, alpha=alpha)

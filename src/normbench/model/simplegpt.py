@@ -56,7 +56,14 @@ SIMPLENORM_NORMS = ("rmsnorm", "layernorm")
 
 
 # SimpleGPT: norms after q, k, v, o, down (d each) and gate, up (d_ff ~ 8d/3 each), none on inputs: ~8 more
-@register_placement("simplenorm", needs_norm=False, extra_norms=8)
+@register_placement(
+    "simplenorm",
+    model="simplegpt",
+    needs_norm=False,
+    extra_norms=8,
+    qk_normed=True,
+    own_init="SimpleNorm's GPT has its own init (std 0.02, depth-scaled outputs; model/simplegpt.py)",
+)
 def _simplenorm(arch, n_layer: int) -> list[BlockSpec]:
     """No norm around the sublayers: SimpleGPT's norms sit inside them (SimpleAttention, SimpleMLP)."""
     return [BlockSpec(SublayerSpec(), SublayerSpec())] * n_layer

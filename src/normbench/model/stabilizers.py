@@ -39,7 +39,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from normbench.config.arch_traits import arch_traits
 from normbench.errors import ConfigError
+from normbench.model.placement import arch_names
 
 
 @torch.no_grad()
@@ -60,10 +62,6 @@ def _qk_norm_on(arch: Any) -> bool:
     return value is not None and str(value).lower() not in ("false", "none")
 
 
-# archs whose q and k always pass through a norm after W_q/W_k (SimpleNorm: one after every linear map)
-QK_NORMED_ARCHS = ("hybridnorm", "hybridnorm_star", "simplenorm")
-
-
 def check_config(cfg: Any) -> None:
     """``optim.qk_clip`` combinations that cannot work: one-line ConfigError."""
     o, a = cfg.optim, cfg.arch
@@ -71,16 +69,18 @@ def check_config(cfg: Any) -> None:
         raise ConfigError(f"optim.qk_clip_tau={o.qk_clip_tau} must be > 0")
     if not o.qk_clip:
         return
-    if a.name == "ngpt":
+    traits = arch_traits(a.name)
+    if traits.unit_norm_geometry:
         raise ConfigError(
-            "optim.qk_clip=true with arch=ngpt: nGPT L2-normalizes q and k, so rescaling W_q/W_k changes no "
+            f"optim.qk_clip=true with arch={a.name}: nGPT L2-normalizes q and k, so rescaling W_q/W_k changes no "
             "logit (its logits are set by s_qk); allowed: any other arch"
         )
-    if _qk_norm_on(a) or a.name in QK_NORMED_ARCHS:
+    if _qk_norm_on(a) or traits.qk_normed:
         why = f"arch.qk_norm={a.qk_norm}" if _qk_norm_on(a) else f"arch={a.name} (always has q/k norms)"
+        qk_normed = [name for name in arch_names() if arch_traits(name).qk_normed]
         raise ConfigError(
             f"optim.qk_clip=true with {why}: a norm after W_q/W_k cancels the rescale; "
-            f"allowed: arch.qk_norm off and an arch other than {', '.join(QK_NORMED_ARCHS)}"
+            f"allowed: arch.qk_norm off and an arch other than {', '.join(qk_normed)}"
         )
     if cfg.parallel == "fsdp":
         raise ConfigError(

@@ -9,6 +9,9 @@ the rest of normbench asks about it; no other module keeps a list of norm names:
 - ``has_gain``: a per-channel gain vector ``weight`` (stored as ``weight + unit_offset``): what
   ``arch.gain_offset`` (1 + w), ``arch=sandwich_depth``'s gain init and the Output-norm gain
   diagnostics act on.
+- ``identity``: it builds no layer (``norm=none``): model/combinations.py refuses it where a placement needs
+  its norms or ``arch.qk_norm`` needs a norm layer, and notes any other ``norm=`` as ignored by the archs
+  that build no norm layer.
 - ``statistics_free``: a pointwise map with no statistic (DyT, Derf): it takes a per-site a0
   (``norm.alpha_init_*``), may scale the embedding (``norm.embed_scale``) and gets their init note.
 - ``diag_scalars``: its learned scalar parameters; diagnostics record ``norm_<param>_<site>``.
@@ -43,6 +46,7 @@ class Norm(nn.Module):
 
     PARAM_KINDS: ClassVar[dict[str, str]] = {}
     has_gain: ClassVar[bool] = False
+    identity: ClassVar[bool] = False
     statistics_free: ClassVar[bool] = False
     diag_scalars: ClassVar[tuple[str, ...]] = ()
     line_style: ClassVar[Any] = None

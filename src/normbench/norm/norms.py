@@ -185,7 +185,7 @@ def site_alphas(cfg, d_model: int) -> dict[str, float]:
 class NoNorm(Norm):
     """``norm=none``: declares the option; it builds ``nn.Identity`` (no parameters, nothing to declare)."""
 
-    line_style = (0, (5, 1, 1, 1))
+    identity, line_style = True, (0, (5, 1, 1, 1))
 
 
 # ``norm=`` names (docs/architectures.md §2): a norm registers its class (or a builder with the class that

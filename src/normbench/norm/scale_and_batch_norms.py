@@ -41,6 +41,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normbench.config.arch_traits import arch_traits
 from normbench.config.norm_keys import BatchNormKeys, NormKeys, PowerNormKeys, SeeDNormKeys
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
@@ -84,7 +85,7 @@ class CRMSNorm(Norm):
     @classmethod
     def check(cls, cfg) -> list[str]:
         a, qk = cfg.arch, qk_norm_mode(cfg.arch.qk_norm)
-        if qk != "none" or a.name in ("hybridnorm", "hybridnorm_star"):
+        if qk != "none" or arch_traits(a.name).qkv_norms:
             raise ConfigError(
                 f"norm=crmsnorm with {f'arch.qk_norm={qk}' if qk != 'none' else f'arch={a.name}'}: CRMSNorm reads "
                 "its input as a compressed zero-mean residual, which q/k/v are not; allowed: arch.qk_norm=none, "

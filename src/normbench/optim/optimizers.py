@@ -61,6 +61,7 @@ import torch
 import torch.nn as nn
 
 from normbench.config import lr_rule
+from normbench.config.arch_traits import arch_traits
 from normbench.config.spec import spec_of
 from normbench.model import mup
 from normbench.model.attention import Attention
@@ -85,7 +86,9 @@ def fused_splits(model: nn.Module) -> dict[str, int]:
 
 
 def decayed_kinds(ocfg, arch_name: str) -> set[str]:
-    if arch_name == "ngpt" or ocfg.weight_decay == 0:
+    """The parameter kinds weight decay applies to: none on a unit-norm geometry, whose weights are projected
+    back onto the sphere (ArchTraits.unit_norm_geometry)."""
+    if arch_traits(arch_name).unit_norm_geometry or ocfg.weight_decay == 0:
         return set()
     kinds = {"matrix", "head"}
     switches = {

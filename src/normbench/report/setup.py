@@ -82,7 +82,7 @@ def _decay(r: Run) -> str | None:
     flags = {k: setting(r, f"optim.decay_{k}") for k, _ in kinds}
     if any(v is None for v in flags.values()):
         return None
-    if setting(r, "arch") == "ngpt" or setting(r, "optim.weight_decay") in ("0", "0.0"):
+    if _forced(r, "optim.weight_decay") == 0 or setting(r, "optim.weight_decay") in ("0", "0.0"):
         return "nothing is decayed (weight decay 0)"
     skipped = [what for k, what in kinds if flags[k] != "true"]
     decayed = [what for k, what in kinds if flags[k] == "true"]

@@ -42,9 +42,9 @@ from pathlib import Path
 
 import torch
 
+from normbench.config.arch_traits import arch_traits
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
-from normbench.model.placement import placement_traits
 
 GB = 1024**3
 _BACKWARD_LAYERS = 2  # backward's working set: about two layers' worth of activation gradients and temporaries
@@ -109,13 +109,12 @@ def _per_token(cfg) -> float:
     d = m.d_model
     d_ff = m.d_ff or (32 * math.ceil(8 * d / 3 / 32) if m.mlp == "swiglu" else 4 * d)
     attn = 11.5 * d
-    mlp = 2 * d + (4 * d_ff if m.mlp == "swiglu" or cfg.arch.name == "ngpt" else 2 * d_ff)
-    # the arch's extra norm sites per layer (model/placement.py PlacementTraits), each saving input and output
-    extra = (
-        2 * d * (placement_traits(cfg.arch.name).extra_norms + (1 if qk_norm_mode(cfg.arch.qk_norm) != "none" else 0))
-    )
-    if cfg.arch.name == "normformer":  # attention-output norm (d) and FFN norm (d_ff)
-        extra += 2 * (d + d_ff)
+    traits = arch_traits(cfg.arch.name)
+    mlp = 2 * d + (4 * d_ff if (traits.own_mlp or m.mlp) == "swiglu" else 2 * d_ff)
+    # the arch's extra norm sites per layer (config/arch_traits.py ArchTraits), each saving input and output
+    extra = 2 * d * (traits.extra_norms + (1 if qk_norm_mode(cfg.arch.qk_norm) != "none" else 0))
+    if traits.mid_norm:  # NormFormer's FFN norm over d_ff
+        extra += 2 * d_ff
     if cfg.arch.attn_gate != "none":  # gate logits and sigmoid
         extra += 2 * (d if cfg.arch.attn_gate == "elementwise" else m.n_head)
     masks = 2 * d / 4 if m.dropout > 0 else 0  # bool dropout masks, 1 byte each
