@@ -231,8 +231,9 @@ def test_sweep_report_plots_and_html(sweep):
     root, summaries, running = sweep
     out = root / "out"
     assert report.main([str(root), "--out", str(out)]) == 0
-    pngs = ["loss_curves.png", "var_resid_depth.png", "grad_norm_layer_depth.png", "maxabs_resid_depth.png",
-            "grad_norm_layer_heatmap.png", "var_resid_heatmap.png", "layer_stats.png"]  # fmt: skip
+    pngs = ["loss_curves.png", "lr_grad_norm.png", "var_resid_depth.png", "grad_norm_layer_depth.png",
+            "maxabs_resid_depth.png", "grad_norm_layer_heatmap.png", "var_resid_heatmap.png",
+            "layer_stats.png"]  # fmt: skip
     for name in pngs:
         check_png(out / name)
     page = (out / "report.html").read_text()
@@ -454,8 +455,9 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
         assert runs[name]["group"] == f"arch={s['arch']}" and runs[name]["status"] == "completed"
         assert runs[name]["outcome"] == "stuck" and runs[name]["steps to target"] == "—"  # no run learned: no target
     assert "no run learned; give --target" in md
-    pngs = ["loss_curves.png", "var_resid_depth.png", "grad_norm_layer_depth.png", "maxabs_resid_depth.png",
-            "grad_norm_layer_heatmap.png", "var_resid_heatmap.png", "layer_stats.png"]  # fmt: skip
+    pngs = ["loss_curves.png", "lr_grad_norm.png", "var_resid_depth.png", "grad_norm_layer_depth.png",
+            "maxabs_resid_depth.png", "grad_norm_layer_heatmap.png", "var_resid_heatmap.png",
+            "layer_stats.png"]  # fmt: skip
     for name in pngs:
         check_png(sweep / name)
     assert len(re.findall(r'src="data:image/png;base64,', (sweep / "report.html").read_text())) == len(pngs)

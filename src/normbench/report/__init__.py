@@ -22,7 +22,8 @@ statistics live in :mod:`normbench.analysis` (re-exported here):
   rounding to the spread);
 - :mod:`.tables` and :mod:`.figures` (a package: its common parts, :mod:`.figures.curves`,
   :mod:`.figures.layers`) format them;
-  :mod:`.page` renders Markdown and HTML; :mod:`.build` writes the report.
+  :mod:`.page` renders Markdown and HTML; :mod:`.table_files` writes the tables as CSV and JSON beside
+  report.md; :mod:`.build` writes the report.
 
 Outcomes and per-layer statistics are defined in :mod:`normbench.diag.outcomes`.
 """

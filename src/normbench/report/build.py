@@ -18,8 +18,8 @@ from normbench.analysis.loading import (
 from normbench.analysis.stats import default_targets, eval_spacing
 from normbench.analysis.unstarted import unstarted_jobs
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
-from normbench.errors import ConfigError
-from normbench.report import figures, tables, verdicts
+from normbench.errors import ConfigError, Parser, error
+from normbench.report import figures, table_files, tables, verdicts
 from normbench.report.figures import curves as curve_figures
 from normbench.report.figures import layers as layer_figures
 from normbench.report.page import to_html, to_markdown
@@ -40,14 +40,16 @@ def _target_text(target, defaults) -> str:
 def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters=None, baseline=None,
                  color_by=None, style_by=None, figures_too=True, *, metric: str = "best val loss",
                  formats: tuple[str, ...] = figures.FORMATS, dpi: int = figures.DPI, width: float = figures.WIDTH,
-                 title: str | None = None, head: list[tuple] = (),
+                 title: str | None = None, head: list[tuple] = (), x: str = "step", runs_too: bool = False,
                  ) -> tuple[Path, Path, list[Path], int]:  # fmt: skip
     """Write the report; return (report.md, report.html, figure paths, number of runs). Every input is
     checked before anything is written; the sections then follow in the order a reader asks: the
     answer (the verdict and setup boxes), the runs and their outcomes, time to target, per-layer
     statistics, the baseline, the LR sweep, Optuna, every run, the figures. ``title``: the page's heading
     and ``<title>`` (default: the sweep's, :func:`sweep_title`); ``head``: blocks before the answer (the
-    claim page of ``reproduce``: its claim, verdict and figure)."""
+    claim page of ``reproduce``: its claim, verdict and figure). ``x``: the x axis of the loss and
+    LR/grad-norm curves (``step``, ``tokens``, ``time``); ``runs_too``: each run's own line in them. The
+    tables are written as data beside report.md too (:mod:`.table_files`)."""
     dirs = [Path(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
     runs, groups, missing = _grouped_runs(dirs, filters, group_by)
     for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
@@ -55,6 +57,7 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
             check_key(runs, key, flag)
     base = _baseline(baseline, groups)
     check_formats(formats, dpi, width)
+    check_x(x)
     out_dir = Path(out) if out is not None else dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     defaults = {} if target is not None else default_targets(runs)
@@ -69,14 +72,15 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     if sweep:
         blocks += _lr_section(sweep)
     blocks += _optuna_sections(dirs)
-    blocks += [("h", 2, "All runs"), ("table", *tables.runs_table(groups, target, defaults))]
+    blocks += [("h", 2, "All runs"), ("p", TABLE_FILES), ("table", *tables.runs_table(groups, target, defaults))]
 
     styles = figures.Styles(groups, color_by, style_by)
     plots: list[Path] = []
     if figures_too:
         blocks += [("h", 2, "Figures"), ("p", f"Every figure: {figures.setup_caption(groups)}")]
         save = figures.Output(tuple(formats), dpi, width)
-        _figures(blocks, plots, groups, styles, sweep, steps, out_dir, save)
+        _figures(blocks, plots, groups, styles, sweep, steps, out_dir, save, x, runs_too)
+    table_files.write_tables(out_dir, groups, target, defaults)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(to_markdown(blocks), encoding="utf-8")
     html_path.write_text(to_html(blocks, out_dir, title), encoding="utf-8")
@@ -88,6 +92,18 @@ def sweep_title(dirs: list[Path], runs, groups) -> str:
     varied = " × ".join(groups[0].settings) if groups and groups[0].settings else "one group"
     where = ", ".join(d.resolve().name or str(d) for d in dirs)
     return f"normbench report: {varied}, {len(runs)} runs ({where})"
+
+
+TABLE_FILES = ("The tables as data, every number unrounded (a mean and its std in two columns), beside this "
+               "report: `report_runs.csv` and `report_runs.json` (this table, with each run's settings, final "
+               "val loss, tokens and tokens/s), `report_groups.csv` and `report_groups.json` (the groups' table "
+               "above, with time to target).")  # fmt: skip
+
+
+def check_x(x: str) -> None:
+    """``--x``: one of :data:`figures.X_AXES`."""
+    if x not in figures.X_AXES:
+        raise ConfigError(f"--x={x} is not allowed; choose one of: {', '.join(figures.X_AXES)}")
 
 
 def check_formats(formats, dpi, width: float = figures.WIDTH) -> None:
@@ -266,7 +282,8 @@ def _optuna_sections(dirs: list[Path]) -> list[tuple]:
     return blocks
 
 
-def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path, save: figures.Output) -> None:
+def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path, save: figures.Output, x: str = "step",
+             runs_too: bool = False) -> None:  # fmt: skip
     """Each figure with its caption (the setup is stated once, above them); a figure without data is a line
     saying why instead of a hole. The PNG is embedded; the other formats lie next to it."""
     legend = (
@@ -290,9 +307,15 @@ def _figures(blocks, plots, groups, styles, sweep, steps, out_dir: Path, save: f
             at = " at the chosen steps" if steps and key != "loss" else ""
             blocks.append(("p", f"`{name}` skipped: no run logged `{key}`{at}."))
 
-    made = curve_figures.plot_losses(groups, styles, out_dir / "loss_curves.png", save)
-    add("loss_curves.png", made, "training and validation loss against training step, one line per group", "loss",
-        curve_figures.caption_losses(groups))  # fmt: skip
+    x_key, x_label = figures.X_AXES[x]
+    caption = curve_figures.caption_losses(groups, x, runs_too)
+    made = curve_figures.plot_losses(groups, styles, out_dir / "loss_curves.png", save, x, runs_too)
+    add("loss_curves.png", made, f"training and validation loss against {x_label}, one line per group",
+        curve_figures.missing(groups, ("loss", x_key)) or "loss", caption)  # fmt: skip
+    caption = curve_figures.caption_dynamics(groups, x, runs_too)
+    made = curve_figures.plot_dynamics(groups, styles, out_dir / "lr_grad_norm.png", save, x, runs_too)
+    add("lr_grad_norm.png", made, curve_figures.DYNAMICS_ALT.replace("training step", x_label),
+        curve_figures.missing(groups, (x_key,)) or "lr", caption)  # fmt: skip
     for key, (name, *_) in curve_figures.DEPTH.items():
         chosen = steps if steps else curve_figures.default_depth_steps(groups, key)
         made = curve_figures.plot_depth(groups, styles, key, chosen, out_dir / name, save)
@@ -331,7 +354,7 @@ def _key_list(text: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="normbench report", description="Tables and figures for runs and sweeps.")
+    parser = Parser(prog="normbench report", description="Tables and figures for runs and sweeps.")
     parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="run or sweep directories (merged)")
     parser.add_argument("--target", "--target-loss", dest="target", type=float, metavar="LOSS",
                         help="val loss for the time-to-target columns (default: per corpus, the best loss every "
@@ -360,21 +383,29 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--width", type=float, default=figures.WIDTH, metavar="INCHES",
                         help=f"the figures' printed width: {figures.SINGLE:g} (a paper's single column) or "
                              f"{figures.DOUBLE:g} (double, the default); every text 7 pt or more at it")  # fmt: skip
+    parser.add_argument("--x", default="step", metavar="AXIS", help="the x axis of the loss and LR/grad-norm "
+                        "curves: step, tokens or time (wall-clock seconds since the start; default: step)")  # fmt: skip
+    parser.add_argument("--runs", action="store_true", help="in the loss and LR/grad-norm curves, each run's own "
+                        "line (thin, its group's colour) under its group's mean, instead of the band")  # fmt: skip
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # --help or a usage error: argparse has printed it
+    except SystemExit as e:  # --help: argparse has printed it
         return int(e.code or 0)
+    except ConfigError as e:  # a usage error: one line, like any other bad input
+        return error(str(e))
     try:
         metric = verdicts.metric_name(args.metric)
         formats = tuple(f.strip().lower() for f in args.format.split(",") if f.strip())
         md, page, plots, n = build_report(args.dirs, args.target, args.steps, args.out, args.group_by, args.filters,
                                           args.baseline, args.color_by, args.style_by, not args.no_figures,
-                                          metric=metric, formats=formats, dpi=args.dpi, width=args.width)  # fmt: skip
+                                          metric=metric, formats=formats, dpi=args.dpi, width=args.width,
+                                          x=args.x, runs_too=args.runs)  # fmt: skip
     except ConfigError as e:
         print(f"normbench: error: {e}", file=sys.stderr)
         return 2
     print(f"normbench: report on {n} runs: {md}")
     print(f"normbench: html (figures embedded): {page}")
+    print(f"normbench: tables as data: {', '.join(str(md.parent / f) for f in table_files.FILES)}")
     for p in plots:
         print(f"normbench: figure: {p}")
     return 0

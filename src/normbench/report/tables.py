@@ -106,6 +106,12 @@ def _final_is_best(groups: list[Group]) -> bool:
     return bool(pairs) and all(f is not None and f == b for f, b in pairs)
 
 
+def group_notes(g: Group) -> list[str]:
+    """The main table's notes of a group: that it leaked the future, then why each run did not complete."""
+    notes = dict.fromkeys(f"{r.status}: {r.reason}" for r in g.runs if r.status != "completed")
+    return list({LEAK_NOTE: None, **notes} if any(leaked(r) for r in g.runs) else notes)
+
+
 def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
     """One row per group; the final val loss column only when some run's final loss is not its best;
     tokens/s flagged with their range where the machine was loaded (:func:`loaded_spread`)."""
@@ -126,9 +132,7 @@ def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
         # steady-state tokens/s of the runs whose losses are averaged (summary.json)
         tps = [t for r in pool if finite(t := (r.summary or {}).get("tokens_per_s"))]
         spikes = [int(c) for r in g.runs if finite(c := (r.summary or {}).get("spikes"))]
-        notes = dict.fromkeys(f"{r.status}: {r.reason}" for r in g.runs if r.status != "completed")
-        if any(leaked(r) for r in g.runs):
-            notes = {LEAK_NOTE: None, **notes}
+        notes = group_notes(g)
         rows.append([g.label, str(len(g.runs)), outcome_counts(g.runs), status_counts(g.runs),
                      mean_std(finals, suffix=mark), mean_std(bests, suffix=mark), steps,
                      _flagged(f"{statistics.fmean(tps):,.0f}" if tps else DASH, pool, with_range=True),
@@ -240,6 +244,11 @@ def baseline_table(groups: list[Group], key: str, value: str, target=None, defau
     return header, rows
 
 
+def run_reason(run: Run) -> str:
+    """The all-runs table's reason of a run: that it leaked the future, then its status's reason."""
+    return "; ".join(x for x in (LEAK_NOTE if leaked(run) else "", run.reason) if x)
+
+
 def runs_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
     header = ["run", "group", "seed", "status", "outcome", "step", "best val loss", "steps to target",
               "tokens to target", "seconds to target", "spikes", "reason"]  # fmt: skip
@@ -256,6 +265,5 @@ def runs_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
                          f"{best:.4f}" if best is not None else DASH,
                          f"{hit.steps:.0f}" if hit else not_reached, f"{hit.tokens:,.0f}" if hit else not_reached,
                          f"{hit.seconds:.1f}" if hit else not_reached,
-                         str(int(spikes)) if finite(spikes) else DASH,
-                         "; ".join(x for x in (LEAK_NOTE if leaked(r) else "", r.reason) if x)])  # fmt: skip
+                         str(int(spikes)) if finite(spikes) else DASH, run_reason(r)])  # fmt: skip
     return header, rows

@@ -1,23 +1,25 @@
 """The report's figures: shared conventions, saving, and the learning-rate figure (matplotlib, no
-pyplot: no global state, no GUI backend). Loss and depth figures: :mod:`.curves`; heatmaps and
-per-layer statistics: :mod:`.layers`.
+pyplot: no global state, no GUI backend). Loss, LR/grad-norm and depth figures: :mod:`.curves`; heatmaps
+and per-layer statistics: :mod:`.layers`.
 
 Conventions, the same in every figure: one colour per value of one factor (``arch`` when it
 varies: a fixed colour per architecture) and one line style per value of a second (``norm``
 when it varies), with a point marker per line style too (so overlapping lines stay apart), further
 factors by marker, each listed in the legend in the order the sweep ran its values; one shared
-legend below the axes; seeds drawn as the mean line with a min-max
-band. Blocks are numbered 1..L everywhere; a depth position l is the residual stream after block l
-(0: the embedding output). An axis is logarithmic when its own values span more than 30x. Stuck and
-diverged runs are never dropped: each is drawn on its own, thin, ending in a hollow square (stuck)
-or an x at the step it stopped (diverged).
+legend below the axes; seeds drawn as the mean line with a min-max band (``report --runs``: in the
+loss and LR/grad-norm curves, each run's own thin line instead of the band). Blocks are numbered 1..L
+everywhere; a depth position l is the residual stream after block l (0: the embedding output). An axis
+is logarithmic when its own values span more than 30x. Stuck and diverged runs are never dropped: each
+is drawn on its own, thin, ending in a hollow square (stuck) or an x at the step it stopped (diverged).
 
 Sizes are set for print at the width the figure will have in the paper (``Output.width``, ``report
 --width``: 3.3 in for a single column, 6.8 in for a double one, the default): the font sizes follow
 from the width (:func:`rc_for`: 7 pt tick labels at 3.3 in up to 9 pt at 6.8 in, labels and titles
 1 pt larger), so no text is under 7 pt at the printed size; panels are laid out in as many columns as
-fit :data:`MIN_PANEL` inches each. Panel titles are short; what a figure shows is its caption in the
-report. ``Output`` saves each figure as PNG (the report embeds that) and in any of PDF and SVG, at ``dpi``.
+fit :data:`MIN_PANEL` inches each, and no figure is taller than a page (:data:`MAX_HEIGHT`,
+:func:`fit_page`: more, narrower columns first, then shorter rows). Panel titles are short; what a
+figure shows is its caption in the report. ``Output`` saves each figure as PNG (the report embeds that)
+and in any of PDF and SVG, at ``dpi``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
 POINT_MARKERS = ("o", "s", "^", "D", "v", "P")
 LOSS_LABEL = "loss (nats/token)"
 STEP_LABEL = "training step"
+X_AXES = {  # report --x: the x axis of the curves logged at every log step -> (metrics.jsonl key, axis label)
+    "step": ("step", STEP_LABEL),
+    "tokens": ("tokens", "training tokens"),
+    "time": ("time_s", "wall-clock seconds since the start"),
+}
 FORMATS = ("png", "pdf")
 ALL_FORMATS = ("png", "pdf", "svg")
 DPI = 200
@@ -57,6 +64,9 @@ WIDTH_RANGE = (2.0, 12.0)
 MIN_PT = 7.0  # no text smaller, at the printed width
 MIN_PANEL = 1.6  # inches: the narrowest panel a grid of panels gets
 LOG_SPAN = 30  # an axis whose positive values span more than this factor is logarithmic
+MAX_HEIGHT = 9.0  # inches: a page's text height (A4, US letter) less room for the caption; no figure is taller
+TIGHT_PANEL = 1.2  # inches: the narrowest panel a figure gets to stay under MAX_HEIGHT, before its rows shrink
+TIGHT_COLS = 6  # the most columns a figure gets to stay under MAX_HEIGHT
 RC = {"axes.spines.top": False, "axes.spines.right": False, "pdf.fonttype": 42, "svg.fonttype": "none"}
 
 
@@ -83,6 +93,21 @@ def grid(n: int, width: float, min_panel: float = MIN_PANEL, max_cols: int = 4) 
     ncols = max(1, min(n, max_cols, int(width // min_panel)))
     nrows = -(-n // ncols)
     return nrows, ncols, min(2.6, max(1.6, 0.8 * width / ncols + 0.3))
+
+
+def fit_page(n: int, width: float, rows: int, cols: int, row_h: float, extra) -> tuple[int, int, float]:
+    """(rows, columns, row height) of a grid of ``n`` panels whose figure is at most :data:`MAX_HEIGHT` tall:
+    a grid that fits is kept as it is; else more columns, each still :data:`TIGHT_PANEL` wide (a
+    single-column figure with many panels would otherwise run off the page: 6 heatmaps at 3.3 in were 11.6
+    in tall), then rows shortened to fit. ``extra(rows, cols)``: the inches the figure adds to its rows
+    (a legend below them, a colour bar's label)."""
+    tall = lambda r, c: r * row_h + extra(r, c) > MAX_HEIGHT
+    while tall(rows, cols) and cols < min(n, TIGHT_COLS) and width / (cols + 1) >= TIGHT_PANEL:
+        cols += 1
+        rows = -(-n // cols)
+    if tall(rows, cols):
+        row_h = (MAX_HEIGHT - extra(rows, cols)) / rows
+    return rows, cols, row_h
 
 
 @dataclass(frozen=True)
@@ -219,6 +244,8 @@ class Styles:
                          zip(self.marker_keys, v))) for v, m in self.markers.items()]  # fmt: skip
         extra = {
             "band": Patch(color="0.6", alpha=0.3, label="seeds: min–max"),
+            "runs": Line2D([], [], color="0.3", lw=RUN_LW, alpha=RUN_ALPHA, label="one run (thick: the mean)"),
+            "clip": Line2D([], [], color="0.4", lw=1, linestyle=":", label="clip threshold (trainer.grad_clip)"),
             "stuck": Line2D([], [], color="0.3", lw=0.9, marker="s", mfc="none", label="stuck run"),
             "diverged": Line2D([], [], color="0.3", lw=0.9, marker="x", mew=2, label="diverged run (× stop)"),
             "failed": Line2D([], [], color="0.3", lw=0.9, marker="|", ms=9, label="unfinished run"),
@@ -237,8 +264,10 @@ def _figure(n: int, width: float, max_cols: int = 4, spare_legend: bool = True, 
     from matplotlib.figure import Figure
 
     rows, cols, h = grid(n, width, max_cols=max_cols)
+    below = lambda r, c: 0.0 if spare_legend and r * c > n else 0.7  # the legend's room when no slot is left
+    rows, cols, h = fit_page(n, width, rows, cols, height or h, below)
     spare = spare_legend and rows * cols > n
-    fig = Figure(figsize=(width, (height or h) * rows + (0 if spare else 0.7)), layout="constrained")
+    fig = Figure(figsize=(width, h * rows + below(rows, cols)), layout="constrained")
     axes = [a for row in fig.subplots(rows, cols, squeeze=False) for a in row]
     for ax in axes[n + spare :]:
         ax.set_axis_off()
@@ -306,6 +335,16 @@ def _single(ax, xs, ys, style: dict, kind: str, along: bool = False, top: float 
     pts = (xs, ys) if along else (xs[-1:], [min(ys[-1], top) if top is not None else ys[-1]])
     (end,) = ax.plot(*pts, linestyle="none", color=style["color"], clip_on=top is not None, **END[kind])
     end.set_in_layout(False)  # a marker on the top edge must not push the axes around
+
+
+RUN_LW, RUN_ALPHA = 0.7, 0.55  # report --runs: each run's own line, thin and light under its group's mean
+
+
+def _own_line(ax, run: Run, xs, ys, style: dict) -> None:
+    """One run's own curve (``report --runs``), in its group's colour and line style; its gid names the run
+    (``run:<name>``, also the element's id in an SVG)."""
+    ax.plot(xs, ys, color=style["color"], linestyle=style["linestyle"], lw=RUN_LW, alpha=RUN_ALPHA,
+            gid=f"run:{run.name}")  # fmt: skip
 
 
 def _mean_band(ax, xs, mean, lo, hi, style: dict, n: int, marker=None) -> None:

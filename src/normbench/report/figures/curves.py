@@ -5,6 +5,14 @@
 curves and their seed bands alone: the gaps between groups that (a) squeezes into its floor fill (b).
 Stuck and diverged runs sit above a zoomed range; they are clipped and marked on its top edge.
 
+``lr_grad_norm``: (a) the learning rate and (b) the total gradient norm before clipping, as logged at every
+log step, so a reader sees the schedule each group ran and whether its gradients blew up or sat at the clip.
+
+Both are curves of ``metrics.jsonl``'s log steps, so both follow ``report --x`` (:data:`.X_AXES`: the step,
+the tokens trained or the wall-clock seconds of each record; a group's mean line sits at the mean over its
+runs of their own x at each step, which only differs between seeds for the seconds) and ``report --runs``
+(each run's own line, thin, under its group's mean; the min-max band is left out, the runs are its edges).
+
 Depth profiles: one panel per chosen step, each with its own y-range (values shrink by orders of
 magnitude during training, and one shared range would flatten the later panels), on one scale for the
 whole figure: logarithmic in every panel when any panel's values span more than 30x (the panels show one
@@ -16,20 +24,22 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
+from string import ascii_lowercase
 
-from normbench.analysis.loading import Group, Run, finite_series, series
+from normbench.analysis.loading import Group, Run, finite_series, series, setting
 from normbench.analysis.stats import curve, healthy
 from normbench.diag.outcomes import finite
 from normbench.report.figures import (
     DEFAULT_OUT,
     LOSS_LABEL,
-    STEP_LABEL,
+    X_AXES,
     Output,
     Styles,
     _figure,
     _finish,
     _kind,
     _mean_band,
+    _own_line,
     _single,
     baselines_of,
     is_wide,
@@ -55,29 +65,51 @@ ALT = {  # each depth figure in words, for its image's alt text
 ZOOM_FROM = 0.3  # the zoomed panel starts at the first evaluation after this fraction of the run
 
 
-def _means(ax, groups: list[Group], styles: Styles, key: str, start: float, points: bool) -> list[float]:
-    """Each group's mean curve of ``key`` from step ``start`` on, with its seed band; returns the values drawn."""
+def x_of(run: Run, x: str) -> dict[int, float] | None:
+    """step -> the run's value of the x axis ``x`` (:data:`.X_AXES`) at that step; None for steps themselves.
+    A later record wins, as in :func:`series` (a resumed run logs again the steps after its checkpoint)."""
+    if x == "step":
+        return None
+    return dict(finite_series(run.records, X_AXES[x][0]))
+
+
+def _points(run: Run, key: str, start: float, x: str) -> tuple[list[float], list[float]]:
+    """A run's own (x, value) of ``key`` from step ``start`` on, on the x axis ``x``."""
+    at = x_of(run, x)
+    pts = [(s if at is None else at.get(s), v) for s, v in finite_series(run.records, key) if s >= start]
+    pts = [(a, v) for a, v in pts if a is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _means(ax, groups: list[Group], styles: Styles, key: str, start: float, points: bool, x: str = "step",
+           runs: bool = False) -> list[float]:  # fmt: skip
+    """Each group's mean curve of ``key`` from step ``start`` on, with its seed band (``runs``: with its runs'
+    own lines instead); returns the values drawn."""
     values = []
     for g in groups:
         st = styles.of[g.label]
         pool = healthy(g.runs)
-        xs, mean, lo, hi = curve(pool, key)
-        kept = [(x, m, a, b) for x, m, a, b in zip(xs, mean, lo, hi) if x >= start]
+        steps, mean, lo, hi = curve(pool, key)
+        at = [x_of(r, x) for r in pool]
+        xs = [s if x == "step" else statistics.fmean(v) if (v := [a[s] for a in at if s in a]) else None for s in steps]
+        kept = [(a, m, b, c) for s, a, m, b, c in zip(steps, xs, mean, lo, hi) if s >= start and a is not None]
         if kept:
             xs, mean, lo, hi = (list(c) for c in zip(*kept))
-            _mean_band(ax, xs, mean, lo, hi, st, len(pool), marker=st["point"] if points else None)
+            for r in pool if runs else []:
+                _own_line(ax, r, *_points(r, key, start, x), st)
+            _mean_band(ax, xs, mean, lo, hi, st, 1 if runs else len(pool), marker=st["point"] if points else None)
             values += lo + hi
     return values
 
 
-def _singles(ax, groups: list[Group], styles: Styles, key: str, start: float, top=None) -> set[str]:
+def _singles(ax, groups: list[Group], styles: Styles, key: str, start: float, top=None, x: str = "step") -> set[str]:
     """The runs not in a mean curve (stuck, diverged, failed), one by one; returns their kinds."""
     kinds = set()
     for g in groups:
         pool = healthy(g.runs)
         for r in g.runs:
-            if r not in pool and (pts := [p for p in finite_series(r.records, key) if p[0] >= start]):
-                _single(ax, [p[0] for p in pts], [p[1] for p in pts], styles.of[g.label], _kind(r), top=top)
+            if r not in pool and (pts := _points(r, key, start, x))[0]:
+                _single(ax, *pts, styles.of[g.label], _kind(r), top=top)
                 kinds.add(_kind(r))
     return kinds
 
@@ -99,25 +131,33 @@ def zoom_start(groups: list[Group], key: str) -> float:
     return later[0] if len(later) >= 2 else steps[-2]
 
 
-def plot_losses(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT) -> bool:
+def missing(groups: list[Group], keys: tuple[str, ...]) -> str | None:
+    """The first of ``keys`` (metrics.jsonl keys) that no run logged: its figure is skipped, saying so."""
     runs = [r for g in groups for r in g.runs]
-    if not any(finite_series(r.records, "loss") for r in runs):
+    return next((k for k in keys if not any(finite_series(r.records, k) for r in runs)), None)
+
+
+def plot_losses(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT, x: str = "step",
+                runs: bool = False) -> bool:  # fmt: skip
+    """The loss figure on the x axis ``x`` (:data:`.X_AXES`), with each run's own line when ``runs``; False
+    (nothing drawn) when no run logged a loss or the x axis's key."""
+    if missing(groups, ("loss", X_AXES[x][0])):
         return False
     with rc(out.width):
-        _plot_losses(groups, styles, path, out, runs)
+        _plot_losses(groups, styles, path, out, [r for g in groups for r in g.runs], x, runs)
     return True
 
 
-def _plot_losses(groups, styles, path, out, runs) -> None:
+def _plot_losses(groups, styles, path, out, runs, x, own) -> None:
     zkey = "val_loss" if any(len(finite_series(r.records, "val_loss")) >= 2 for r in runs) else "loss"
     fig, (full, zoom), _ = _figure(2, out.width, spare_legend=False)
-    extras = {"band"}
+    extras = {"runs" if own else "band"}
     # (a): the whole run; a diverged run's blow-up would flatten everything else, so it sets no limit
     kept = [v for r in runs if r.status != "diverged" for _, v in finite_series(r.records, "loss")]
     kept += baselines_of(runs) if kept else []
     lim = _limits(kept, 0.05)
-    _means(full, groups, styles, "loss", -math.inf, False)
-    kinds = _singles(full, groups, styles, "loss", -math.inf, top=lim[1] if lim else None)
+    _means(full, groups, styles, "loss", -math.inf, False, x, own)
+    kinds = _singles(full, groups, styles, "loss", -math.inf, top=lim[1] if lim else None, x=x)
     if lim:
         full.set_ylim(*lim)
     for b in baselines_of(runs):
@@ -126,25 +166,103 @@ def _plot_losses(groups, styles, path, out, runs) -> None:
     panel_title(full, "a  train loss, whole run")
     # (b): the later part, its range set by the mean curves and bands only
     start = zoom_start(groups, zkey)
-    zlim = _limits(_means(zoom, groups, styles, zkey, start, zkey == "val_loss"))
-    kinds |= _singles(zoom, groups, styles, zkey, start, top=zlim[1] if zlim else None)
+    zlim = _limits(_means(zoom, groups, styles, zkey, start, zkey == "val_loss", x, own))
+    kinds |= _singles(zoom, groups, styles, zkey, start, top=zlim[1] if zlim else None, x=x)
     if zlim:
         zoom.set_ylim(*zlim)
     panel_title(zoom, f"b  {'val' if zkey == 'val_loss' else 'train'} loss from step {start:g} (zoom)")
     for ax in (full, zoom):
-        ax.set_xlabel(STEP_LABEL)
+        ax.set_xlabel(X_AXES[x][1])
     full.set_ylabel(LOSS_LABEL)
-    order = [e for e in ("band", "stuck", "diverged", "failed", "baseline") if e in extras | kinds]
+    order = [e for e in ("band", "runs", "stuck", "diverged", "failed", "baseline") if e in extras | kinds]
     _finish(fig, styles, order, path, out)
 
 
-def caption_losses(groups: list[Group]) -> str:
-    runs = [r for g in groups for r in g.runs]
-    zkey = "val_loss" if any(len(finite_series(r.records, "val_loss")) >= 2 for r in runs) else "loss"
+X_NOTES = {  # what a caption says of a non-default x axis
+    "step": "",
+    "tokens": " (`tokens` of metrics.jsonl: tokens trained so far)",
+    "time": " (`time_s` of metrics.jsonl, evaluation included; a group's line at its seeds' mean time per step)",
+}
+RUNS_NOTE = " Thin lines: each run on its own; thick: the group's mean (no band: the runs are its edges)."
+
+
+def caption_losses(groups: list[Group], x: str = "step", runs: bool = False) -> str:
+    rs = [r for g in groups for r in g.runs]
+    zkey = "val_loss" if any(len(finite_series(r.records, "val_loss")) >= 2 for r in rs) else "loss"
     what = "validation loss at its evaluations" if zkey == "val_loss" else "training loss"
-    return (f"Loss against training step. (a) Training loss over the whole run, the no-context baseline "
-            f"(unigram entropy) dotted. (b) The {what} from step {zoom_start(groups, zkey):g} on, its y-range "
-            "fitted to the mean curves, so the differences between groups show.")  # fmt: skip
+    return (f"Loss against {X_AXES[x][1]}{X_NOTES[x]}. (a) Training loss over the whole run, the no-context "
+            f"baseline (unigram entropy) dotted. (b) The {what} from step {zoom_start(groups, zkey):g} on, its "
+            "y-range fitted to the mean curves, so the differences between groups show."
+            + (RUNS_NOTE if runs else ""))  # fmt: skip
+
+
+DYNAMICS = (  # metrics.jsonl key, panel title, y label
+    ("lr", "learning rate", "learning rate"),
+    ("grad_norm", "gradient norm (before clipping)", "‖grad‖, all parameters"),
+)
+DYNAMICS_ALT = "learning rate and total gradient norm against training step, one line per group"
+
+
+def plot_dynamics(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT, x: str = "step",
+                  runs: bool = False) -> bool:  # fmt: skip
+    """``lr_grad_norm.png``: the learning rate and the gradient norm, a panel each (the one logged, when a run
+    logged only one); False when no run logged either, or the x axis's key."""
+    keys = [k for k in DYNAMICS if not missing(groups, (k[0],))]
+    if not keys or missing(groups, (X_AXES[x][0],)):
+        return False
+    with rc(out.width):
+        _plot_dynamics(groups, styles, path, out, keys, x, runs)
+    return True
+
+
+def _clip(groups: list[Group]) -> float | None:
+    """The gradient-clipping threshold (``trainer.grad_clip``; 0 is off) every run that records one shares,
+    else None (the runs disagree: no one line to draw)."""
+    clips = {c for g in groups for r in g.runs if (c := setting(r, "trainer.grad_clip")) is not None}
+    if len(clips) != 1:
+        return None
+    try:
+        clip = float(clips.pop())
+    except ValueError:
+        return None
+    return clip if clip > 0 else None
+
+
+def _plot_dynamics(groups, styles, path, out, keys, x, own) -> None:
+    fig, axes, _ = _figure(len(keys), out.width, spare_legend=False)
+    extras, kinds = {"runs" if own else "band"}, set()
+    for i, (ax, (key, title, label)) in enumerate(zip(axes, keys)):
+        values = _means(ax, groups, styles, key, -math.inf, False, x, own)
+        clip = _clip(groups) if key == "grad_norm" else None
+        if clip is not None:
+            ax.axhline(clip, color="0.4", lw=1, linestyle=":")
+            extras.add("clip")
+            values.append(clip)
+        # the mean curves and the clip set the range: a diverged run's blow-up is clipped, marked on the top edge
+        wide = key == "grad_norm" and is_wide(values)
+        pos = [v for v in values if finite(v) and v > 0]
+        lim = (min(pos) / 1.3, max(pos) * 1.3) if wide and pos else _limits(values)
+        kinds |= _singles(ax, groups, styles, key, -math.inf, top=lim[1] if lim else None, x=x)
+        if wide:
+            set_log(ax)
+        if lim:
+            ax.set_ylim(*lim)
+        if key == "lr":
+            ax.set_ylim(bottom=0)  # a schedule is read against zero (warmup from it, decay towards it)
+        ax.set(xlabel=X_AXES[x][1], ylabel=label)
+        panel_title(ax, f"{'ab'[i]}  {title}")
+    order = [e for e in ("band", "runs", "stuck", "diverged", "failed", "clip") if e in extras | kinds]
+    _finish(fig, styles, order, path, out)
+
+
+def caption_dynamics(groups: list[Group], x: str = "step", runs: bool = False) -> str:
+    clip = _clip(groups)
+    return (f"Learning rate and gradient norm against {X_AXES[x][1]}{X_NOTES[x]}, as logged at every log step. "
+            "(a) The learning rate of the first parameter group (`lr`): the warmup and the schedule each group "
+            "ran. (b) The L2 norm of all gradients before clipping (`grad_norm`), on a logarithmic axis where it "
+            "spans more than 30×"
+            + (f"; the clipping threshold ({clip:g}) dotted: above it, the step was clipped." if clip else ".")
+            + (RUNS_NOTE if runs else ""))  # fmt: skip
 
 
 def _profile(run: Run, key: str, step) -> tuple[int, list[float]] | None:
@@ -219,7 +337,7 @@ def _plot_depth(groups, styles, key, steps, path, out) -> bool:
         drawn |= bool(values)
         wide |= is_wide(values)
         name = f"step {step}" if step != "end" else "end" + (f" (step {next(iter(ends))})" if len(ends) == 1 else "")
-        panel_title(ax, f"{'abcdefgh'[i]}  {name}")
+        panel_title(ax, f"{ascii_lowercase[i % 26]}  {name}")  # --steps may ask for many panels
         ax.set_xlabel(xlabel)
         ax.xaxis.get_major_locator().set_params(integer=True)
     if not drawn:

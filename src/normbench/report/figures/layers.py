@@ -26,6 +26,7 @@ from normbench.report.figures import (
     _kind,
     _mean_band,
     _single,
+    fit_page,
     font_pt,
     grid,
     log_if_wide,
@@ -104,8 +105,11 @@ def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
     from matplotlib.figure import Figure
 
     _, clabel, ylabel, first, *_ = HEATMAPS[key]
-    nrows, ncols, height = grid(len(mats), out.width - 0.6, max_cols=3)  # 0.6 in: the colour bar
-    fig = Figure(figsize=(out.width, 0.75 * height * nrows + 0.5), layout="constrained")
+    room = out.width - 0.6  # 0.6 in: the colour bar
+    nrows, ncols, height = grid(len(mats), room, max_cols=3)
+    # a heatmap row is 0.75 of a line panel's; many groups at a narrow width: more columns, not a taller page
+    nrows, ncols, row_h = fit_page(len(mats), room, nrows, ncols, 0.75 * height, lambda r, c: 0.5)
+    fig = Figure(figsize=(out.width, row_h * nrows + 0.5), layout="constrained")
     axes = [a for row in fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True) for a in row]
     norm = LogNorm(vmin=min(vals), vmax=max(vals))  # one colour scale for every panel
     mesh = None
