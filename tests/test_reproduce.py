@@ -20,6 +20,7 @@ from normbench.claims import verdict as V
 from normbench.claims.measure import judge_claim
 from normbench.claims.registry import claim_ids, load_claim
 from normbench.errors import ConfigError
+from normbench.reproduce.request import Request, parse
 from normbench.runtime.precision import cpu_native_bf16
 
 CONTRACT = [
@@ -662,7 +663,7 @@ def test_jobs_2_runs_a_sweep_two_at_a_time_with_one_thread_each_and_reuses_it(tm
     claim = write_claim(tmp_path / "claims", [test], sweeps=({"norm": ["layernorm", "rmsnorm"]},), fixed=fixed, seeds=2)
     envs, call = [], subprocess.call
     monkeypatch.setattr(runner.subprocess, "call", lambda cmd, env: envs.append(env) or call(cmd, env=env))
-    from normbench.reproduce import _launcher
+    from normbench.reproduce.request import launcher as _launcher
 
     launch = _launcher(2, [])
     assert launch == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
@@ -687,3 +688,28 @@ def test_jobs_option_is_checked(capsys):
     out = capsys.readouterr().out
     assert "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python -m normbench train -m" in out
     assert "hydra/launcher=joblib hydra.launcher.n_jobs=2" in out
+
+
+def test_usage_names_each_option_with_its_default_from_the_request():
+    """The help text's defaults are written from :class:`Request`'s fields, their one home: each option is
+    named with its default (or as the claim's own), and min_seeds' default is the verdict rule's."""
+    from normbench.reproduce import USAGE
+    from normbench.reproduce.request import OPTIONS, spelled_default
+
+    defaults = USAGE.split("defaults:")[1]
+    for key in OPTIONS:
+        value = spelled_default(key)
+        assert f"[{key}=" in USAGE.split("\n\n")[0], key  # in the synopsis
+        assert (f"{key}={value}" if value is not None else f"{key}=") in " ".join(defaults.split()), key
+    assert Request().min_seeds == V.MIN_SEEDS and spelled_default("min_seeds") == str(V.MIN_SEEDS)
+    assert spelled_default("duration") == "false" and spelled_default("bench") == "5x10"
+
+
+def test_the_request_is_parsed_once_into_typed_options():
+    req = parse(["peri_variance", "seeds=4", "min_seeds=2", "duration=branch", "rungs=5,1", "bench=off", "--no-run"])
+    assert req.ids == ("peri_variance",) and req.seeds == 4 and req.min_seeds == 2 and req.rungs == (5.0, 1.0)
+    assert req.duration == "branch" and req.kind == "duration" and req.bench is None and not req.launch
+    assert parse(["x", "ladder=true"]).kind == "ladder" and parse(["x", "lr=ladder"]).kind == "lr"
+    assert parse(["x"]) == Request(ids=("x",)) and Request().kind is None
+    rung = parse(["x", "norm=rmsnorm", "out=o"]).rung(["optim.lr=1e-3"], "o/x/lr")
+    assert rung.overrides == ("norm=rmsnorm", "optim.lr=1e-3") and str(rung.out) == "o/x/lr"
