@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from dataclasses import replace
 
 from normbench.claims.registry import SCALES
 from normbench.errors import ConfigError, error
@@ -125,38 +126,18 @@ def _run_claim(claim, req: Request, tally: list | None = None) -> dict | None:
     from normbench.reproduce.runner import reproduce
 
     if req.kind is None:
-        bench = "off" if req.bench is None else f"{req.bench.rounds}x{req.bench.steps}"
-        return reproduce(
-            claim,
-            req.scale,
-            req.seeds,
-            list(req.overrides),
-            req.out,
-            req.min_seeds,
-            req.dry_run,
-            launch=req.launch,
-            tally=tally,
-            bench=bench,
-        )
-    {"duration": _duration, "ladder": _ladder, "lr": _lr_ladder}[req.kind](claim, req)
+        return reproduce(claim, req, tally=tally)
+    # A ladder's rungs have always run the timing tests' benchmark at its default, whatever bench= says; kept so
+    # here (issue 54 changes no behaviour), the one place to change it.
+    ladder = replace(req, bench=Request.bench)
+    {"duration": _duration, "ladder": _ladder, "lr": _lr_ladder}[req.kind](claim, ladder)
     return None
 
 
 def _duration(claim, req: Request) -> None:
     from normbench.reproduce.ladders.duration import run_duration
 
-    result = run_duration(
-        claim,
-        req.scale,
-        req.seeds,
-        list(req.overrides),
-        req.out,
-        req.min_seeds,
-        req.duration,
-        req.dry_run,
-        req.launch,
-        rungs=req.rungs,
-    )
+    result = run_duration(claim, req)
     if result is None:
         return
     for r in result["rungs"]:
@@ -183,17 +164,7 @@ def _tests_line(rung: dict) -> str:
 def _ladder(claim, req: Request) -> None:
     from normbench.reproduce.ladders.scale import ladder_name, run_ladder
 
-    ladder = run_ladder(
-        claim,
-        req.scale,
-        req.seeds,
-        list(req.overrides),
-        req.out,
-        req.min_seeds,
-        req.dry_run,
-        launch=req.launch,
-        param=req.ladder_param,
-    )
+    ladder = run_ladder(claim, req)
     if ladder is None:
         return
     for r in ladder["rungs"]:
@@ -205,9 +176,7 @@ def _ladder(claim, req: Request) -> None:
 def _lr_ladder(claim, req: Request) -> None:
     from normbench.reproduce.ladders.lr import NAME, run_lr_ladder
 
-    result = run_lr_ladder(
-        claim, req.scale, req.seeds, list(req.overrides), req.out, req.min_seeds, req.dry_run, req.launch
-    )
+    result = run_lr_ladder(claim, req)
     if result is None:
         return
     for r in result["rungs"]:
