@@ -12,6 +12,7 @@ import pytest
 from normbench.claims import benchmark as B
 from normbench.claims import verdict as V
 from normbench.errors import ConfigError
+from normbench.reproduce.request import Request
 from test_reproduce import fake_run, write_claim
 
 # per-round seconds per step: the group is 1.25, 10/9 and 1.2 times faster, a geometric mean of (5/3)^(1/3)
@@ -89,7 +90,7 @@ def test_throughput_is_judged_from_the_benchmark_and_recorded_in_verdict_json(tm
     calls = []
     _fake_measure(monkeypatch, calls)
     monkeypatch.setattr(runner, "train", lambda argv: pytest.fail("the runs are there: nothing to train"))
-    runner.reproduce(claim, out=tmp_path / "out", log=lambda *_: None, bench="3x4")
+    runner.reproduce(claim, Request(out=tmp_path / "out", bench=B.Plan(3, 4)), log=lambda *_: None)
     saved = json.loads((tmp_path / "out" / "madeup" / "verdict.json").read_text())
     test = saved["tests"][1]
     assert calls == [("rmsnorm0", "layernorm0", B.Plan(3, 4))]  # the sides' first runs, the plan asked for
@@ -105,8 +106,8 @@ def test_throughput_is_judged_from_the_benchmark_and_recorded_in_verdict_json(tm
 def test_without_a_benchmark_the_timing_test_is_informative_with_the_reason(tmp_path, monkeypatch, how):
     claim, runner = _claim_with_runs(tmp_path, [PARITY, THROUGHPUT])
     _fake_measure(monkeypatch, fail := [])
-    res = runner.reproduce(claim, out=tmp_path / "out", log=lambda *_: None, launch=how != "no-run",
-                           bench="off" if how == "off" else None)  # fmt: skip
+    req = Request(out=tmp_path / "out", launch=how != "no-run", bench=None if how == "off" else Request.bench)
+    res = runner.reproduce(claim, req, log=lambda *_: None)
     test = res["tests"][1]
     assert not fail and test["informative"] and test["verdict"] == V.INCONCLUSIVE
     assert (
@@ -130,7 +131,7 @@ def test_seconds_to_target_are_the_runs_steps_times_the_benchmarks_seconds_per_s
         rows = [{"step": 0, "val_loss": 3.0, "time_s": 0.0}, {"step": end, "val_loss": 1.0, "time_s": 99.0}]
         (path.parent / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     _fake_measure(monkeypatch, [])
-    res = runner.reproduce(claim, out=tmp_path / "out", log=lambda *_: None)
+    res = runner.reproduce(claim, Request(out=tmp_path / "out"), log=lambda *_: None)
     t = res["tests"][1]
     assert t["timing"] == "paired benchmark" and t["interval"] == "paired"  # over the seeds
     assert t["groups"]["norm=rmsnorm"]["values"] == pytest.approx([s * 0.09 for s in steps["rmsnorm"]])

@@ -10,6 +10,7 @@ import yaml
 
 from normbench.claims.registry import load_claim
 from normbench.reproduce.ladders.duration import seed_branches
+from normbench.reproduce.request import Request
 from normbench.run.metrics import read_jsonl
 
 from conftest import run_cli
@@ -87,14 +88,14 @@ def test_duration_ladder_end_to_end(tmp_path):
     }  # fmt: skip
     (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
     claim, out = load_claim("madeup", tmp_path), tmp_path / "out"
-    res = run_duration(claim, "cpu", None, [], out, 2, "branch", log=lambda *_: None)
+    res = run_duration(claim, Request(out=out, min_seeds=2, duration="branch"), log=lambda *_: None)
     assert [r["tokens_per_param"] for r in res["rungs"]] == [0.05, 0.1]
     saved = json.loads((out / "madeup" / "duration_branch.json").read_text())
     assert saved["mode"] == "branch" and saved["rungs"][0]["steps"] == 24 and saved["rungs"][1]["steps"] == 48
     assert (out / "madeup" / "duration_branch.png").stat().st_size > 1000
     branches = list((out / "madeup" / "duration" / "branch" / "tpp0.05").rglob("branch.json"))
     assert len(branches) == 4  # 2 norms x 2 seeds, each from its trunk run
-    res = run_duration(claim, "cpu", None, [], out, 2, "ladder", log=lambda *_: None)
+    res = run_duration(claim, Request(out=out, min_seeds=2, duration="ladder"), log=lambda *_: None)
     assert (out / "madeup" / "duration.json").is_file() and (out / "madeup" / "duration.png").is_file()
     assert [r["verdict"] for r in res["rungs"]] and all(r["tests"][0]["effect"] is not None for r in res["rungs"])
 

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from normbench.reproduce import estimate as E
+from normbench.reproduce.request import Request
 from test_reproduce import VAR_TEST, write_claim
 
 
@@ -59,7 +60,7 @@ def test_two_dry_runs_print_the_same_estimate_with_the_load_it_was_measured_at(c
     printed = []
     for _ in range(2):
         lines = []
-        assert reproduce(claim, out=tmp_path / "out", dry_run=True, log=lines.append) is None
+        assert reproduce(claim, Request(out=tmp_path / "out", dry_run=True), log=lines.append) is None
         printed.append(next(ln for ln in lines if "(estimate;" in ln))
         E.calibration.cache_clear()  # the second call reads the file, as a second process would
     assert printed[0] == printed[1]

@@ -14,6 +14,7 @@ from normbench.claims.registry import claims_dir, load_claim
 from normbench.config.schema import init_std_of, upgrade_legacy
 from normbench.errors import ConfigError
 from normbench.model import build_model, weight_init_std
+from normbench.reproduce.request import Request
 from normbench.reproduce.shared import check_claim
 from normbench.run.resume import check_resume_config, flat_config
 
@@ -249,9 +250,9 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
 
     calls = []
 
-    def fake(claim, scale, seeds, overrides, out, min_seeds, dry_run, log=print, launch=True, **_):
-        calls.append((list(overrides), out))
-        d = next((int(o.split("=")[1]) for o in overrides if o.startswith("model.d_model=")), 64)
+    def fake(claim, req, log=print, **_):
+        calls.append((list(req.overrides), req.out))
+        d = next((int(o.split("=")[1]) for o in req.overrides if o.startswith("model.d_model=")), 64)
         effect = 0.1 * (d / 64)  # grows with the width
         tests = [{"name": t.name, "kind": t.kind, "verdict": "HOLDS", "effect": effect, "ci": [effect - 0.05,
                   effect + 0.05], "threshold": t.band, "direction": None, "transform": None, "interval": "paired",
@@ -261,7 +262,7 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
 
     monkeypatch.setattr(runner, "reproduce", fake)
     claim = load_claim("dyt_parity")
-    res = ladder.run_ladder(claim, "cpu", None, [], tmp_path, 3, log=lambda *_: None, param=param)
+    res = ladder.run_ladder(claim, Request(out=tmp_path, ladder_param=param), log=lambda *_: None)
     mup = {
         "sp": lambda d: [],
         "mup": lambda d: [

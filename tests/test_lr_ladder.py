@@ -11,6 +11,7 @@ import yaml
 from normbench.claims.registry import load_claim
 from normbench.cli import main
 from normbench.reproduce.ladders import lr as lr_ladder
+from normbench.reproduce.request import Request
 
 
 def _made_up(tmp_path, seeds=2):
@@ -64,8 +65,8 @@ def test_the_ladder_writes_each_rungs_lr_and_verdict(tmp_path, monkeypatch):
 
     calls = []
 
-    def fake(claim, scale, seeds, overrides, out, *args, **kw):
-        calls.append((list(overrides), out))
+    def fake(claim, req, **kw):
+        calls.append((list(req.overrides), req.out))
         effect = {0: 0.1, 1: 0.2, 2: 0.7}[len(calls) - 1]
         verdict = "HOLDS" if effect < 0.5 else "DOES NOT HOLD"
         test = {"name": "parity", "kind": "on_par", "verdict": verdict, "effect": effect,
@@ -74,7 +75,7 @@ def test_the_ladder_writes_each_rungs_lr_and_verdict(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "reproduce", fake)
     out = tmp_path / "out"
-    res = lr_ladder.run_lr_ladder(_made_up(tmp_path), "cpu", None, [], out, 2, log=lambda *_: None)
+    res = lr_ladder.run_lr_ladder(_made_up(tmp_path), Request(out=out, min_seeds=2), log=lambda *_: None)
     assert calls == [(["optim.lr=0.0024"], out / "madeup" / "lr_ladder" / "lr0.0024"), ([], out),
                      (["optim.lr=0.0216"], out / "madeup" / "lr_ladder" / "lr0.0216")]  # fmt: skip
     saved = json.loads((out / "madeup" / "lr_ladder.json").read_text())
@@ -88,7 +89,7 @@ def test_the_ladder_writes_each_rungs_lr_and_verdict(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_lr_ladder_end_to_end(tmp_path):
     claim, out = _made_up(tmp_path), tmp_path / "out"
-    res = lr_ladder.run_lr_ladder(claim, "cpu", None, [], out, 2, log=lambda *_: None)
+    res = lr_ladder.run_lr_ladder(claim, Request(out=out, min_seeds=2), log=lambda *_: None)
     assert [r["lr"] for r in res["rungs"]] == [2.4e-3, 7.2e-3, 2.16e-2]
     assert all(r["tests"][0]["effect"] is not None and r["steps"] == 12 for r in res["rungs"])
     summary = next((out / "madeup" / "lr_ladder" / "lr0.0216").rglob("summary.json"))

@@ -20,6 +20,7 @@ from normbench.claims import verdict as V
 from normbench.claims.measure import judge_claim
 from normbench.claims.registry import claim_ids, load_claim
 from normbench.errors import ConfigError
+from normbench.reproduce.request import Request, parse
 from normbench.runtime.precision import cpu_native_bf16
 
 CONTRACT = [
@@ -285,7 +286,7 @@ def test_a_claim_the_code_cannot_measure_says_so_in_one_line(tmp_path):
     claim = write_claim(tmp_path / "claims", [VAR_TEST])
     claim.requires = "an eval that does not exist yet"
     with pytest.raises(ConfigError, match="cannot run yet: an eval that does not exist yet"):
-        reproduce(claim, out=tmp_path / "out")
+        reproduce(claim, Request(out=tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 
 
@@ -299,7 +300,7 @@ def test_no_run_judges_the_runs_there_are_and_writes_verdict_and_report(tmp_path
         fake_run(root / "sweep0" / f"peri{seed}", "peri_ln", seed, var_growth=peri)
     fake_run(root / "sweep0" / "peri2", "peri_ln", 2, status="interrupted")
     monkeypatch.setattr(runner, "train", lambda argv: pytest.fail("--no-run trained"))
-    res = runner.reproduce(claim, out=tmp_path / "out", log=lambda *_: None, launch=False)
+    res = runner.reproduce(claim, Request(out=tmp_path / "out", launch=False), log=lambda *_: None)
     saved = json.loads((tmp_path / "out" / "madeup" / "verdict.json").read_text())
     assert saved["verdict"] == res["verdict"] == V.INCONCLUSIVE and saved["n_runs"] == 5
     assert "too few seeds: 2 values" in saved["reason"] and "1 of 3 runs not finished" in saved["reason"]
@@ -404,7 +405,7 @@ def test_reproduce_end_to_end_writes_verdict_and_reuses_runs(tmp_path, monkeypat
     ]
     claim = write_claim(tmp_path / "claims", tests, sweeps=({"norm": ["layernorm", "rmsnorm"]},), fixed=fixed, seeds=2)
     out = tmp_path / "out"
-    res = runner.reproduce(claim, "cpu", None, [], out, min_seeds=2, log=lambda *_: None)
+    res = runner.reproduce(claim, Request(out=out, min_seeds=2), log=lambda *_: None)
     verdict = json.loads((out / "madeup" / "verdict.json").read_text())
     assert verdict["claim"] == "madeup" and verdict["verdict"] in (V.HOLDS, V.FAILS, V.INCONCLUSIVE)
     for key in ("metric", "effect", "ci", "threshold", "n_seeds", "scale", "groups", "tests", "commit"):
@@ -426,7 +427,7 @@ def test_reproduce_end_to_end_writes_verdict_and_reuses_runs(tmp_path, monkeypat
 
     # a second call trains nothing and gives the same numbers
     monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
-    again = runner.reproduce(claim, "cpu", None, [], out, min_seeds=2, log=lambda *_: None)
+    again = runner.reproduce(claim, Request(out=out, min_seeds=2), log=lambda *_: None)
     assert again["effect"] == res["effect"] and again["verdict"] == res["verdict"]
 
 
@@ -562,7 +563,7 @@ def test_the_claim_page_reads_like_its_report(tmp_path):
     for seed, (ln, rms, v_ln, v_rms) in enumerate([(2.0, 2.004, 40, 30), (2.05, 2.052, 44, 45), (1.98, 1.99, 36, 20)]):
         fake_run(root / "sweep0" / f"ln{seed}", "pre_ln", seed, loss=ln, var_growth=v_ln, extra=["norm=layernorm"])
         fake_run(root / "sweep0" / f"rms{seed}", "pre_ln", seed, loss=rms, var_growth=v_rms, extra=["norm=rmsnorm"])
-    res = runner.reproduce(claim, out=tmp_path / "out", log=lambda *_: None, launch=False)
+    res = runner.reproduce(claim, Request(out=tmp_path / "out", launch=False), log=lambda *_: None)
     assert [t["verdict"] for t in res["tests"]] == [V.HOLDS, V.INCONCLUSIVE] and res["verdict"] == V.INCONCLUSIVE
     line = verdict_line(res)
     assert line.startswith("madeup: INCONCLUSIVE at scale=cpu, decided by variance growth: INCONCLUSIVE")
@@ -662,16 +663,14 @@ def test_jobs_2_runs_a_sweep_two_at_a_time_with_one_thread_each_and_reuses_it(tm
     claim = write_claim(tmp_path / "claims", [test], sweeps=({"norm": ["layernorm", "rmsnorm"]},), fixed=fixed, seeds=2)
     envs, call = [], subprocess.call
     monkeypatch.setattr(runner.subprocess, "call", lambda cmd, env: envs.append(env) or call(cmd, env=env))
-    from normbench.reproduce import _launcher
-
-    launch = _launcher(2, [])
-    assert launch == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    res = runner.reproduce(claim, "cpu", None, launch, tmp_path / "out", min_seeds=2, log=lambda *_: None)
+    req = parse(["madeup", "jobs=2", f"out={tmp_path / 'out'}", "min_seeds=2"])
+    assert req.jobs == 2 and req.overrides == ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    res = runner.reproduce(claim, req, log=lambda *_: None)
     assert [e["OMP_NUM_THREADS"] for e in envs] == ["1"] and threads_env(["hydra.launcher.n_jobs=1"]) == {}
     runs = find_runs(tmp_path / "out" / "madeup" / "runs")
     assert len(runs) == 4 and {r.status for r in runs} == {"completed"} and res["n_runs"] == 4
     monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
-    again = runner.reproduce(claim, "cpu", None, [], tmp_path / "out", min_seeds=2, log=lambda *_: None)
+    again = runner.reproduce(claim, Request(out=tmp_path / "out", min_seeds=2), log=lambda *_: None)
     assert again["effect"] == res["effect"] and again["runs_dir"] == res["runs_dir"]
 
 
@@ -721,3 +720,28 @@ def test_the_claim_figure_draws_the_deciding_interval_and_a_band_that_does_not_f
     text = figure.caption({"tests": [welch]}, "`claim.pdf`")
     assert "grey line" not in text and "95% interval" in text and "band of no meaningful effect" in text
     assert "grey line" in figure.caption({"tests": [t]}, "`claim.pdf`")
+
+
+def test_usage_names_each_option_with_its_default_from_the_request():
+    """The help text's defaults are written from :class:`Request`'s fields, their one home: each option is
+    named with its default (or as the claim's own), and min_seeds' default is the verdict rule's."""
+    from normbench.reproduce import USAGE
+    from normbench.reproduce.request import OPTIONS, spelled_default
+
+    defaults = USAGE.split("defaults:")[1]
+    for key in OPTIONS:
+        value = spelled_default(key)
+        assert f"[{key}=" in USAGE.split("\n\n")[0], key  # in the synopsis
+        assert (f"{key}={value}" if value is not None else f"{key}=") in " ".join(defaults.split()), key
+    assert Request().min_seeds == V.MIN_SEEDS and spelled_default("min_seeds") == str(V.MIN_SEEDS)
+    assert spelled_default("duration") == "false" and spelled_default("bench") == "5x10"
+
+
+def test_the_request_is_parsed_once_into_typed_options():
+    req = parse(["peri_variance", "seeds=4", "min_seeds=2", "duration=branch", "rungs=5,1", "bench=off", "--no-run"])
+    assert req.ids == ("peri_variance",) and req.seeds == 4 and req.min_seeds == 2 and req.rungs == (5.0, 1.0)
+    assert req.duration == "branch" and req.kind == "duration" and req.bench is None and not req.launch
+    assert parse(["x", "ladder=true"]).kind == "ladder" and parse(["x", "lr=ladder"]).kind == "lr"
+    assert parse(["x"]) == Request(ids=("x",)) and Request().kind is None
+    rung = parse(["x", "norm=rmsnorm", "out=o"]).rung(["optim.lr=1e-3"], "o/x/lr")
+    assert rung.overrides == ("norm=rmsnorm", "optim.lr=1e-3") and str(rung.out) == "o/x/lr"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from normbench.reproduce.request import Request
 from normbench.run.metrics import read_jsonl
 
 from conftest import run_cli
@@ -206,12 +207,12 @@ def test_two_claims_train_their_shared_job_once(tmp_path, monkeypatch):
     trained, real = [], runner.train
     monkeypatch.setattr(runner, "train", lambda argv: trained.append(argv) or real(argv))
     out, quiet = tmp_path / "out", lambda *_: None
-    runner.reproduce(a, "cpu", None, [], out, min_seeds=2, log=quiet)
-    res = runner.reproduce(b, "cpu", None, [], out, min_seeds=2, log=quiet)
+    runner.reproduce(a, Request(out=out, min_seeds=2), log=quiet)
+    res = runner.reproduce(b, Request(out=out, min_seeds=2), log=quiet)
     assert len(trained) == 2 and "arch=peri_ln" in trained[1] and "seed=0,1" in trained[1]
     assert res["n_runs"] == 4 and all(len(g["values"]) == 2 for g in res["groups"].values())
     monkeypatch.setattr(runner, "train", lambda argv: pytest.fail(f"trained again: {argv}"))
-    assert runner.reproduce(b, "cpu", None, [], out, min_seeds=2, log=quiet)["effect"] == res["effect"]
+    assert runner.reproduce(b, Request(out=out, min_seeds=2), log=quiet)["effect"] == res["effect"]
 
 
 def test_find_runs_follows_links_once_and_never_loops(tmp_path):

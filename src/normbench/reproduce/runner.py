@@ -27,6 +27,7 @@ from normbench.claims.skip_eval import read_skip, skip_losses
 from normbench.errors import ConfigError
 from normbench.reproduce import dryrun, store
 from normbench.reproduce.plan import Plan, build, layout, threads_env
+from normbench.reproduce.request import Request
 from normbench.reproduce.shared import check_claim
 from normbench.runtime.precision import cpu_native_bf16
 
@@ -59,25 +60,24 @@ def needs_skip_eval(claim: Claim) -> bool:
     return any(t.metric == "skip_cost_deep" for t in claim.tests)
 
 
-def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overrides=(), out=Path("outputs/reproduce"),
-              min_seeds: int = 3, dry_run: bool = False, log=print, launch: bool = True, base: Plan | None = None,
-              tally: list | None = None, bench: str | None = None) -> dict | None:  # fmt: skip
-    """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run). ``base``: the claim's
-    jobs composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``overrides``; ``tally``:
-    a list each planned run is added to (:func:`.store.estimates`: ``reproduce all --dry-run``'s total);
-    ``bench``: the timing tests' paired benchmark, ``RxS`` or ``off`` (:mod:`normbench.claims.benchmark`;
-    --no-run runs none)."""
-    bench_plan = benchmark.parse_plan(bench)
+def reproduce(
+    claim: Claim, req: Request, log=print, base: Plan | None = None, tally: list | None = None
+) -> dict | None:
+    """claim -> plan -> pins -> check -> run -> measure -> verdict (None on a dry run), for the request's scale,
+    seeds, overrides and directory (a ladder's rung: :meth:`.request.Request.rung`). ``base``: the claim's jobs
+    composed already (a ladder's, :func:`.plan.start`), for overrides that begin ``req.overrides``; ``tally``: a
+    list each planned run is added to (:func:`.store.estimates`: ``reproduce all --dry-run``'s total). The timing
+    tests' paired benchmark is ``req.bench`` (:mod:`normbench.claims.benchmark`; --no-run runs none)."""
     if claim.requires:
         raise ConfigError(f"claim {claim.id} cannot run yet: {claim.requires}")
-    out = Path(out)
-    p = build(claim, scale, seeds, overrides, out, log, base)  # every job composed once, the pins set in it
+    scale, out = req.scale, req.out
+    p = build(claim, scale, req.seeds, list(req.overrides), out, log, base)  # every job composed once, pins set
     inits = check_claim(claim, scale, p.users, p.pairs)
     log(f"normbench: {claim.id}: {dryrun.lr_line(claim, p.pairs)}")  # the LR every job trains at, beside the length
     for test in claim.tests:  # the two sides of each test, named, with their run counts
         log(f"normbench: {claim.id}: {dryrun.sides_line(claim, test, inits[test.name], p.expected, p.fixed)}")
     start = time.perf_counter()
-    if not execute(p, dry_run, launch, log, tally):
+    if not execute(p, req.dry_run, req.launch, log, tally):
         return None
     root = p.root
     runs = find_runs(root) if root.is_dir() else []
@@ -86,8 +86,8 @@ def reproduce(claim: Claim, scale: str = "cpu", seeds: int | None = None, overri
             if r.status == "completed" and read_skip(r.path) is None:
                 skip_losses(r.path)
         runs = find_runs(root)
-    timing = benchmark.timing(bench_plan, None if launch else "no paired benchmark ran (--no-run)", log)
-    result = judge_claim(claim, runs, scale, min_seeds, claim.sweep(scale).get("at") or {}, timing=timing)
+    timing = benchmark.timing(req.bench, None if req.launch else "no paired benchmark ran (--no-run)", log)
+    result = judge_claim(claim, runs, scale, req.min_seeds, claim.sweep(scale).get("at") or {}, timing=timing)
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
     result.update(length=_length(p.pinned, runs), runs_dir=str(root), n_runs=len(runs),
                   compile=_compiled(p.mode, runs), mode=_mode(p), seconds=round(time.perf_counter() - start, 1),

@@ -31,10 +31,14 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from normbench.claims.registry import Claim, override_key
 from normbench.errors import ConfigError
 from normbench.reproduce.length import pin
+
+if TYPE_CHECKING:
+    from normbench.reproduce.request import Request
 
 RATIOS = (1, 5, 20)
 MODES = ("ladder", "branch")
@@ -76,17 +80,18 @@ def _rung_override(claim: Claim, scale: str, overrides, ratio: float, jobs=None)
     return [pin(claim, scale, overrides, ratio, jobs=jobs).override]
 
 
-def run_duration(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, mode: str = "ladder",
-                 dry_run: bool = False, launch: bool = True, log=print, rungs=None) -> dict | None:  # fmt: skip
-    if mode not in MODES:
-        raise ConfigError(f"duration={mode} is not allowed; choose one of: {', '.join(MODES)}")
-    out, overrides = Path(out), list(overrides)
+def run_duration(claim: Claim, req: Request, log=print) -> dict | None:
+    """The claim's sweep at each rung's length (``req.rungs``, else the claim's or :data:`RATIOS`), standalone
+    (``req.duration`` ladder) or branched off one WSD trunk (branch); duration.json and its figure (None on a
+    dry run)."""
+    if req.duration not in MODES:
+        raise ConfigError(f"duration={req.duration} is not allowed; choose one of: {', '.join(MODES)}")
     start = time.perf_counter()
-    plan = _standalone if mode == "ladder" else _branched
-    chosen = ratios(claim, scale, rungs)
-    rungs = plan(claim, scale, seeds, overrides, out, min_seeds, chosen, dry_run, launch, log)
-    if dry_run:
+    plan = _standalone if req.duration == "ladder" else _branched
+    rungs = plan(claim, req, ratios(claim, req.scale, req.rungs), log)
+    if req.dry_run:
         return None
+    mode, scale, out = req.duration, req.scale, req.out
     duration = {"claim": claim.id, "statement": claim.claim, "scale": scale, "mode": mode, "rungs": rungs,
                 "seconds": round(time.perf_counter() - start, 1),
                 "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1)}  # fmt: skip
@@ -109,27 +114,28 @@ def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: flo
     return entry
 
 
-def _standalone(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launch, log) -> list[dict]:
+def _standalone(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
     from normbench.reproduce.plan import start
     from normbench.reproduce.runner import reproduce
 
-    base = start(claim, scale, seeds, overrides, out)  # every rung's plan from these jobs: composed once
+    scale, out, overrides = req.scale, req.out, list(req.overrides)
+    base = start(claim, scale, req.seeds, overrides, out)  # every rung's plan from these jobs: composed once
     rungs = []
     for ratio in rs:
         extra = _rung_override(claim, scale, overrides, ratio, base.pairs)
         where = out if not extra else out / claim.id / "duration" / f"tpp{ratio:g}"
         log(f"normbench: {claim.id}: duration rung {ratio:g} tokens per parameter")
-        result = reproduce(claim, scale, seeds, [*overrides, *extra], where, min_seeds, dry_run, log=log, launch=launch,
-                           base=base)  # fmt: skip
+        result = reproduce(claim, req.rung(extra, where), log=log, base=base)
         if result is not None:
             rungs.append(_rung(result, ratio, where, claim))
     return rungs
 
 
-def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launch, log) -> list[dict]:
+def _branched(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
     from normbench.reproduce.plan import build, start
     from normbench.reproduce.runner import plan, reproduce
 
+    scale, seeds, out, overrides = req.scale, req.seeds, req.out, list(req.overrides)
     if _per_job_ratio(claim, scale, overrides) is not None:
         raise ConfigError(
             f"claim {claim.id}: duration=branch needs one length for every job, and this claim resolves "
@@ -143,23 +149,23 @@ def _branched(claim, scale, seeds, overrides, out, min_seeds, rs, dry_run, launc
         raise ConfigError(f"claim {claim.id}: a {rs[0]:g}-token rung cools down inside its {warmup}-step warmup")
     wsd = ["sched=wsd", f"sched.decay_fraction={COOLDOWN}", *([f"sched.warmup_steps={warmup}"] if warmup else [])]
     save_at = f"trainer.save_at=[{','.join(map(str, forks.values()))}]"
-    trunk_ov = [*overrides, *wsd, f"trainer.max_steps={steps[rs[-1]]}", save_at]
+    trunk_extra = [*wsd, f"trainer.max_steps={steps[rs[-1]]}", save_at]
     trunk_out = out / claim.id / "duration" / "branch" / f"tpp{rs[-1]:g}"
     log(f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
         + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items()))  # fmt: skip
-    top = reproduce(claim, scale, seeds, trunk_ov, trunk_out, min_seeds, dry_run, log=log, launch=launch, base=base)
+    top = reproduce(claim, req.rung(trunk_extra, trunk_out), log=log, base=base)
+    trunk_ov = [*overrides, *trunk_extra]
     trunk = build(claim, scale, seeds, trunk_ov, trunk_out, log=lambda *a: None, base=base)  # where it trained: pinned
     trunk_root = trunk.root
     mode = [trunk.mode.override] if trunk.mode else []  # the branches run in the trunk's mode (compile=auto's pin)
     rungs = []
     for r, k in forks.items():
-        ov = [*overrides, *wsd, *mode, f"trainer.max_steps={steps[r]}",
-              "trainer.resume_allow_changed=[trainer.max_steps]"]  # fmt: skip
+        extra = [*wsd, *mode, f"trainer.max_steps={steps[r]}", "trainer.resume_allow_changed=[trainer.max_steps]"]
         where = out / claim.id / "duration" / "branch" / f"tpp{r:g}"
-        root = plan(claim, scale, seeds, ov, where)[0]
-        own_s = 0.0 if dry_run else seed_branches(trunk_root, root, k, log)
+        root = plan(claim, scale, seeds, [*overrides, *extra], where)[0]
+        own_s = 0.0 if req.dry_run else seed_branches(trunk_root, root, k, log)
         log(f"normbench: {claim.id}: duration rung {r:g} tokens per parameter: branches from step {k}")
-        result = reproduce(claim, scale, seeds, ov, where, min_seeds, dry_run, log=log, launch=launch, base=base)
+        result = reproduce(claim, req.rung(extra, where), log=log, base=base)
         if result is not None:
             rungs.append(_rung(result, r, where, claim, _branch_seconds(root) - own_s))
     if top is not None:

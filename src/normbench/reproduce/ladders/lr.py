@@ -20,11 +20,14 @@ Hand-written: a claim-level plan over ``reproduce`` calls, as the duration ladde
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from normbench.claims.registry import Claim
 from normbench.config.spec import spec_of
 from normbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from normbench.reproduce.request import Request
 
 FACTORS = (1 / 3, 1.0, 3.0)
 NAME = "lr_ladder"
@@ -61,16 +64,17 @@ def _factor(f: float) -> str:
     return "1/3x" if abs(f - 1 / 3) < 1e-9 else f"{f:g}x"
 
 
-def run_lr_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, dry_run: bool = False,
-                  launch: bool = True, log=print) -> dict | None:  # fmt: skip
+def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
+    """The claim's sweep at each rung's LR (the request's scale, seeds and overrides); lr_ladder.json and its
+    figure (None on a dry run)."""
     from normbench.reproduce.ladders.scale import _rung, write_ladder
     from normbench.reproduce.plan import start as start_plan
     from normbench.reproduce.runner import reproduce
 
-    out, overrides = Path(out), list(overrides)
+    scale, out, overrides = req.scale, req.out, list(req.overrides)
     if why := refusal(claim, scale, overrides):
         raise ConfigError(why)
-    base = start_plan(claim, scale, seeds, overrides, out)  # the claim's jobs composed once for every rung
+    base = start_plan(claim, scale, req.seeds, overrides, out)  # the claim's jobs composed once for every rung
     center, source = claim_lr(claim, scale, overrides, cfg=base.pairs[0][1])
     if not center > 0:
         raise ConfigError(f"claim {claim.id}: optim.lr={center:g}; an LR ladder needs an LR > 0")
@@ -82,12 +86,11 @@ def run_lr_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_see
         extra = [] if factor == 1.0 else [f"optim.lr={lr:.4g}"]
         where = out if not extra else out / claim.id / NAME / f"lr{lr:.4g}"
         log(f"normbench: {claim.id}: LR rung {lr:.4g} ({_factor(factor)} the claim's)")
-        result = reproduce(claim, scale, seeds, [*overrides, *extra], where, min_seeds, dry_run, log=log,
-                           launch=launch, base=base)  # fmt: skip
+        result = reproduce(claim, req.rung(extra, where), log=log, base=base)
         if result is not None:
             rungs.append({"lr": lr, "factor": round(factor, 4), "overrides": extra,
                           "verdict_json": str(where / claim.id / "verdict.json"), **_rung(result)})  # fmt: skip
-    if dry_run:
+    if req.dry_run:
         return None
     ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "lr": center, "lr_source": source,
               "rungs": rungs, "seconds": round(time.perf_counter() - start, 1),

@@ -22,9 +22,13 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from normbench.claims.registry import Claim
 from normbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from normbench.reproduce.request import Request
 
 WIDTHS = (64, 128, 256)
 PARAMS = ("mup", "sp")  # ladder_param=: the first is the default
@@ -57,15 +61,16 @@ def _size(overrides: list[str], base: dict) -> dict:
     return size
 
 
-def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds: int, dry_run: bool = False,
-               launch: bool = True, log=print, param: str = "mup") -> dict | None:  # fmt: skip
+def run_ladder(claim: Claim, req: Request, log=print) -> dict | None:
+    """The claim's sweep at each rung (the request's scale, seeds and overrides, ``req.ladder_param``'s
+    parametrization); ladder.json and its figure (None on a dry run)."""
     from normbench.reproduce.plan import start
     from normbench.reproduce.runner import reproduce
     from normbench.reproduce.shared import compose
 
-    out = Path(out)
-    plan = start(claim, scale, seeds, overrides, out)  # every rung's plan from these jobs: composed once
-    cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")  # the size every rung starts from
+    scale, out, param = req.scale, req.out, req.ladder_param
+    plan = start(claim, scale, req.seeds, list(req.overrides), out)  # every rung's plan from these jobs: composed once
+    cfg = compose(claim, claim.settings(scale, req.overrides), "(fixed settings)")  # the size every rung starts from
     base = {"d_model": int(cfg.model.d_model), "n_layer": int(cfg.model.n_layer)}
     head_dim = base["d_model"] // int(cfg.model.n_head)
     start, steps = time.perf_counter(), []
@@ -76,12 +81,11 @@ def run_ladder(claim: Claim, scale: str, seeds, overrides, out: Path, min_seeds:
         tag = "-mup" if param == "mup" else ""
         where = out if not rung else out / claim.id / "ladder" / f"d{size['d_model']}-L{size['n_layer']}{tag}"
         log(f"normbench: {claim.id}: ladder rung d_model {size['d_model']}, {size['n_layer']} blocks")
-        result = reproduce(claim, scale, seeds, [*overrides, *rung], where, min_seeds, dry_run, log=log, launch=launch,
-                           base=plan)  # fmt: skip
+        result = reproduce(claim, req.rung(rung, where), log=log, base=plan)
         if result is not None:
             steps.append({**size, "overrides": rung, "verdict_json": str(where / claim.id / "verdict.json"),
                           **_rung(result)})  # fmt: skip
-    if dry_run:
+    if req.dry_run:
         return None
     ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "param": param, "rungs": steps,
               "seconds": round(time.perf_counter() - start, 1),
