@@ -116,7 +116,8 @@ def test_bench_miniature_suite_measures_a_mode_against_eager_fp32_and_ends_with_
     assert rows["eager fp32"][3] == "1.000 [1.000, 1.000]"  # the reference of every round
     last = out.strip().splitlines()[-1]
     assert re.search(r"\d+\.\d\dx", last) and (m := MINIATURE_LAST.match(last)), last
-    assert m.group(1) == f"{float(rows['eager bf16, attention fp32'][3].split()[0]):.2f}"  # the table's median
+    median = float(rows["eager bf16, attention fp32"][3].split()[0])  # the table's median, at 3 places
+    assert abs(float(m.group(1)) - median) <= 0.0051  # the last line's, at 2 (0.185 in the table may end 0.19)
     assert re.search(r"load average \d+\.\d\d / ", out)  # the load it was measured under
     # a claims' mode of eager fp32 is eager fp32: nothing to measure, the line still ends the output
     out = bench([*args, "--set", "precision=fp32"], tmp_path)

@@ -16,6 +16,7 @@ import pytest
 from normbench import report
 from normbench.analysis.numbers import pm
 from normbench.report import figures, table_files
+from normbench.report.figures import layout
 from test_report import captured, check_png, config, fake_records, make_run, summary_for, table
 
 SEED_SPEED = {0: 0.1, 1: 0.13}  # seconds per step: the seeds' wall clocks differ, their tokens do not
@@ -235,7 +236,7 @@ def test_no_figure_taller_than_a_page_at_a_single_column(tmp_path, monkeypatch):
     sweep(tmp_path / "runs", archs=archs, seeds=(0,), diverged=False, diag_every=10)
     # before: 8 heatmaps in one column of 1.85 in rows, 15 in tall; 11 depth panels in 6 rows of 1.6 in
     _, _, row = figures.grid(len(archs), 3.3 - 0.6, max_cols=3)
-    assert len(archs) * 0.75 * row + 0.5 > figures.MAX_HEIGHT
+    assert len(archs) * 0.75 * row + 0.5 > layout.MAX_HEIGHT
     figs = captured(monkeypatch)
     steps = ",".join(str(s) for s in range(0, 100, 10))  # 10 steps and the end: 11 depth panels
     out = tmp_path / "out"
@@ -245,15 +246,15 @@ def test_no_figure_taller_than_a_page_at_a_single_column(tmp_path, monkeypatch):
     assert len(pngs) == len(pdfs) == 8  # loss, LR/grad norm, 3 depth, 2 heatmaps, layer statistics
     for path in pngs:
         width, height = png_inches(path, 50)
-        assert width == pytest.approx(3.3, abs=0.03) and height <= figures.MAX_HEIGHT + 0.03, path.name
+        assert width == pytest.approx(3.3, abs=0.03) and height <= layout.MAX_HEIGHT + 0.03, path.name
     for path in pdfs:
         width, height = pdf_inches(path)
-        assert width == pytest.approx(3.3, abs=0.01) and height <= figures.MAX_HEIGHT + 0.01, path.name
+        assert width == pytest.approx(3.3, abs=0.01) and height <= layout.MAX_HEIGHT + 0.01, path.name
     # each heatmap still legible: two columns of panels at least an inch wide and tall, one colour bar
     for name in ("grad_norm_layer_heatmap", "var_resid_heatmap"):
         fig = figs[name]
         panels = [a for a in fig.axes if a.get_title(loc="left")]
-        assert len(panels) == len(archs) and fig.get_figheight() <= figures.MAX_HEIGHT
+        assert len(panels) == len(archs) and fig.get_figheight() <= layout.MAX_HEIGHT
         assert panels[0].get_gridspec().ncols == 2
         for ax in panels:
             box = ax.get_position()
@@ -264,7 +265,7 @@ def test_no_figure_taller_than_a_page_at_a_single_column(tmp_path, monkeypatch):
 
 def test_fit_page_keeps_a_grid_that_fits_and_caps_one_that_does_not():
     below = lambda rows, cols: 0.7
-    assert figures.fit_page(3, 6.8, 1, 3, 2.0, below) == (1, 3, 2.0)  # today's figures: unchanged
-    assert figures.fit_page(6, 2.7, 6, 1, 1.85, below) == (3, 2, 1.85)  # more columns first
-    rows, cols, row_h = figures.fit_page(40, 2.7, 40, 1, 1.85, below)  # then shorter rows
-    assert cols == 2 and rows * row_h + 0.7 == pytest.approx(figures.MAX_HEIGHT)
+    assert layout.fit_page(3, 6.8, 1, 3, 2.0, below) == (1, 3, 2.0)  # today's figures: unchanged
+    assert layout.fit_page(6, 2.7, 6, 1, 1.85, below) == (3, 2, 1.85)  # more columns first
+    rows, cols, row_h = layout.fit_page(40, 2.7, 40, 1, 1.85, below)  # then shorter rows
+    assert cols == 2 and rows * row_h + 0.7 == pytest.approx(layout.MAX_HEIGHT)

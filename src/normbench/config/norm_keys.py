@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar
 
-from omegaconf import MISSING as SET_BY_YAML
-
 from normbench.errors import ConfigError
 
 
@@ -43,7 +41,7 @@ def unit_interval(key: str, value: float) -> None:
 class NormKeys:
     """The keys every norm reads."""
 
-    name: str = SET_BY_YAML  # every conf/norm/*.yaml sets it (config/schema.py: one home per default)
+    name: str = "rmsnorm"  # conf/config.yaml's default norm (config/schema.py: one value per default)
     eps: float = 1e-6
     affine: bool = True  # false: no gain vector (the "no scale" ablation)
     bias: bool = False  # layernorm / dyt / derf additive bias

@@ -12,14 +12,14 @@ trainer and everything below it receive that object. Of normbench this module im
 config/norm_keys.py (the ``norm.*`` keys, a small dataclass per owner) and errors.py: every other
 package reads it.
 
-**One home for each default.** The schema holds the types; a value lives in one place. A key that
-conf/config.yaml sets, or that every option of its group sets (``model.d_model``, ``optim.lr``, ...), has no
-value here (:data:`SET_BY_YAML`, omegaconf's ``???``): the yaml is its home, and a group option that forgot it
-fails at composition naming the key. Every other key's default is the one below, and an option file that
-restates it (for the reader of that file) restates the same value: tests/test_config_defaults.py composes
-every option of every group and checks both.
+**One value for each default.** The schema holds the types. A key that conf/config.yaml sets (``seed``,
+``precision``, ``trainer.max_steps``, ...) has no value here (:data:`SET_BY_YAML`, omegaconf's ``???``): the yaml
+is its only home. A group key's default here is the value of the group's default option (``model=small``,
+``optim=adamw``, ...), so the schema and the composed config cannot disagree (issue 54: five keys did), and a
+group option, a user's overlay included, sets only what it changes. tests/test_config_defaults.py composes every
+option of every group and checks both.
 
-Adding a key: one dataclass field below (its default, or :data:`SET_BY_YAML` if the yaml sets it, and a
+Adding a key: one dataclass field below (its default, or :data:`SET_BY_YAML` if conf/config.yaml sets it, and a
 comment) and, if it has limits, one line in ``normbench.validation.validate`` (``_choice`` / ``_positive`` /
 a range check); a norm's key goes into its owner's dataclass in config/norm_keys.py (with its check).
 docs/contract.md lists it.
@@ -74,12 +74,12 @@ def qk_norm_mode(value: Any) -> str:
 
 @dataclass
 class ModelConfig:
-    name: str = SET_BY_YAML
-    n_layer: int = SET_BY_YAML
-    d_model: int = SET_BY_YAML
-    n_head: int = SET_BY_YAML
+    name: str = "small"  # the defaults of conf/config.yaml's model=small (one value per key: config/schema.py)
+    n_layer: int = 4
+    d_model: int = 128
+    n_head: int = 4
     d_ff: int | None = None  # None: 4*d (gelu/relu), 8/3*d rounded up to 32 (swiglu)
-    seq_len: int = SET_BY_YAML
+    seq_len: int = 128
     vocab_size: int | None = None  # None: from the tokenizer
     pad_vocab_to: int = 64  # embedding rows rounded up (nanoGPT's 50257 -> 50304)
     pos: str = "rope"
@@ -87,7 +87,7 @@ class ModelConfig:
     mlp: str = "swiglu"
     bias: bool = False
     tie_embeddings: bool = True
-    init_std: Any = SET_BY_YAML  # auto: GPT-2's gain at this width; fan_in: d^-0.5; a number: that std (init_std_of)
+    init_std: Any = "auto"  # auto: GPT-2's gain at this width; fan_in: d^-0.5; a number: that std (init_std_of)
     dropout: float = 0.0
     fixnorm: bool = False  # unit-L2 word embeddings x sqrt(d); a tied head uses them too (Nguyen & Salazar 2019)
     # the parametrization (model/mup.py, docs/mup.md): sp (standard, today's) | mup (width) | completep (width+depth)
@@ -99,8 +99,8 @@ class ModelConfig:
 
 @dataclass
 class ArchConfig:
-    name: str = SET_BY_YAML
-    final_norm: bool = SET_BY_YAML  # norm before the LM head (post_ln: switch; deepnorm/ngpt: none)
+    name: str = "pre_ln"
+    final_norm: bool = True  # norm before the LM head (post_ln: switch; deepnorm/ngpt: none)
     embed_norm: bool = False  # peri_ln: optional norm on the embedding output
     post_ratio: float = 0.25  # mix_ln: first floor(post_ratio * L) blocks are Post-LN
     alpha: float | None = None  # deepnorm residual scale; None -> (2L)^(1/4)
@@ -149,11 +149,11 @@ def schema_node() -> Config:
 
 @dataclass
 class OptimConfig:
-    name: str = SET_BY_YAML
-    lr: Any = SET_BY_YAML  # a number, or auto: lr_ref carried from lr_ref_width to this width (config/lr_rule.py)
+    name: str = "adamw"
+    lr: Any = 2e-3  # a number, or auto: lr_ref carried from lr_ref_width to this width (config/lr_rule.py)
     lr_ref: float = LR_REF  # auto's reference recipe: GPT-2 124M's AdamW LR ...
     lr_ref_width: int = LR_REF_WIDTH  # ... at its width (docs/init.md)
-    weight_decay: float = SET_BY_YAML
+    weight_decay: float = 0.1
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     eps: float = 1e-8
     momentum: float = 0.9  # sgd / muon
@@ -175,16 +175,16 @@ class OptimConfig:
 
 @dataclass
 class SchedConfig:
-    name: str = SET_BY_YAML
-    warmup_steps: int | None = SET_BY_YAML  # None: 10% of the run (the Mix-LN recipe); 0: no warmup
+    name: str = "cosine"
+    warmup_steps: int | None = None  # None: 10% of the run (the Mix-LN recipe); 0: no warmup
     min_lr_ratio: float = 0.1  # cosine/wsd end at lr * min_lr_ratio
     decay_fraction: float = 0.2  # wsd: last fraction of steps decays
 
 
 @dataclass
 class DataConfig:
-    name: str = SET_BY_YAML
-    tokenizer: str = SET_BY_YAML
+    name: str = "kjv"
+    tokenizer: str = "byte"
     vocab_size: int | None = None  # bpe: target size (default 4096); byte 256; gpt2 50257
     paths: list[str] = field(default_factory=list)  # data=files
     hf_path: str | None = None  # data=hf: hub name or local path for datasets.load_dataset
@@ -220,11 +220,11 @@ class TrainerConfig:
 
 @dataclass
 class DiagConfig:
-    name: str = SET_BY_YAML
+    name: str = "default"
     every: int = 50
     batch: int = 2  # sequences in the fixed held-out diagnostic batch
-    spike_factor: float = SET_BY_YAML  # loss > factor * running median -> spike
-    spike_window: int = SET_BY_YAML
+    spike_factor: float = 1.5  # loss > factor * running median -> spike
+    spike_window: int = 50
 
 
 @dataclass
@@ -240,7 +240,7 @@ class WandbConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = SET_BY_YAML
+    name: str = "jsonl"
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 

@@ -57,7 +57,7 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
             check_key(runs, key, flag)
     base = _baseline(baseline, groups)
     check_formats(formats, dpi, width)
-    check_x(x)
+    curve_figures.check_x(x)
     out_dir = Path(out) if out is not None else dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     defaults = {} if target is not None else default_targets(runs)
@@ -72,7 +72,7 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     if sweep:
         blocks += _lr_section(sweep)
     blocks += _optuna_sections(dirs)
-    blocks += [("h", 2, "All runs"), ("p", TABLE_FILES), ("table", *tables.runs_table(groups, target, defaults))]
+    blocks += [("h", 2, "All runs"), ("p", table_files.NOTE), ("table", *tables.runs_table(groups, target, defaults))]
 
     styles = figures.Styles(groups, color_by, style_by)
     plots: list[Path] = []
@@ -92,18 +92,6 @@ def sweep_title(dirs: list[Path], runs, groups) -> str:
     varied = " × ".join(groups[0].settings) if groups and groups[0].settings else "one group"
     where = ", ".join(d.resolve().name or str(d) for d in dirs)
     return f"normbench report: {varied}, {len(runs)} runs ({where})"
-
-
-TABLE_FILES = ("The tables as data, every number unrounded (a mean and its std in two columns), beside this "
-               "report: `report_runs.csv` and `report_runs.json` (this table, with each run's settings, final "
-               "val loss, tokens and tokens/s), `report_groups.csv` and `report_groups.json` (the groups' table "
-               "above, with time to target).")  # fmt: skip
-
-
-def check_x(x: str) -> None:
-    """``--x``: one of :data:`figures.X_AXES`."""
-    if x not in figures.X_AXES:
-        raise ConfigError(f"--x={x} is not allowed; choose one of: {', '.join(figures.X_AXES)}")
 
 
 def check_formats(formats, dpi, width: float = figures.WIDTH) -> None:

@@ -142,3 +142,10 @@ def write_tables(out_dir: Path, groups: list[Group], target=None, defaults=None)
     return _write(out_dir, RUNS, run_rows(groups, target, defaults)) + _write(
         out_dir, GROUPS, group_rows(groups, target, defaults)
     )
+
+
+NOTE = (  # the report's sentence above its runs table
+    "The tables as data, every number unrounded (a mean and its std in two columns), beside this "
+               "report: `report_runs.csv` and `report_runs.json` (this table, with each run's settings, final "
+               "val loss, tokens and tokens/s), `report_groups.csv` and `report_groups.json` (the groups' table "
+               "above, with time to target).")  # fmt: skip

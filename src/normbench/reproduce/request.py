@@ -20,7 +20,8 @@ from normbench.claims import benchmark
 from normbench.claims.registry import SCALES
 from normbench.claims.verdict import MIN_SEEDS
 from normbench.errors import ConfigError
-from normbench.reproduce.ladders.scale import PARAMS
+
+PARAMS = ("mup", "sp")  # ladder_param=: the scale ladder's parametrization, the first the default
 
 
 @dataclass(frozen=True)

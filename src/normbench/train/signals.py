@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from normbench.errors import first_line
+
 log = logging.getLogger("normbench")
 
 DEFAULT_GRACE_S = 30.0  # SLURM's default KillWait and torchrun's wait before SIGKILL are 30 s too
@@ -258,3 +260,28 @@ def preemption_signals() -> tuple[signal.Signals, ...]:
     name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()
     sig = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
     return (sig,) if isinstance(sig, signal.Signals) and sig not in (signal.SIGTERM, signal.SIGINT) else ()
+
+
+# ------------------------------------------------------- the run's last steps after a signal (trainer.run)
+def hand_on(trainer, handler) -> None:
+    """The checkpoint is written: the launcher's handler takes the preemption signal on (submitit requeues
+    this job, which then resumes, and exits); a launcher that gives up leaves the run interrupted."""
+    log.info("checkpoint written; %s goes on to the launcher", signal.Signals(trainer.stop_signal).name)
+    try:
+        handler(trainer.stop_signal, None)
+    except Exception as exc:  # submitit: not requeued (e.g. timed out too often); the checkpoint is fine
+        why = first_line(exc, type(exc).__name__)
+        trainer.summary["reason"] = f"{trainer.summary.get('reason')}; not requeued: {why}"[:300]
+        trainer.write_summary()
+        raise
+
+
+def last_words(trainer, lock, signum: int, why: str) -> None:
+    """The watchdog ends the process at once (normbench.train.signals): the summary says so first."""
+    name = signal.Signals(signum).name
+    log.warning("%s: %s: stopping at once at step %d; the last checkpoint is kept", name, why, trainer.step)
+    if trainer.summary and trainer.is_main:
+        reason = f"{name} at step {trainer.step} ({why}): stopped at once; resume with trainer.resume=true"
+        summary = {**trainer.summary, "status": "interrupted", "reason": reason}
+        trainer.rundir.write_summary_now(summary)
+    lock.release()

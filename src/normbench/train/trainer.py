@@ -39,7 +39,7 @@ from normbench.runtime.throughput import Throughput
 from normbench.train import build as builder
 from normbench.train import checkpoint as ckpt
 from normbench.train.loop_parts import Checkpoints, DiagSchedule, Evaluation, LossWatch
-from normbench.train.signals import STOP, RunSignals, StopVotes, vote_due
+from normbench.train.signals import STOP, RunSignals, StopVotes, hand_on, last_words, vote_due
 from normbench.train.state import TrainState
 from normbench.validation import prepare
 
@@ -356,7 +356,7 @@ def run(cfg, run_dir: Path) -> dict:
     trainer = Trainer(cfg, run_dir)
     # stop signals (normbench.train.signals): the step in progress ends, then checkpoint and `interrupted`
     on_stop = lambda signum: setattr(trainer, "stop_signal", signum)  # noqa: E731
-    signals = RunSignals(cfg.trainer.stop_grace_s, on_stop, lambda signum, why: _last_words(trainer, lock, signum, why))
+    signals = RunSignals(cfg.trainer.stop_grace_s, on_stop, lambda signum, why: last_words(trainer, lock, signum, why))
     trainer.stop_signal = signals.caught
     exit_code = 1
     try:
@@ -369,7 +369,7 @@ def run(cfg, run_dir: Path) -> dict:
     except Interrupted:
         exit_code = 128 + (trainer.stop_signal or signal.SIGTERM)
         if handler := signals.launcher_handler(trainer.stop_signal):
-            _hand_on(trainer, handler)
+            hand_on(trainer, handler)
         raise
     except BaseException as exc:
         if trainer.summary:
@@ -387,27 +387,3 @@ def run(cfg, run_dir: Path) -> dict:
         if rank == 0:
             log.info("run directory: %s", run_dir.resolve())
         dist_utils.shutdown(wait=exit_code == 0)  # torchrun: destroy the process group (no-op in one process)
-
-
-def _hand_on(trainer: Trainer, handler) -> None:
-    """The checkpoint is written: the launcher's handler takes the preemption signal on (submitit requeues
-    this job, which then resumes, and exits); a launcher that gives up leaves the run interrupted."""
-    log.info("checkpoint written; %s goes on to the launcher", signal.Signals(trainer.stop_signal).name)
-    try:
-        handler(trainer.stop_signal, None)
-    except Exception as exc:  # submitit: not requeued (e.g. timed out too often); the checkpoint is fine
-        why = first_line(exc, type(exc).__name__)
-        trainer.summary["reason"] = f"{trainer.summary.get('reason')}; not requeued: {why}"[:300]
-        trainer.write_summary()
-        raise
-
-
-def _last_words(trainer: Trainer, lock: RunLock, signum: int, why: str) -> None:
-    """The watchdog ends the process at once (normbench.train.signals): the summary says so first."""
-    name = signal.Signals(signum).name
-    log.warning("%s: %s: stopping at once at step %d; the last checkpoint is kept", name, why, trainer.step)
-    if trainer.summary and trainer.is_main:
-        reason = f"{name} at step {trainer.step} ({why}): stopped at once; resume with trainer.resume=true"
-        summary = {**trainer.summary, "status": "interrupted", "reason": reason}
-        trainer.rundir.write_summary_now(summary)
-    lock.release()

@@ -32,6 +32,7 @@ from normbench.analysis.loading import Group, Run, is_lr_key, setting
 from normbench.analysis.stats import LEARNED, learned_everywhere
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.model import norm_class
+from normbench.report.figures.layout import fit_page
 
 ARCH_COLORS = {
     "pre_ln": "tab:blue",
@@ -64,9 +65,6 @@ WIDTH_RANGE = (2.0, 12.0)
 MIN_PT = 7.0  # no text smaller, at the printed width
 MIN_PANEL = 1.6  # inches: the narrowest panel a grid of panels gets
 LOG_SPAN = 30  # an axis whose positive values span more than this factor is logarithmic
-MAX_HEIGHT = 9.0  # inches: a page's text height (A4, US letter) less room for the caption; no figure is taller
-TIGHT_PANEL = 1.2  # inches: the narrowest panel a figure gets to stay under MAX_HEIGHT, before its rows shrink
-TIGHT_COLS = 6  # the most columns a figure gets to stay under MAX_HEIGHT
 RC = {"axes.spines.top": False, "axes.spines.right": False, "pdf.fonttype": 42, "svg.fonttype": "none"}
 
 
@@ -93,21 +91,6 @@ def grid(n: int, width: float, min_panel: float = MIN_PANEL, max_cols: int = 4) 
     ncols = max(1, min(n, max_cols, int(width // min_panel)))
     nrows = -(-n // ncols)
     return nrows, ncols, min(2.6, max(1.6, 0.8 * width / ncols + 0.3))
-
-
-def fit_page(n: int, width: float, rows: int, cols: int, row_h: float, extra) -> tuple[int, int, float]:
-    """(rows, columns, row height) of a grid of ``n`` panels whose figure is at most :data:`MAX_HEIGHT` tall:
-    a grid that fits is kept as it is; else more columns, each still :data:`TIGHT_PANEL` wide (a
-    single-column figure with many panels would otherwise run off the page: 6 heatmaps at 3.3 in were 11.6
-    in tall), then rows shortened to fit. ``extra(rows, cols)``: the inches the figure adds to its rows
-    (a legend below them, a colour bar's label)."""
-    tall = lambda r, c: r * row_h + extra(r, c) > MAX_HEIGHT
-    while tall(rows, cols) and cols < min(n, TIGHT_COLS) and width / (cols + 1) >= TIGHT_PANEL:
-        cols += 1
-        rows = -(-n // cols)
-    if tall(rows, cols):
-        row_h = (MAX_HEIGHT - extra(rows, cols)) / rows
-    return rows, cols, row_h
 
 
 @dataclass(frozen=True)

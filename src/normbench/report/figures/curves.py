@@ -29,6 +29,7 @@ from string import ascii_lowercase
 from normbench.analysis.loading import Group, Run, finite_series, series, setting
 from normbench.analysis.stats import curve, healthy
 from normbench.diag.outcomes import finite
+from normbench.errors import ConfigError
 from normbench.report.figures import (
     DEFAULT_OUT,
     LOSS_LABEL,
@@ -359,3 +360,9 @@ def caption_depth(key: str, steps: list, groups: list[Group]) -> str:
             "y-range, all on one scale (logarithmic where any panel's values span more than 30×)"
             + ("; blocks numbered 1..L" if first else "; l = 0 is the embedding output, l the stream after block l")
             + ("; stuck/diverged runs drawn one by one at their last record." if stuck else "."))  # fmt: skip
+
+
+def check_x(x: str) -> None:
+    """``--x``: one of :data:`X_AXES`."""
+    if x not in X_AXES:
+        raise ConfigError(f"--x={x} is not allowed; choose one of: {', '.join(X_AXES)}")

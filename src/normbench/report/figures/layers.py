@@ -26,7 +26,6 @@ from normbench.report.figures import (
     _kind,
     _mean_band,
     _single,
-    fit_page,
     font_pt,
     grid,
     log_if_wide,
@@ -34,6 +33,7 @@ from normbench.report.figures import (
     rc,
     set_log,
 )
+from normbench.report.figures.layout import fit_page
 
 HEATMAPS = {  # key -> (file, colour label, y label, first row's number, what the colour shows, the rows)
     "grad_norm_layer": ("grad_norm_layer_heatmap.png", "‖grad‖ of block l", "block l", 1,

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from normbench.reproduce.request import Request
 
 WIDTHS = (64, 128, 256)
-PARAMS = ("mup", "sp")  # ladder_param=: the first is the default
 
 
 def mup_overrides(width: int, base_width: int, head_dim: int) -> list[str]:
