@@ -164,8 +164,12 @@ def _plot_sides(ax, t: dict, test, set_log, colors: dict | None = None) -> None:
     _draw_interval(ax, t, test, sides, log)
     _draw_rule(ax, t, test, sides, log)
     tuned = t.get("tuned") or {}  # each side at its own best value: name it under the side
-    names = [side_name(g) + (f"\n{tuned['key']} {tuned['chosen'][g]}" if tuned.get("chosen", {}).get(g) else "")
-             for g in labels]  # fmt: skip
+    # one setting a line: two long names side by side ran into each other under a narrow panel
+    names = [
+        side_name(g).replace(", ", ",\n")
+        + (f"\n{tuned['key']} {tuned['chosen'][g]}" if tuned.get("chosen", {}).get(g) else "")
+        for g in labels
+    ]
     if len(labels) == 2:
         names[0] += "\n(baseline)"
     ax.set_xticks(range(len(labels)), names)
