@@ -381,9 +381,9 @@ def test_a_signal_on_one_rank_stops_every_rank_at_the_next_vote(tmp_path):
     assert checkpoint.load(out / "run" / "checkpoints" / "last.pt")["step"] == 10
 
 
-READS_WORKER = textwrap.dedent(
+# a torchrun worker's start: the config composed from the command line, the run directory made
+WORKER_HEAD = textwrap.dedent(
     """
-    # torchrun worker: count normbench's host reads of tensor values (item, float, int, bool, tolist) per step.
     import json, os, sys
     from pathlib import Path
 
@@ -401,6 +401,11 @@ READS_WORKER = textwrap.dedent(
         cfg = compose(config_name="config", overrides=overrides)
     run_dir = out / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
+    """
+)
+READS_WORKER = WORKER_HEAD + textwrap.dedent(
+    """
+    # count normbench's host reads of tensor values (item, float, int, bool, tolist) per step.
     reads, logged, current = {}, [], [None]
 
     def counted(name):
@@ -460,29 +465,13 @@ def test_no_host_read_between_log_steps_but_the_stop_vote_every_ten(mode, tmp_pa
         assert sum(between.values()) / (50 - len(logged)) <= 0.1, between
 
 
-WORKER = textwrap.dedent(
+WORKER = WORKER_HEAD + textwrap.dedent(
     """
-    # torchrun worker: train in-process, then dump every rank's view of the parameters.
-    import json, os, sys
-    from pathlib import Path
-
-    import torch
+    # train in-process, then dump every rank's view of the parameters.
     import torch.nn as nn
     import torch.nn.functional as F
-    from hydra import compose, initialize_config_dir
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    from normbench.runtime import distributed as du
-    from normbench.train import trainer as tr
-    from normbench.config.files import config_dir
-    from normbench.config.schema import register_configs
-
-    out, overrides = Path(sys.argv[1]), sys.argv[2:]
-    register_configs()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name="train"):
-        cfg = compose(config_name="config", overrides=overrides)
-    run_dir = out / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
     t = tr.Trainer(cfg, run_dir)
     t.setup()
     t.fit()
