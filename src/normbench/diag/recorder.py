@@ -51,6 +51,7 @@ class Recorder:
         """The summary says ``running`` from here on (a killed process leaves it so); a resumed run
         keeps its final numbers until it has new ones."""
         cfg, c, s = self.cfg, self.c, self.state
+        spec = spec_of(cfg)
         self.summary.update(
             status="running",
             reason=None,
@@ -67,9 +68,9 @@ class Recorder:
             n_params=c.n_params,
             length_params=c.length_params,
             init_std=c.init_std,
-            lr=spec_of(cfg).lr,  # optim.lr's number (auto resolved once: config/spec.py)
-            lr_source=spec_of(cfg).lr_source,
-            spec=dataclasses.asdict(spec_of(cfg)),  # the run's resolved spec (config/spec.py)
+            lr=spec.lr,  # optim.lr's number (auto resolved once: config/spec.py)
+            lr_source=spec.lr_source,
+            spec=dataclasses.asdict(spec),  # the run's resolved spec (config/spec.py)
             lr_resolved=c.optimizer.kind_lrs,  # {parameter kind: peak LR}, muP's multipliers applied
             arch=cfg.arch.name,
             norm=cfg.norm.name,
