@@ -24,11 +24,12 @@ import functools
 import json
 import math
 import os
-import platform
 import socket
 import statistics
 import time
 from pathlib import Path
+
+from normbench.runtime.cpu import cpu_model
 
 START_S = 1.0  # per job: data cache, model build, final checkpoint and summary
 SWEEP_START_S = 3.0  # per sweep: the process, imports, Hydra's composition
@@ -69,22 +70,12 @@ def cache_file() -> Path:
     return Path(root) / "calibration.json"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_key() -> str:
     """What the rate depends on: the host, its CPU model, torch's version; and what was measured (the
     miniature's step on one thread: an entry of the older matmul calibration is not read as one)."""
     import torch
 
-    return f"{socket.gethostname()} | {_cpu_model()} | torch {torch.__version__} | miniature step, 1 thread"
+    return f"{socket.gethostname()} | {cpu_model()} | torch {torch.__version__} | miniature step, 1 thread"
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import functools
 import platform
-from pathlib import Path
 
 import torch
+
+from normbench.runtime.cpu import cpu_flags
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -40,16 +41,5 @@ def cpu_native_bf16() -> bool:
     if any(getattr(torch.cpu, name, lambda: False)() for name in probes):
         return True
     if platform.machine().lower() in ("aarch64", "arm64"):
-        return "bf16" in _cpu_flags()
+        return "bf16" in cpu_flags()
     return False
-
-
-def _cpu_flags() -> set[str]:
-    """The CPU's feature words from /proc/cpuinfo (``flags`` on x86, ``Features`` on Arm); empty elsewhere."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.split(":")[0].strip().lower() in ("flags", "features"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
