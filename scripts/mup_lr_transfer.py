@@ -117,7 +117,7 @@ def plot(out: Path, png: Path, json_path: Path, prior: Path | None = None) -> di
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker  # noqa: F401 (matplotlib.ticker.NullFormatter)
+    import matplotlib.ticker  # matplotlib.ticker.NullFormatter
 
     data = collect(out, prior)
     table = data["table"]

@@ -156,7 +156,7 @@ def test_loaded_spread_needs_equal_flops_and_a_spread_past_20_percent():
     from normbench.analysis.loading import Run
     from normbench.report.tables import loaded_spread
 
-    runs = lambda *pairs: [Run(None, {}, [], {"flops_per_token": f, "tokens_per_s": t}, []) for f, t in pairs]  # noqa: E731
+    runs = lambda *pairs: [Run(None, {}, [], {"flops_per_token": f, "tokens_per_s": t}, []) for f, t in pairs]
     assert loaded_spread(runs((1e6, 1000), (1.01e6, 1210))) == (1000, 1210)  # FLOPs within 2%, tokens/s 21% apart
     assert loaded_spread(runs((1e6, 1000), (1e6, 1200))) is None  # 20% exactly: not flagged
     assert loaded_spread(runs((1e6, 1000), (1.03e6, 2000))) is None  # different work per token

@@ -62,8 +62,8 @@ def start(cwd: Path, *args: str, **env: str) -> subprocess.Popen:
         [sys.executable, "-m", "normbench", "train", *args],
         cwd=cwd,
         env={**os.environ, **OFFLINE_ENV, **env},
-        stdout=open(cwd / "out.txt", "w"),  # noqa: SIM115 - closed with the process
-        stderr=open(cwd / "err.txt", "w"),  # noqa: SIM115
+        stdout=open(cwd / "out.txt", "w"),  # closed with the process
+        stderr=open(cwd / "err.txt", "w"),
     )
 
 
@@ -191,7 +191,7 @@ def test_signal_in_a_sweep_stops_it_and_the_printed_command_resumes_the_sweep(tm
     sweep = tmp_path / "sweep"
     args = ["-m", *RUN, "trainer.max_steps=6", "seed=0,1", "hydra.sweep.dir=sweep"]
     proc = start(tmp_path, *args, NORMBENCH_TEST_SLOW_LOG="0.2")
-    job0 = lambda: next(iter(sweep.glob("0_*")), None)  # noqa: E731
+    job0 = lambda: next(iter(sweep.glob("0_*")), None)
     wait_for(lambda: job0() is not None and len(steps(job0())) >= 2, proc)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
@@ -243,15 +243,15 @@ KILL_POINTS = [
 def test_kill9_then_resume_loses_nothing(tmp_path, reference, point):
     run = tmp_path / "run"
     last = run / "checkpoints" / "last.pt"
-    temps = lambda: list((run / "checkpoints").glob(".last.pt.tmp.*"))  # noqa: E731
+    temps = lambda: list((run / "checkpoints").glob(".last.pt.tmp.*"))
     env = {"NORMBENCH_TEST_SLOW_LOG": "0.15"}
     if point == "inside_checkpoint_write":
         env["NORMBENCH_TEST_SLOW_CKPT"] = "1.0"
-        moment = lambda: last.exists() and temps()  # noqa: E731 - the step-8 checkpoint is half written
+        moment = lambda: last.exists() and temps()  # the step-8 checkpoint is half written
     elif point == "before_first_checkpoint":
-        moment = lambda: len(steps(run)) >= 2  # noqa: E731
+        moment = lambda: len(steps(run)) >= 2
     else:
-        moment = lambda: len(steps(run)) >= 6  # noqa: E731 - step 4 checkpointed, step 8 not yet
+        moment = lambda: len(steps(run)) >= 6  # step 4 checkpointed, step 8 not yet
     proc = start(tmp_path, *RUN, "hydra.run.dir=run", **env)
     wait_for(moment, proc)
     proc.kill()
@@ -624,7 +624,7 @@ def test_stale_lock_from_another_host(tmp_path):
 
 
 def test_corrupt_summary_is_unreadable_not_failed(tmp_path):
-    read_summary = lambda run: rundir.RunDir(run).read_summary()  # noqa: E731
+    read_summary = lambda run: rundir.RunDir(run).read_summary()
 
     run = tmp_path / "sweep" / "0_seed=0"
     run.mkdir(parents=True)

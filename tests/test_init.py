@@ -229,7 +229,7 @@ def test_judge_pairs_by_seed_only_when_both_sides_ran_the_same_seeds():
 
     g = [run("dyt", s, v) for s, v in ((1, 2.0), (0, 1.0), (2, 3.0))]
     b = [run("layernorm", s, v) for s, v in ((0, 0.9), (1, 1.95), (2, 2.85))]
-    value = lambda r: r.summary["best_val_loss"]  # noqa: E731
+    value = lambda r: r.summary["best_val_loss"]
     assert seed_pairs(g, b, value, None) == [(1.0, 0.9), (2.0, 1.95), (3.0, 2.85)]
     assert seed_pairs(g, b[:2], value, None) is None  # seed 2 has no partner: Welch
     assert seed_pairs(g, [run("layernorm", 0, -1.0), *b[1:]], value, "log") is None  # a log of <= 0

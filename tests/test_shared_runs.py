@@ -95,7 +95,7 @@ def test_a_run_of_one_claim_serves_another_and_only_the_rest_is_trained(tmp_path
     b = _claim(tmp_path / "c", "b", [{"arch": ["pre_ln", "peri_ln"]}], [*COMMON, "norm=layernorm"])
     out, quiet = tmp_path / "out", lambda *_: None
     pa, pb = build(a, "cpu", None, [], out, quiet), build(b, "cpu", None, [], out, quiet)
-    addr = lambda p: [x for x, *_ in store._runs(p)]  # noqa: E731
+    addr = lambda p: [x for x, *_ in store._runs(p)]
     assert addr(pa)[:2] == addr(pb)[:2] and not set(addr(pa)[2:]) & set(addr(pb)[2:])  # seeds 0, 1 of one job
     for run in pa.expected[0]:
         _finish(pa.run_dir(run, 0))

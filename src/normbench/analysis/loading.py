@@ -179,7 +179,7 @@ def find_runs(root: Path) -> list[Run]:
             subdirs[:] = []
         seen.add(real)
     chosen: dict[str, Path] = {}
-    direct = lambda d: os.path.realpath(d) == os.path.abspath(d)  # noqa: E731 - no link on its path
+    direct = lambda d: os.path.realpath(d) == os.path.abspath(d)  # no link on its path
     for d in sorted(set(dirs), key=_natural):
         real = os.path.realpath(d)
         if real not in chosen or (direct(d) and not direct(chosen[real])):

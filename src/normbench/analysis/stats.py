@@ -106,7 +106,7 @@ def time_to_target(run: Run, target: float | None) -> Reached | None:
     if hit is None:
         return None
     i, f = hit
-    at = lambda key: (  # noqa: E731
+    at = lambda key: (
         float(pts[i].get(key) or 0)
         if i == 0
         else (1 - f) * float(pts[i - 1].get(key) or 0) + f * float(pts[i].get(key) or 0)

@@ -47,7 +47,7 @@ def sweep_jobs(multirun) -> list[list[str]] | None:
 
         parsed = OverridesParser.create().parse_overrides(params + task)
         return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-    except Exception:  # noqa: BLE001 - whatever Hydra cannot expand here, the report does not guess at
+    except Exception:  # whatever Hydra cannot expand here, the report does not guess at
         return None
 
 
@@ -86,7 +86,7 @@ def _labels(jobs: list[list[str]], missing: list[list[str]]) -> list[str]:
     """Each missing job by the overrides whose values differ between the sweep's jobs."""
     keyed = [dict(_key(job)) for job in jobs]
     varied = {k for d in keyed for k in d if len({e.get(k) for e in keyed}) > 1}
-    shown = lambda job: [o for o in job if (s := _setting(o)) is not None and s[0] in varied]  # noqa: E731
+    shown = lambda job: [o for o in job if (s := _setting(o)) is not None and s[0] in varied]
     return [" ".join(shown(job) or job) for job in missing]
 
 

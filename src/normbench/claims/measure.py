@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from normbench.analysis.loading import Run, canonical_value, norm_value, setting
-from normbench.analysis.stats import (  # noqa: F401 - seed_pairs: the pairing rule, shared with report
+from normbench.analysis.stats import (  # seed_pairs: the pairing rule, shared with report
     FINISHED,
     LEARNED,
     default_targets,
@@ -93,7 +93,7 @@ def problems(label: str, runs: list[Run], outcomes_count: bool) -> list[str]:
     if bad and not outcomes_count:
         kinds = ", ".join(
             f"{sum(r.outcome == k for r in bad)} {k}" for k in ("stuck", "diverged") if any(r.outcome == k for r in bad)
-        )  # noqa: E501
+        )
         out.append(f"runs stuck or diverged in {label}: {kinds} of {len(runs)}")
     return out
 
@@ -174,7 +174,7 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
         res, g_vals, b_vals, n_seeds = _judge_largest_lr(test, sides, min_seeds, probs)
     else:
         res = _judge_values(test, sides, g_vals, b_vals, min_seeds, probs, paired=bool(paired))
-        seeds = lambda rs: len({seed_key(r) for r in rs})  # noqa: E731 - the unit, not the runs
+        seeds = lambda rs: len({seed_key(r) for r in rs})  # the unit, not the runs
         n_seeds = min(seeds(sides.g_runs), seeds(sides.b_runs) if sides.b_runs is not None else seeds(sides.g_runs))
     res["interval"] = _interval(test.kind, bool(paired), sides.b_runs is not None)
     if tuning:
@@ -187,7 +187,7 @@ def judge_test(test: Test, runs: list[Run], min_seeds: int, at: dict | None = No
 
 def _select_sides(test: Test, runs: list[Run]) -> _Sides:
     """The runs of each side at the test's ``at``, labelled by the settings that pick them."""
-    label = lambda where: " ".join(f"{k}={v}" for k, v in {**test.at, **where}.items())  # noqa: E731
+    label = lambda where: " ".join(f"{k}={v}" for k, v in {**test.at, **where}.items())
     g_runs = select(runs, {**test.at, **test.group})
     if not isinstance(test.baseline, dict):
         return _Sides(g_runs, None, label(test.group), f"the value {test.baseline:g}")
@@ -280,9 +280,9 @@ def _judge_largest_lr(test: Test, sides: _Sides, min_seeds: int, probs: list[str
     :func:`.verdict.judge_largest_lr`; returns its result, each side's value (that LR, if any) and the
     seeds it counted: seeds per LR of the grid, not runs over the whole grid."""
     grid = sorted({lr for r in sides.both if (lr := lr_of(r)) is not None})
-    at_lr = lambda rs, lr: [r for r in rs if lr_of(r) == lr]  # noqa: E731
-    best = lambda rs: max((lr for lr in grid if learned_everywhere(at_lr(rs, lr))), default=None)  # noqa: E731
-    seeds = lambda rs: min((len(at_lr(rs, lr)) for lr in grid), default=0)  # noqa: E731
+    at_lr = lambda rs, lr: [r for r in rs if lr_of(r) == lr]
+    best = lambda rs: max((lr for lr in grid if learned_everywhere(at_lr(rs, lr))), default=None)
+    seeds = lambda rs: min((len(at_lr(rs, lr)) for lr in grid), default=0)
     g, b = sides.g_runs, sides.b_runs
     lr_g, lr_b = best(g), best(b)
     res = V.judge_largest_lr(lr_g, lr_b, grid, test.threshold or 1, seeds(g), seeds(b), min_seeds, probs,
@@ -330,7 +330,7 @@ def _described(test: Test, res: dict, target: float | None, n_seeds: int) -> dic
 
 def _groups(sides: _Sides, g_vals, b_vals) -> dict:
     """Each side's values, their mean, its runs, their outcomes and init; a fixed baseline is no group."""
-    group = lambda vals, runs: {  # noqa: E731
+    group = lambda vals, runs: {
         "values": vals,
         "mean": statistics.fmean(vals) if vals else None,
         "runs": len(runs),

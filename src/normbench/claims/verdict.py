@@ -113,7 +113,7 @@ def judge_largest_lr(lr, lr_base, grid: list[float], threshold: float = 1, n_see
     """``lr``/``lr_base``: the largest grid LR at which every seed learned (None: none did, i.e.
     below the grid). Effect: grid steps from the baseline's to the group's."""
     grid = sorted(grid)
-    pos = lambda x: -1 if x is None else grid.index(x)  # noqa: E731
+    pos = lambda x: -1 if x is None else grid.index(x)
     effect = pos(lr) - pos(lr_base) if grid else None
     if why := _seeds_reason(n_seeds, n_base, min_seeds, problems):
         return _result(INCONCLUSIVE, effect, None, why)

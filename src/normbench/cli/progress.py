@@ -60,7 +60,7 @@ class SweepProgress(Callback):
         self.start = time.monotonic()
         try:
             self.total = planned_jobs(config)
-        except Exception:  # noqa: BLE001 - a count is a nicety; never stop a sweep over it
+        except Exception:  # a count is a nicety; never stop a sweep over it
             self.total = None
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -93,7 +93,7 @@ class SweepProgress(Callback):
         took = f" in {fmt_time(time.monotonic() - self.start)}" if self.start is not None else ""
         try:
             lines = leaderboard_lines(where)
-        except Exception as exc:  # noqa: BLE001 - the runs are written; a summary that fails must not hide that
+        except Exception as exc:  # the runs are written; a summary that fails must not hide that
             lines = [f"(no summary: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"]
         print(f"sweep finished: {len(self.durations) or '?'} jobs{took}", flush=True)
         for line in lines:

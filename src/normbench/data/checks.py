@@ -12,7 +12,7 @@ def check_data(d: Any) -> None:
     """The ``data.*`` keys (DataError, one line). Part of :func:`validate`; data.load_data runs it too,
     for callers that hand it a data section alone. ``val_fraction`` is in (0, 0.5): the split is cut
     at a line boundary within 0.5x-1.5x of it (data.split_text), so the training part stays the larger."""
-    get = lambda key: getattr(d, key, getattr(DataConfig, key, None))  # noqa: E731 (any object, defaults)
+    get = lambda key: getattr(d, key, getattr(DataConfig, key, None))  # any object, defaults
     name, tokenizer, vocab_size = get("name"), get("tokenizer"), get("vocab_size")
     for key, value, allowed in (("data.name", name, DATAS), ("data.tokenizer", tokenizer, TOKENIZERS)):
         if value not in allowed:

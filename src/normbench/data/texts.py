@@ -149,7 +149,7 @@ def _hf_dataset(datasets, path: str, conf, split: str):
         return datasets.load_dataset(str(local) if local else path, conf, split=split)
     except DataError:
         raise
-    except Exception as e:  # noqa: BLE001 - datasets raises many types; each becomes one line
+    except Exception as e:  # datasets raises many types; each becomes one line
         raise _hf_error(e, path, local, conf, split) from None
     finally:
         if bars:

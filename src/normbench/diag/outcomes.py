@@ -187,7 +187,7 @@ def layer_stats(series: dict[str, list[list[float]]], threshold: float = MASSIVE
     """End-of-run scalars from :func:`layer_series`: ``var_growth``, ``grad_spread``, ``grad_cv`` and
     ``logit_maxabs`` at the last diagnostic step; ``massive_ratio_peak`` (largest over the run) and
     ``massive_ratio_step`` (the first step above ``threshold``, None if never). Missing data: None."""
-    last = lambda key: series[key][-1][1] if series.get(key) else None  # noqa: E731
+    last = lambda key: series[key][-1][1] if series.get(key) else None
     ratio = series.get("massive_ratio_max") or []
     return {
         "var_growth": last("var_growth"),

@@ -67,7 +67,7 @@ def norm_spec(mod: nn.Module, norm_name: str | None = None) -> dict:
     """What a norm module computes, read from the module itself (its class, eps, which parameters it has).
 
     ``norm_name``: the run's ``norm=``, named in the refusal of a module the template does not compute."""
-    has = lambda name: getattr(mod, name, None) is not None  # noqa: E731
+    has = lambda name: getattr(mod, name, None) is not None
     for cls, spec in _SPECS:
         if type(mod) is cls or (isinstance(cls, tuple) and type(mod) in cls):
             out = spec(mod, has)
@@ -170,7 +170,7 @@ def config_dict(model: nn.Module, cfg, vocab_size: int) -> dict:
 
 def _ngpt_fields(model: NGPT) -> dict:
     b0 = model.blocks[0]
-    mult = lambda v: v.init / v.scale  # noqa: E731 - ScaledVector: param * (init / scale)
+    mult = lambda v: v.init / v.scale  # ScaledVector: param * (init / scale)
     names = ("attn_alpha", "mlp_alpha", "sqk", "suv")
     return {
         "intermediate_size": b0.mlp_c_proj.in_features,

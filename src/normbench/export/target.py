@@ -162,7 +162,7 @@ def staged(out_dir: Path):
         published = True
     except ConfigError:
         raise
-    except Exception as exc:  # noqa: BLE001 - OSErrors (also the Rust writers') become one line; others go on
+    except Exception as exc:  # OSErrors (also the Rust writers') become one line; others go on
         error = as_os_error(exc)
         if error is None:
             raise

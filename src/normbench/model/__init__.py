@@ -6,8 +6,8 @@ import math
 
 import torch.nn as nn
 
-import normbench.model.norm_sites  # noqa: F401 (registers lns, reordered, sandwich, sandwich_depth, normformer)
-import normbench.model.normfree  # noqa: F401 (registers rezero, fixup, tfixup before simplenorm: arch= lists)
+import normbench.model.norm_sites  # registers lns, reordered, sandwich, sandwich_depth, normformer
+import normbench.model.normfree  # registers rezero, fixup, tfixup before simplenorm: arch= lists
 import normbench.norm.scale_and_batch_norms  # noqa: F401 (registers scalenorm, seednorm, batchnorm, powernorm)
 from normbench.config.arch_traits import arch_traits
 from normbench.errors import ConfigError

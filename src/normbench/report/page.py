@@ -64,7 +64,7 @@ def to_markdown(blocks: list[tuple]) -> str:
             out.append(rest[0])
         elif kind == "table":
             header, rows = rest
-            cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+            cell = lambda c: str(c).replace("|", "\\|")
             nums = _numeric_columns(header, rows)
             out += ["| " + " | ".join(map(cell, header)) + " |",
                     "|" + "".join("---:|" if i in nums else "---|" for i in range(len(header)))]  # fmt: skip
@@ -80,7 +80,7 @@ def to_markdown(blocks: list[tuple]) -> str:
 
 def _table_html(header: list[str], rows: list[list[str]]) -> str:
     nums = _numeric_columns(header, rows)
-    cls = lambda i: ' class="num"' if i in nums else ""  # noqa: E731
+    cls = lambda i: ' class="num"' if i in nums else ""
     head = "<tr>" + "".join(f"<th{cls(i)}>{_inline(h)}</th>" for i, h in enumerate(header)) + "</tr>"
     body = ["<tr>" + "".join(f"<td{cls(i)}>{_inline(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows]
     return '<div class="scroll"><table>\n' + "\n".join([head, *body]) + "\n</table></div>"

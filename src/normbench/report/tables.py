@@ -179,7 +179,7 @@ def layer_table(groups: list[Group]) -> tuple[list[str], list[list[str]]] | None
     for g in sort_groups(groups):
         pool, partial = loss_pool(g)
         stats = [run_layer_stats(r) for r in pool]
-        vals = lambda k, stats=stats: [s[k] for s in stats if finite(s.get(k))]  # noqa: E731
+        vals = lambda k, stats=stats: [s[k] for s in stats if finite(s.get(k))]
         mark = " (partial)" if partial else ""
         any_data |= any(vals(k) for k in ("var_growth", "grad_cv", "logit_maxabs"))
         crossed = vals("massive_ratio_step")

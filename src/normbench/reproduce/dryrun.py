@@ -50,7 +50,7 @@ def sides_line(claim: Claim, test, inits: dict[str, list[float]], jobs, fixed: l
     else:
         base = f"the number {test.baseline}"
     g, b = inits.get("group", []), inits.get("baseline", [])
-    shown = lambda vals: ", ".join(f"{v:.4g}" for v in vals)  # noqa: E731
+    shown = lambda vals: ", ".join(f"{v:.4g}" for v in vals)
     init = f"both from init_std {shown(g)}" if g == b or not b else f"init_std {shown(g)} against {shown(b)}"
     return f"test '{test.name}': {group} against {base}, {init}"
 

@@ -127,7 +127,7 @@ class Plan:
             return _ABSENT
         try:
             (parsed,) = OverridesParser.create().parse_overrides([override])
-        except Exception:  # noqa: BLE001 - Hydra's parse error: composing with it names it in one line
+        except Exception:  # Hydra's parse error: composing with it names it in one line
             return _ABSENT
         return _ABSENT if parsed.is_sweep_override() else parsed.value()
 

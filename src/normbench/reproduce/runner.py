@@ -34,7 +34,7 @@ from normbench.runtime.precision import cpu_native_bf16
 
 def plan(
     claim: Claim, scale: str, seeds: int | None, overrides: list[str], out: Path
-) -> tuple[Path, list[list[str]], list[dict]]:  # noqa: E501
+) -> tuple[Path, list[list[str]], list[dict]]:
     """(settings dir, one `train -m` argv per sweep, the expected jobs {key: value} of each sweep)."""
     return layout(claim, scale, seeds, list(overrides), Path(out))
 

@@ -39,7 +39,7 @@ def compose(claim: Claim, overrides: list[str], what) -> object:
 
     try:
         return compose_config(overrides)
-    except Exception as exc:  # noqa: BLE001 - Hydra's own errors: one line with the job
+    except Exception as exc:  # Hydra's own errors: one line with the job
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"claim {claim.id}: job {what} does not compose: {first}") from None
 

@@ -37,7 +37,7 @@ class KeepHydraFiles(Callback):
             return
         try:
             hydra_dir = RunDir(str(config.hydra.run.dir)).hydra_dir
-        except Exception:  # noqa: BLE001 - an interpolation only the job can resolve: a new directory anyway
+        except Exception:  # an interpolation only the job can resolve: a new directory anyway
             return
         if hydra_dir.is_dir():
             self.saved = {p: p.read_bytes() for p in hydra_dir.iterdir() if p.is_file()}

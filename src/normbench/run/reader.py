@@ -100,5 +100,5 @@ class RunReader:
             return None
         try:
             return OmegaConf.merge(OmegaConf.structured(Config), loaded)
-        except Exception:  # noqa: BLE001 - a key this version does not know: the run's own config as is
+        except Exception:  # a key this version does not know: the run's own config as is
             return loaded

@@ -125,7 +125,7 @@ class RunDir:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
-        except Exception:  # noqa: BLE001 - missing, truncated, corrupt, foreign: the resume says why
+        except Exception:  # missing, truncated, corrupt, foreign: the resume says why
             return None
         step = state.get("step") if isinstance(state, dict) else None
         return step if type(step) is int else None
@@ -181,7 +181,7 @@ def job_dir_name(override_dirname: str, limit: int = 200) -> str:
     import hashlib
     import re
 
-    last_part = lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1]  # noqa: E731
+    last_part = lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1]
     name = re.sub(r"[^,=\[\]{}()]*/[^,=\[\]{}()]*", last_part, override_dirname)
     if len(name.encode()) > limit:
         digest = hashlib.sha1(override_dirname.encode()).hexdigest()[:8]

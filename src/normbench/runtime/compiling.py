@@ -89,7 +89,7 @@ def has_cpp_compiler() -> bool:
         from torch._inductor.cpp_builder import get_cpp_compiler
 
         return bool(get_cpp_compiler())
-    except Exception:  # noqa: BLE001 - torch raises its own error types when none is found
+    except Exception:  # torch raises its own error types when none is found
         return False
 
 

@@ -133,7 +133,7 @@ def load(path: Path) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's pickle-protocol warnings would break the one-line error
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - corrupt members or pickled code: refused the same way
+    except Exception as exc:  # corrupt members or pickled code: refused the same way
         raise ConfigError(
             f"checkpoint {path} was refused: {_why(exc)}; normbench loads checkpoints with weights_only=True"
         ) from None

@@ -355,7 +355,7 @@ def run(cfg, run_dir: Path) -> dict:
         lock.acquire()
     trainer = Trainer(cfg, run_dir)
     # stop signals (normbench.train.signals): the step in progress ends, then checkpoint and `interrupted`
-    on_stop = lambda signum: setattr(trainer, "stop_signal", signum)  # noqa: E731
+    on_stop = lambda signum: setattr(trainer, "stop_signal", signum)
     signals = RunSignals(cfg.trainer.stop_grace_s, on_stop, lambda signum, why: last_words(trainer, lock, signum, why))
     trainer.stop_signal = signals.caught
     exit_code = 1

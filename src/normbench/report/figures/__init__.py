@@ -179,7 +179,7 @@ class Styles:
         rest = [k for k in keys if k != self.color_key]
         self.style_key = style_by or ("norm" if "norm" in rest else (rest[0] if rest else None))
         self.marker_keys = [k for k in rest if k != self.style_key]
-        value = lambda g, k: g.settings.get(k) or setting(g.runs[0], k) or "?"  # noqa: E731
+        value = lambda g, k: g.settings.get(k) or setting(g.runs[0], k) or "?"
         self.value = value
         cvals = sweep_order(groups, lambda g: value(g, self.color_key))  # the legend's order: the sweep's
         others = [v for v in cvals if not (self.color_key == "arch" and v in ARCH_COLORS)]
