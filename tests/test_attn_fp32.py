@@ -98,9 +98,9 @@ def test_every_claims_cpu_scale_trains_in_the_claims_mode_and_a_user_override_wi
         "fp32": ("precision=fp32", "attn_fp32=false", "compile=auto"),
     }
     for cid in claim_ids():
-        fixed = load_claim(cid).sweep("cpu")["fixed"]
-        assert fixed[: len(mode)] == list(mode), cid
-        assert "attn_fp32=true" not in load_claim(cid).sweep("quick")["fixed"], cid  # quick keeps eager fp32
+        fixed = load_claim(cid).sweep("cpu").fixed
+        assert fixed[: len(mode)] == mode, cid
+        assert "attn_fp32=true" not in load_claim(cid).sweep("quick").fixed, cid  # quick keeps eager fp32
     claim = load_claim("peri_variance")
     p = build(claim, "cpu", None, [], tmp_path, log=lambda *a: None)
     want = ("bf16", True, True) if native else ("fp32", False, True)  # 4,480 steps: compile=auto pinned to true

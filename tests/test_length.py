@@ -110,10 +110,10 @@ def test_quick_scale_is_the_cpu_sweep_with_its_own_length(tmp_path):
     }  # fmt: skip
     (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
     c = load_claim("madeup", tmp_path)
-    assert c.sweep("cpu")["fixed"] == [*cpu_mode(), "model=tiny", "diag.every=50"]  # the claims' mode first
-    assert c.sweep("cpu")["tokens_per_param"] == 20 and "precision=bf16" not in c.sweep("quick")["fixed"]
-    assert c.sweep("quick")["fixed"][1] == "trainer.max_steps=200" and "tokens_per_param" not in c.sweep("quick")
-    assert c.sweep("cpu")["sweeps"] == c.sweep("quick")["sweeps"]
+    assert c.sweep("cpu").fixed == (*cpu_mode(), "model=tiny", "diag.every=50")  # the claims' mode first
+    assert c.sweep("cpu").tokens_per_param == 20 and "precision=bf16" not in c.sweep("quick").fixed
+    assert c.sweep("quick").fixed[1] == "trainer.max_steps=200" and c.sweep("quick").tokens_per_param is None
+    assert c.sweep("cpu").sweeps == c.sweep("quick").sweeps
 
 
 def _saved_seconds(cfg) -> float:
@@ -200,3 +200,43 @@ def test_the_pins_set_their_keys_as_composing_with_them_would(tmp_path, monkeypa
     assert p.overrides == ["compile=auto", p.pinned.override, p.mode.override]
     shared.check_claim(claim, "cpu", p.users, p.pairs)
     assert len(calls) == 2  # each of the two jobs composed once, through both pins and the shared check
+
+
+def test_a_scale_is_typed_once_and_an_unknown_key_is_one_line(tmp_path):
+    """A claim's scale is parsed once into a typed Scale: seeds an int, the ladders' rungs typed, and a key
+    the parser does not know refused with the allowed ones named (a typo would otherwise be ignored)."""
+    raw = {
+        "claim": "x",
+        "paper": "y",
+        "tests": [
+            {
+                "name": "t",
+                "kind": "difference",
+                "metric": "best_val_loss",
+                "group": {"arch": "post_ln"},
+                "baseline": {"arch": "pre_ln"},
+                "threshold": 0.01,
+            }
+        ],
+        "scales": {
+            "cpu": {
+                "seeds": 4,
+                "sweeps": [{"arch": ["pre_ln", "post_ln"]}],
+                "duration": [5, 1],
+                "ladder": [["model.d_model=64"]],
+            }
+        },
+    }
+    (tmp_path / "typed.yaml").write_text(yaml.safe_dump(raw))
+    s = load_claim("typed", tmp_path).sweep("cpu")
+    assert (s.name, s.seeds, s.duration, s.ladder, s.tokens_per_param) == (
+        "cpu",
+        4,
+        (5.0, 1.0),
+        (("model.d_model=64",),),
+        None,
+    )
+    raw["scales"]["cpu"]["seed"] = 3
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"scales.cpu: unknown key\(s\) seed; allowed: at, duration, fixed"):
+        load_claim("typo", tmp_path)

@@ -623,10 +623,10 @@ def test_claims_load_and_their_sweeps_validate(cid):
     assert set(c.scales) == {"cpu", "quick", "gpu"} and c.paper and c.requires is None and len(c.tests) == 2
     for scale in ("cpu", "gpu"):
         sweep = c.sweep(scale)
-        assert int(sweep["seeds"]) >= 3
-        for grid in sweep["sweeps"]:
+        assert sweep.seeds >= 3
+        for grid in sweep.sweeps:
             swept = [f"{k}={','.join(str(v) for v in vals)}" for k, vals in grid.items()]
-            prevalidate([*sweep["fixed"], *swept])  # every value composes and validates
+            prevalidate([*sweep.fixed, *swept])  # every value composes and validates
             for test in c.tests:  # each side of each test is a point of the grid
                 for key, value in {**test.group, **test.baseline}.items():
                     assert value in [str(v) for v in grid[key]], (cid, key, value)

@@ -261,13 +261,13 @@ def test_every_contract_claim_is_declared_with_its_scales():
         c = load_claim(cid)
         assert set(c.scales) == {"cpu", "quick", "gpu"} and c.paper and c.tests and c.requires is None, cid
         for scale in ("cpu", "quick", "gpu"):
-            assert c.sweep(scale)["sweeps"] and int(c.sweep(scale).get("seeds", 3)) >= 3
+            assert c.sweep(scale).sweeps and c.sweep(scale).seeds >= 3
         # the verdict trains at least Chinchilla's 20 tokens per parameter; the quick form a fixed step count
         cpu, quick = c.sweep("cpu"), c.sweep("quick")
-        per_job = [o for o in cpu["fixed"] if o.startswith("trainer.tokens_per_param=")]
-        assert float(cpu.get("tokens_per_param") or per_job[0].split("=")[1]) >= 20, cid
-        assert not any(o.startswith("trainer.max_steps=") for o in cpu["fixed"]), cid
-        assert any(o.startswith("trainer.max_steps=") for o in quick["fixed"]), cid
+        per_job = [o for o in cpu.fixed if o.startswith("trainer.tokens_per_param=")]
+        assert float(cpu.tokens_per_param or per_job[0].split("=")[1]) >= 20, cid
+        assert not any(o.startswith("trainer.max_steps=") for o in cpu.fixed), cid
+        assert any(o.startswith("trainer.max_steps=") for o in quick.fixed), cid
         assert cpu["sweeps"] == quick["sweeps"] and cpu.get("seeds") == quick.get("seeds"), cid
 
 
@@ -443,10 +443,10 @@ def test_every_claim_composes_to_a_valid_config(cid):
     claim = load_claim(cid)
     for scale in ("cpu", "gpu"):
         s = claim.sweep(scale)
-        for grid in s["sweeps"]:
+        for grid in s.sweeps:
             for values in itertools.product(*grid.values()):
                 point = [f"{k}={claims.as_str(v)}" for k, v in zip(grid, values)]
-                validate(compose([*s["fixed"], *point]))
+                validate(compose([*s.fixed, *point]))
 
 
 def test_qkclip_claim_on_made_up_runs(tmp_path):
@@ -606,10 +606,10 @@ def test_a_dry_run_composes_each_job_once(tmp_path, capsys, monkeypatch):
     assert main(["reproduce", "ngpt_speed", "compile=auto", f"out={tmp_path}", "--dry-run"]) == 0
     out = capsys.readouterr().out
     claim = load_claim("ngpt_speed")
-    n_jobs = sum(math.prod(len(v) for v in grid.values()) for grid in claim.sweep("cpu")["sweeps"])
+    n_jobs = sum(math.prod(len(v) for v in grid.values()) for grid in claim.sweep("cpu").sweeps)
     assert len(calls) == n_jobs == len({json.dumps(c, sort_keys=True) for c in calls})
     assert "tokens per parameter of the baseline" in out and "for every job" in out  # both pins ran
-    assert out.count("normbench train -m") == len(claim.sweep("cpu")["sweeps"])
+    assert out.count("normbench train -m") == len(claim.sweep("cpu").sweeps)
 
 
 def test_the_dry_run_estimate_is_the_plans_configs_timed(tmp_path, monkeypatch):

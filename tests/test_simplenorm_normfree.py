@@ -352,7 +352,7 @@ def test_claims_load_and_every_planned_run_is_a_valid_config(cid, tmp_path):
     assert set(claim.scales) == {"cpu", "quick", "gpu"} and claim.tests
     for scale in ("cpu", "gpu"):
         _, _, jobs = runner.plan(claim, scale, None, [], tmp_path)
-        settings = claim.sweep(scale)["fixed"]
+        settings = claim.sweep(scale).fixed
         distinct = {tuple(sorted((k, v) for k, v in j.items() if k != "seed")) for grid in jobs for j in grid}
         for job in sorted(distinct):  # the seed cannot make a config invalid
             cfg = compose([*settings, *(f"{k}={v}" for k, v in job)])

@@ -74,19 +74,33 @@ class Test:
     tune: str | None = None  # a key each side is judged at its own best value of (e.g. optim.lr)
 
 
+@dataclass(frozen=True)
+class Scale:
+    """One scale of a claim (``cpu``, ``quick`` or ``gpu``), parsed once from its file (:func:`_scale`)."""
+
+    name: str
+    sweeps: tuple[dict, ...]  # each {key: [values]}: one Hydra multirun
+    fixed: tuple[str, ...] = ()  # the overrides every job trains with (the claims' mode first at scale cpu)
+    seeds: int = 3
+    tokens_per_param: float | None = None  # the length, resolved once for every job (reproduce/length.py)
+    at: dict = field(default_factory=dict)  # settings every test is judged at (verdict.judge_claim)
+    ladder: tuple[tuple[str, ...], ...] | None = None  # the width ladder's rungs, as override lists
+    duration: tuple[float, ...] | None = None  # the duration ladder's rungs, in tokens per parameter
+
+
 @dataclass
 class Claim:
     id: str
     claim: str
     paper: str
-    scales: dict
+    scales: dict[str, Scale]
     tests: list[Test]
     requires: str | None = None
     notes: str = ""
     part_of_claim: dict = field(default_factory=dict)  # {key: why}: keys the compared groups may differ in
     lr: str = ""  # the LR the claim is judged at and why (docs/init.md, "The learning rate")
 
-    def sweep(self, scale: str) -> dict:
+    def sweep(self, scale: str) -> Scale:
         if scale not in self.scales:
             raise ConfigError(
                 f"scale={scale} is not declared for claim {self.id}; choose one of: {', '.join(self.scales)}"
@@ -95,14 +109,14 @@ class Claim:
 
     def settings(self, scale: str, overrides=()) -> list[str]:
         """The overrides every job of the claim trains with: its ``fixed`` ones, then the user's (no hydra.*)."""
-        return [o for o in [*self.sweep(scale).get("fixed", []), *overrides] if not o.startswith("hydra")]
+        return [o for o in [*self.sweep(scale).fixed, *overrides] if not o.startswith("hydra")]
 
     def grids(self, scale: str, overrides=()) -> list[dict[str, list[str]]]:
         """Each grid of the claim's sweeps, values spelled as overrides; a key the user sets is not swept."""
         given = {override_key(o) for o in overrides}
         return [
             {k: [as_str(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items() if k not in given}
-            for grid in self.sweep(scale)["sweeps"]
+            for grid in self.sweep(scale).sweeps
         ]
 
 
@@ -165,6 +179,37 @@ def _derived(cid: str, scales: dict, scale: str) -> dict:
     return merged
 
 
+def _scale(cid: str, name: str, raw) -> Scale:
+    """A scale's keys checked and typed; at scale cpu the claims' mode goes ahead of the claim's ``fixed``."""
+    where = f"claim {cid}: scales.{name}"
+    if name not in SCALES or not isinstance(raw, dict) or "sweeps" not in raw:
+        raise ConfigError(f"{where} must be one of {', '.join(SCALES)} with sweeps")
+    known = set(Scale.__dataclass_fields__) - {"name"}
+    if extra := set(raw) - known:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(extra))}; allowed: {', '.join(sorted(known))}")
+    ratio = raw.get("tokens_per_param")
+    if ratio is not None and not (isinstance(ratio, int | float) and ratio > 0):
+        raise ConfigError(f"{where}.tokens_per_param={ratio} must be a positive number")
+    ladder, duration = raw.get("ladder"), raw.get("duration")
+    if ladder is not None and not (isinstance(ladder, list) and all(isinstance(r, list) for r in ladder)):
+        raise ConfigError(f"{where}.ladder must be a list of override lists")
+    if duration is not None and not (
+        isinstance(duration, list) and all(isinstance(r, int | float) and r > 0 for r in duration)
+    ):
+        raise ConfigError(f"{where}.duration must be a list of tokens per parameter")
+    fixed = [str(o) for o in raw.get("fixed", [])]
+    return Scale(
+        name=name,
+        sweeps=tuple(raw["sweeps"]),
+        fixed=tuple([*cpu_mode(), *fixed] if name == "cpu" else fixed),
+        seeds=int(raw.get("seeds", Scale.seeds)),
+        tokens_per_param=ratio,
+        at=dict(raw.get("at") or {}),
+        ladder=None if ladder is None else tuple(tuple(str(o) for o in r) for r in ladder),
+        duration=None if duration is None else tuple(float(r) for r in duration),
+    )
+
+
 def as_str(value) -> str:
     """A YAML value as an override writes it (``true``, not ``True``)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -178,15 +223,7 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
     for key in ("claim", "paper", "scales", "tests"):
         if key not in raw:
             raise ConfigError(f"claim {cid} ({path}): missing key {key!r}")
-    raw["scales"] = {scale: _derived(cid, raw["scales"], scale) for scale in raw["scales"]}
-    if isinstance(raw["scales"].get("cpu"), dict):
-        raw["scales"]["cpu"] = {**raw["scales"]["cpu"], "fixed": [*cpu_mode(), *raw["scales"]["cpu"].get("fixed", [])]}
-    for scale, s in raw["scales"].items():
-        if scale not in SCALES or not isinstance(s, dict) or "sweeps" not in s:
-            raise ConfigError(f"claim {cid}: scales.{scale} must be one of {', '.join(SCALES)} with sweeps")
-        ratio = s.get("tokens_per_param")
-        if ratio is not None and not (isinstance(ratio, int | float) and ratio > 0):
-            raise ConfigError(f"claim {cid}: scales.{scale}.tokens_per_param={ratio} must be a positive number")
+    scales = {name: _scale(cid, name, _derived(cid, raw["scales"], name)) for name in raw["scales"]}
     tests = [_test(cid, t) for t in raw["tests"] or []]
     part = raw.get("part_of_claim") or {}
     if not isinstance(part, dict) or not all(isinstance(v, str) and v.strip() for v in part.values()):
@@ -197,7 +234,7 @@ def load_claim(cid: str, directory: Path | None = None) -> Claim:
         id=cid,
         claim=str(raw["claim"]).strip(),
         paper=str(raw["paper"]).strip(),
-        scales=raw["scales"],
+        scales=scales,
         tests=tests,
         requires=raw.get("requires"),
         notes=str(raw.get("notes") or "").strip(),

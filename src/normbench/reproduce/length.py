@@ -51,7 +51,7 @@ def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None, jobs
     ratio, or the user set a length). ``jobs``: the claim's jobs composed for ``overrides`` already."""
     from normbench.runtime import length
 
-    ratio = ratio if ratio is not None else claim.sweep(scale).get("tokens_per_param")
+    ratio = ratio if ratio is not None else claim.sweep(scale).tokens_per_param
     if ratio is None or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return None
     values, cfg = _baseline_job(claim, scale, overrides, jobs)
@@ -109,6 +109,6 @@ def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | Non
     _, cfg = _baseline_job(claim, scale, overrides, jobs)
     with torch.device("meta"):
         model = build_model(cfg, length.config_vocab(cfg))
-    seeds = max(1, int(claim.sweep(scale).get("seeds") or 1))  # a model's seeds share its compiled graph
+    seeds = max(1, claim.sweep(scale).seeds)  # a model's seeds share its compiled graph
     decision = decide(cfg, model, resolve_device(cfg), runs_per_graph=seeds)
     return Mode(decision.compile, decision.reason)

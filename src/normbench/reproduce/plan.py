@@ -213,7 +213,7 @@ def _excluded(claim: Claim, scale: str, overrides) -> set[str]:
 def layout(claim: Claim, scale: str, seeds: int | None, overrides: list[str], out: Path):
     """(settings dir, one `train -m` argv per sweep, the expected runs {key: value} of each sweep)."""
     s = claim.sweep(scale)
-    n_seeds = int(seeds if seeds is not None else s.get("seeds", 3))
+    n_seeds = seeds if seeds is not None else s.seeds
     settings = claim.settings(scale, overrides)
     launch = [o for o in overrides if o.startswith("hydra")]
     digest = hashlib.sha1("\n".join(settings).encode()).hexdigest()[:8]

@@ -49,12 +49,8 @@ def ratios(claim: Claim, scale: str, given=None) -> list[float]:
     """The rungs' tokens per parameter: ``given`` (the command's ``rungs=``), the claim's, or 1, 5, 20."""
     if given:
         return sorted(float(r) for r in given)
-    declared = claim.sweep(scale).get("duration")
-    if declared is None:
-        return [float(r) for r in RATIOS]
-    if not isinstance(declared, list) or not all(isinstance(r, int | float) and r > 0 for r in declared):
-        raise ConfigError(f"claim {claim.id}: scales.{scale}.duration must be a list of tokens per parameter")
-    return sorted(float(r) for r in declared)
+    declared = claim.sweep(scale).duration
+    return sorted(declared) if declared is not None else [float(r) for r in RATIOS]
 
 
 def _per_job_ratio(claim: Claim, scale: str, overrides) -> float | None:
@@ -66,7 +62,7 @@ def _per_job_ratio(claim: Claim, scale: str, overrides) -> float | None:
 def _rung_override(claim: Claim, scale: str, overrides, ratio: float, jobs=None) -> list[str]:
     """What makes the claim's sweep train ``ratio`` tokens per parameter ([] at the claim's own length).
     ``jobs``: the claim's jobs composed for ``overrides`` already (the ladder's plan)."""
-    own = claim.sweep(scale).get("tokens_per_param")
+    own = claim.sweep(scale).tokens_per_param
     per_job = _per_job_ratio(claim, scale, overrides)
     if own is None and per_job is None:
         raise ConfigError(

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from normbench.claims.registry import Claim
-from normbench.errors import ConfigError
 
 if TYPE_CHECKING:
     from normbench.reproduce.request import Request
@@ -42,11 +41,9 @@ def mup_overrides(width: int, base_width: int, head_dim: int) -> list[str]:
 def rungs(claim: Claim, scale: str, base_width: int) -> list[list[str]]:
     """The rungs' overrides: the claim's ``ladder`` if it has one, else the default widths; the rung at
     the claim's own width gets no override (it is the claim's own sweep)."""
-    declared = claim.sweep(scale).get("ladder")
+    declared = claim.sweep(scale).ladder
     if declared is not None:
-        if not isinstance(declared, list) or not all(isinstance(r, list) for r in declared):
-            raise ConfigError(f"claim {claim.id}: scales.{scale}.ladder must be a list of override lists")
-        return [[str(o) for o in r] for r in declared]
+        return [list(r) for r in declared]
     return [[] if w == base_width else [f"model.d_model={w}"] for w in WIDTHS]
 
 
