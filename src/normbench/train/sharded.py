@@ -48,6 +48,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from normbench.errors import ConfigError, first_line
 from normbench.train import checkpoint as ckpt
@@ -151,7 +152,7 @@ class _MetadataUnpickler(pickle.Unpickler):
             return obj
         if module == "pathlib" and obj in (pathlib.PosixPath, pathlib.PurePosixPath):
             return obj
-        raise pickle.UnpicklingError(f"it holds pickled objects other than DCP's metadata ({module}.{name})")
+        raise pickle.UnpicklingError(f"holds pickled objects other than DCP's metadata ({module}.{name})")
 
 
 class SafeReader(dcp.FileSystemReader):
@@ -186,16 +187,16 @@ def verify(path: Path) -> None:
 
 
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, pickle.UnpicklingError) and str(exc).startswith("it holds"):
+    if isinstance(exc, pickle.UnpicklingError) and str(exc).startswith("holds"):
         return str(exc)
     return f"cannot be read ({first_line(exc, type(exc).__name__)[:120]})"
 
 
-def _load(state: dict, path: Path, planner=None) -> None:
+def _load(state: dict, path: Path) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dcp.load(state, storage_reader=SafeReader(path), planner=planner)
+            dcp.load(state, storage_reader=SafeReader(path))
     except Exception as exc:  # noqa: BLE001 - DCP wraps every rank's failure: one line, naming the checkpoint
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
         why = next((ln for ln in lines if "Missing key" in ln or "Size mismatch" in ln or "size" in ln), lines[-1])
@@ -222,5 +223,8 @@ def load_full(path: Path) -> dict:
     extra = read_extra(path)
     verify(path)
     state: dict = {}
-    _load(state, path, planner=_EmptyStateDictLoadPlanner())
+    try:  # torch's own dcp_to_torch_save reads this way: dcp.load would fill a copy of an empty dict
+        _load_state_dict(state, storage_reader=SafeReader(path), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    except Exception as exc:  # noqa: BLE001 - a shard that does not read: one line, naming the checkpoint
+        raise ConfigError(f"checkpoint {path} was refused: {_why(exc)}; {ckpt.RESTORE}") from None
     return {**extra, "model": state.get("model", {}), "optimizer": state.get("optimizer", {})}
