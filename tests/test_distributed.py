@@ -317,6 +317,10 @@ def test_fsdp_checkpoints_are_sharded_and_a_background_one_resumes_bit_for_bit(t
     for s in range(1, STEPS + 1):
         assert got[s]["loss"] == ref[s]["loss"] and got[s]["grad_norm"] == ref[s]["grad_norm"], s
     assert_same_weights(weights(part), weights(whole), atol=0)
+    from normbench.export.run import load_run  # export and sample read the sharded checkpoint in one process
+
+    exported = load_run(part, warn=False)
+    assert exported.step == STEPS and torch.equal(exported.model.wte.weight, weights(whole)["wte.weight"])
 
 
 @pytest.mark.slow
