@@ -202,7 +202,10 @@ def records(run_dir: Path) -> dict[int, dict]:
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+    """The run's final weights, from last.pt or (FSDP2) its sharded checkpoint."""
+    from normbench.train import ckpt_store
+
+    return ckpt_store.load(ckpt_store.latest(run_dir / "checkpoints"))["model"]
 
 
 def assert_same_run(got: dict[int, dict], ref: dict[int, dict], steps) -> None:
@@ -288,6 +291,48 @@ def test_ddp_resume_and_resume_across_world_sizes(single, tmp_path):
         assert "resumed from" in (run_dir / "train.log").read_text(), name
         assert_same_run(records(run_dir), records(ref), range(1, STEPS + 1))
         assert_same_weights(weights(run_dir), weights(ref))
+
+
+@pytest.mark.slow
+def test_fsdp_checkpoints_are_sharded_and_a_background_one_resumes_bit_for_bit(tmp_path):
+    """FSDP2 writes DCP shards, one file per rank and nothing gathered (no last.pt); a run checkpointed in the
+    background at every step and stopped at step 2 resumes to the uninterrupted run's weights exactly."""
+    fsdp = [*BASE, "parallel=fsdp", "model.dropout=0.1"]
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    torchrun([*fsdp, f"trainer.max_steps={STEPS}", f"hydra.run.dir={whole}"], tmp_path)
+    torchrun([*fsdp, "trainer.max_steps=2", "trainer.ckpt_every=1", "trainer.ckpt_async=true",
+              f"hydra.run.dir={part}"], tmp_path)  # fmt: skip
+    ckpts = part / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step_2.dcp"], "step 1's is superseded; no full file"
+    assert sorted(p.name for p in (ckpts / "step_2.dcp").iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+        "extra.pt",
+    ]
+    resume = ["trainer.resume=true", "trainer.resume_allow_changed=[trainer.max_steps]", f"trainer.max_steps={STEPS}"]
+    torchrun([*fsdp, *resume, "trainer.ckpt_async=true", "trainer.ckpt_every=1", f"hydra.run.dir={part}"], tmp_path)
+    assert f"resumed from {ckpts / 'step_2.dcp'} at step 2" in (part / "train.log").read_text()
+    got, ref = records(part), records(whole)
+    for s in range(1, STEPS + 1):
+        assert got[s]["loss"] == ref[s]["loss"] and got[s]["grad_norm"] == ref[s]["grad_norm"], s
+    assert_same_weights(weights(part), weights(whole), atol=0)
+    from normbench.export.run import load_run  # export and sample read the sharded checkpoint in one process
+
+    exported = load_run(part, warn=False)
+    assert exported.step == STEPS and torch.equal(exported.model.wte.weight, weights(whole)["wte.weight"])
+
+
+@pytest.mark.slow
+def test_fsdp_bf16_shards_bf16_parameters_and_keeps_fp32_masters(tmp_path):
+    """What of FSDP2's mixed precision runs on CPU: the policy is applied, the loss falls, masters stay fp32."""
+    run_dir = tmp_path / "run"
+    args = [*BASE, "parallel=fsdp", "precision=bf16", "trainer.max_steps=6", "optim.lr=3e-3", "diag=off"]
+    torchrun([*args, f"hydra.run.dir={run_dir}"], tmp_path)
+    assert "bf16 parameters, fp32 gradient reduction" in (run_dir / "train.log").read_text()
+    losses = [records(run_dir)[s]["loss"] for s in range(1, 7)]
+    assert losses[-1] < losses[0]
+    assert all(v.dtype == torch.float32 for v in weights(run_dir).values() if v.is_floating_point())
 
 
 @pytest.mark.slow

@@ -304,3 +304,21 @@ def test_profile_step_sorts_a_steps_time_into_kinds(tmp_path):
     assert num(rows["all (self CPU time)"][1]) == pytest.approx(sum(ms), abs=0.1 * len(kinds))
     assert ms[0] > 0 and ms[1] > 0  # tiny's 2 blocks run their products and the SDPA kernel every step
     assert re.search(r"the products themselves: \d+\.\d+ GFLOP per step", proc.stdout)
+
+
+@pytest.mark.slow
+def test_gpu_ckpt_check_times_every_way_of_writing_and_leaves_no_checkpoint(tmp_path):
+    """scripts/gpu_ckpt_check.py (gpu_check.sh's checkpoint cost): four ways, each timed; only its table is left."""
+    import tempfile
+
+    before = set(Path(tempfile.gettempdir()).glob("normbench-ckpt-cost-*"))
+    cmd = [sys.executable, str(SCRIPTS / "gpu_ckpt_check.py"), "--model", "tiny", "--device", "cpu", "--repeats", "1",
+           "--out", str(tmp_path / "out")]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "out" / "ckpt_cost.json").read_text())
+    ways = {(r["format"], r["background"]) for r in rows}
+    assert ways == {("file", False), ("file", True), ("dcp", False), ("dcp", True)}
+    assert all(0 < r["blocking_s"] <= r["total_s"] and r["bytes"] > 0 for r in rows)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["ckpt_cost.json", "out"]
+    assert set(Path(tempfile.gettempdir()).glob("normbench-ckpt-cost-*")) == before

@@ -18,7 +18,7 @@ from normbench.cli import listing
 from normbench.config import files
 from normbench.run.metrics import read_jsonl
 from normbench.runtime import throughput
-from normbench.train import trainer
+from normbench.train import checkpoint, trainer
 from normbench.validation import validate
 
 from conftest import TINY, compose, run_cli
@@ -307,7 +307,6 @@ def test_eval_follows_eval_every_whatever_log_every(tmp_path):
 
 def test_checkpoint_between_log_steps_carries_every_loss(tmp_path):
     """A periodic checkpoint taken between log steps must hold the loss bookkeeping up to its step."""
-    from normbench.train import checkpoint
 
     _run_in_process(tmp_path / "r", "trainer.max_steps=12", "trainer.ckpt_every=5", "trainer.log_every=10")
     full = read_jsonl(tmp_path / "r" / "metrics.jsonl")
@@ -393,7 +392,7 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(tmp_path):
 def test_summary_says_where_the_wall_clock_went_besides_the_steps(tmp_path, monkeypatch):
     """eval_s, ckpt_s and diag_s (issue 51): a checkpoint write slowed by 0.2 s shows in ckpt_s, an evaluation
     slowed by 0.1 s per batch in eval_s; each is a part of wall_s."""
-    save, evaluate = trainer.ckpt.save_atomic, trainer.Trainer.evaluate
+    save, evaluate = checkpoint.save_atomic, trainer.Trainer.evaluate
 
     def slow_save(state, path):
         time.sleep(0.2)
@@ -403,7 +402,7 @@ def test_summary_says_where_the_wall_clock_went_besides_the_steps(tmp_path, monk
         time.sleep(0.1)
         return evaluate(self)
 
-    monkeypatch.setattr(trainer.ckpt, "save_atomic", slow_save)
+    monkeypatch.setattr(checkpoint, "save_atomic", slow_save)
     monkeypatch.setattr(trainer.Trainer, "evaluate", slow_evaluate)
     cfg = compose([*TINY, "trainer.max_steps=20", "trainer.ckpt_every=10", "trainer.eval_every=10"])
     s = trainer.run(cfg, tmp_path / "run")

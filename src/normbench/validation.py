@@ -210,6 +210,7 @@ def _check_schedule(cfg: Any) -> None:
     for key in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "eval_batches", "ckpt_every"):
         _positive(f"trainer.{key}", getattr(t, key))
     _positive("trainer.max_tokens", t.max_tokens)
+    _positive("trainer.ckpt_every_s", t.ckpt_every_s, zero_ok=True)
     _positive("trainer.grad_clip", t.grad_clip, zero_ok=True)
     _positive("trainer.diverge_factor", t.diverge_factor)
     _positive("trainer.stop_grace_s", t.stop_grace_s)

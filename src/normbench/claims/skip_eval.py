@@ -22,14 +22,14 @@ def skip_losses(run_dir: Path) -> dict | None:
     from normbench.data.corpus import load_data
     from normbench.model import build_model, padded_vocab
     from normbench.run.reader import RunReader
-    from normbench.train import checkpoint as ckpt
+    from normbench.train import ckpt_store
     from normbench.train.build import VAL_SEED
 
     run = RunReader(run_dir)
-    path = run.checkpoint_path
-    if not path.is_file() or not run.dir.config_path.is_file():
+    path = ckpt_store.latest(run.checkpoint_path.parent)
+    if path is None or not run.dir.config_path.is_file():
         return None
-    weights = ckpt.load(path)["model"]  # first: a corrupt checkpoint is refused (one line) before any work
+    weights = ckpt_store.load(path)["model"]  # first: a corrupt checkpoint is refused (one line) before any work
     cfg = run.typed_config()
     data = load_data(cfg.data, log=lambda *_: None)
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")

@@ -207,7 +207,10 @@ class TrainerConfig:
     log_every: int = SET_BY_YAML
     eval_every: int = SET_BY_YAML
     eval_batches: int = 8
-    ckpt_every: int = SET_BY_YAML
+    ckpt_every: int | None = SET_BY_YAML  # steps between checkpoints; None: by time alone (ckpt_every_s)
+    ckpt_every_s: float = SET_BY_YAML  # a checkpoint at the first log step this many seconds after the last; 0: off
+    ckpt_async: bool = False  # write checkpoints in the background (train/ckpt_writer.py)
+    activation_checkpointing: bool = False  # recompute each block's activations in backward (distributed.py)
     save_at: list[int] = field(default_factory=list)  # steps whose checkpoint is also kept as step_<k>.pt (branches)
     resume: bool = False
     resume_allow_changed: list[str] = field(default_factory=list)  # non-model keys allowed to differ

@@ -12,7 +12,7 @@ import torch
 from normbench.errors import ConfigError
 from normbench.run.reader import RunReader
 from normbench.run.rundir import RunDir
-from normbench.train import checkpoint
+from normbench.train import ckpt_store
 
 
 @dataclass
@@ -58,13 +58,13 @@ def load_run(run_dir, warn: bool = True) -> Run:
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist")
     run = RunReader(run_dir)
-    path = run.checkpoint_path
-    if not path.is_file():
+    path = ckpt_store.latest(run.checkpoint_path.parent)  # last.pt, or an FSDP run's sharded step_<N>.dcp
+    if path is None:
         raise ConfigError(
-            f"{run_dir} has no checkpoint (expected {path}); "
+            f"{run_dir} has no checkpoint (expected {run.checkpoint_path}); "
             "a run writes one every trainer.ckpt_every steps and at its end"
         )
-    state = checkpoint.load(path)
+    state = ckpt_store.load(path)
     cfg = _config(run, state)
     weights = state["model"]
     if "wte.weight" not in weights:

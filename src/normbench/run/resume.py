@@ -26,6 +26,9 @@ FREE_KEYS = (
     "trainer.log_every",
     "trainer.eval_every",
     "trainer.ckpt_every",
+    "trainer.ckpt_every_s",
+    "trainer.ckpt_async",
+    "trainer.activation_checkpointing",  # recomputed activations: the same numbers (dropout's RNG replayed)
     "trainer.save_at",  # which checkpoints are kept as copies: the duration ladder's branch points
     "data.cache_dir",
     "device",

@@ -4,19 +4,21 @@ Only what the trainer needs, with torch's own pieces (torchtitan / nanoGPT):
 
 - rank / world from the environment torchrun sets; ``init`` picks NCCL on GPU, gloo on CPU.
 - :func:`wrap_model`: ``parallel=ddp`` -> ``DistributedDataParallel``; ``parallel=fsdp`` ->
-  FSDP2 (``torch.distributed.fsdp.fully_shard`` on every block, then on the root).
+  FSDP2 (``torch.distributed.fsdp.fully_shard`` on every block, then on the root; under bf16 a
+  ``MixedPrecisionPolicy`` of bf16 parameters and fp32 reductions, as torchtitan's ``parallelize``);
+  ``trainer.activation_checkpointing`` recomputes each block in backward (any ``parallel``).
   ``compile=true`` is applied here too: the whole model before DDP (nanoGPT), each block
   in place before ``fully_shard`` under FSDP (torchtitan), so parameter names never change.
 - :func:`maybe_no_sync`: gradient sync only on the last micro-step (DDP ``no_sync``,
   FSDP2 ``set_requires_gradient_sync``). Both average gradients over ranks.
 - :func:`clip_grad_norm_`: the total norm over all shards (an FSDP2 gradient is a
   ``DTensor``; its norm is reduced across ranks), returned as a plain tensor.
-- Checkpoints are one format everywhere: *full* (unsharded) state dicts, the optimizer's keyed
-  by parameter name. :func:`full_state_dicts` and :func:`load_full_state_dicts` are
-  ``torch.distributed.checkpoint.state_dict``'s ``get_*_state_dict`` / ``set_*_state_dict``
-  with ``full_state_dict=True`` (as torchtitan): the gather is collective and lands on rank
-  0's CPU, which writes; loading re-shards locally, so a checkpoint resumes under any world
-  size and any ``parallel``.
+- Single-file checkpoints (one process, DDP; FSDP2's are sharded DCP, train/sharded.py) hold
+  *full* (unsharded) state dicts, the optimizer's keyed by parameter name. :func:`full_state_dicts`
+  and :func:`load_full_state_dicts` are ``torch.distributed.checkpoint.state_dict``'s
+  ``get_*_state_dict`` / ``set_*_state_dict`` with ``full_state_dict=True`` (as torchtitan): the
+  gather is collective and lands on rank 0's CPU, which writes; loading re-shards locally, so a
+  checkpoint resumes under any world size and any ``parallel``.
 
 - :func:`export_submitit_env`: a multi-task submitit (SLURM) job sets torch's env:// variables
   from its task ids (a sweep outside, DDP inside each job); :func:`check_config` refuses
@@ -125,6 +127,8 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
     if cfg.compile == "auto":
         log(decision.reason)
     use_compile = decision.compile
+    if cfg.trainer.activation_checkpointing:
+        checkpoint_activations(model)
     if use_compile:
         _prime_caches(model, device)
     if mode == "none":
@@ -136,17 +140,60 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
         inner = torch.compile(model) if use_compile else model
         log(f"parallel: DDP over {world_size()} processes ({dist.get_backend()})")
         return DDP(inner, device_ids=[device.index] if device.type == "cuda" else None), use_compile
+    return _shard(model, cfg, device, use_compile, log), use_compile
+
+
+def mixed_precision(cfg):
+    """FSDP2's ``MixedPrecisionPolicy`` for the run's precision: bf16 parameters in forward and backward
+    (all-gathers move bf16) with gradients reduced in fp32 (torchtitan's default); None otherwise (fp32;
+    fp16 keeps autocast alone, its GradScaler unscales fp32 gradients)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from normbench.runtime.precision import autocast_dtype
+
+    if autocast_dtype(cfg) != torch.bfloat16:
+        return None
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def _shard(model: nn.Module, cfg, device: torch.device, use_compile: bool, log: Callable[[str], None]) -> nn.Module:
+    """FSDP2 in place: each block its own unit (the last one kept gathered after forward: backward starts
+    there), then the root, which holds the embedding and the head (tied: one parameter, gathered once per
+    step, since FSDP2 keeps the root's parameters after forward) and the final norm."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(device.type, (world_size(),))
-    for block in model.blocks:
+    policy = mixed_precision(cfg)
+    kwargs = {"mesh": mesh, **({"mp_policy": policy} if policy is not None else {})}
+    for i, block in enumerate(model.blocks):
         if use_compile:
             block.compile()  # in place: parameter names (and checkpoints) stay the same
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    log(f"parallel: FSDP2 over {world_size()} processes ({dist.get_backend()}), {len(model.blocks)} blocks + root")
-    return model, use_compile
+        fully_shard(block, reshard_after_forward=i < len(model.blocks) - 1, **kwargs)
+    fully_shard(model, **kwargs)
+    mp = ", bf16 parameters, fp32 gradient reduction" if policy is not None else ""
+    log(f"parallel: FSDP2 over {world_size()} processes ({dist.get_backend()}), {len(model.blocks)} blocks + root{mp}")
+    return model
+
+
+def checkpoint_activations(model: nn.Module) -> None:
+    """``trainer.activation_checkpointing``: each block's activations are recomputed in backward instead of
+    kept (torch's composable ``checkpoint``, non-reentrant, the RNG replayed: the same numbers; parameter
+    names unchanged). ConfigError (one line) for a model whose blocks keep running statistics, which a
+    recomputed forward would update twice."""
+    from torch.distributed._composable import checkpoint
+
+    from normbench.errors import ConfigError
+
+    stateful = sorted({n.rsplit(".", 1)[-1] for n, _ in model.blocks.named_buffers() if "running" in n or "ema" in n})
+    if stateful:
+        raise ConfigError(
+            "trainer.activation_checkpointing=true cannot be used with this norm: its blocks keep running "
+            f"statistics ({', '.join(stateful)}) that a recomputed forward would update twice; "
+            "use a norm without them (e.g. norm=rmsnorm or layernorm) or trainer.activation_checkpointing=false"
+        )
+    for block in model.blocks:
+        checkpoint(block)
 
 
 def _prime_caches(model: nn.Module, device: torch.device) -> None:
@@ -180,6 +227,15 @@ def any_rank_max(value: int, device: torch.device) -> int:
     t = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
+
+
+def main_says(flag: bool, device: torch.device) -> bool:
+    """Rank 0's ``flag`` on every rank (a decision from rank 0's clock that all must act on together)."""
+    if not is_distributed():
+        return flag
+    t = torch.tensor([int(flag)], dtype=torch.int64, device=device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
 
 
 def gather_to_main(obj) -> list | None:

@@ -42,6 +42,8 @@ RESTORE = "restore a good copy, or delete it to start over"
 
 # What a resume reads unconditionally (train/state.py: TrainState.resume and load_state_dict).
 REQUIRED_KEYS = ("model", "optimizer", "step", "tokens", "sampler_rng", "torch_rng")
+# What a sharded checkpoint's extra.pt must hold (train/sharded.py: the model and optimizer are DCP's shards).
+REQUIRED_EXTRA = REQUIRED_KEYS[2:]
 
 
 def _tmp_path(path: Path) -> Path:
@@ -56,7 +58,7 @@ def _remove_stale_tmp(path: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -81,7 +83,7 @@ def save_atomic(state: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(path)
     write_atomic(path, lambda f: serialize(state, f), binary=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _why(exc: BaseException) -> str:
@@ -117,8 +119,9 @@ def verify(path: Path) -> None:
         )
 
 
-def load(path: Path) -> dict:
-    """The state dict of a normbench checkpoint; :class:`ConfigError` (one line, naming the file) otherwise."""
+def load(path: Path, required: tuple[str, ...] = REQUIRED_KEYS) -> dict:
+    """The state dict of a normbench checkpoint file holding the ``required`` keys; :class:`ConfigError`
+    (one line, naming the file) otherwise."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"trainer.resume: no checkpoint at {path}")
@@ -139,7 +142,7 @@ def load(path: Path) -> dict:
         ) from None
     if not isinstance(state, dict):
         raise ConfigError(f"checkpoint {path} is not a normbench checkpoint (not a dict)")
-    missing = [k for k in REQUIRED_KEYS if k not in state]
+    missing = [k for k in required if k not in state]
     if missing:
         raise ConfigError(f"checkpoint {path} is not a normbench checkpoint (no {', '.join(missing)} entries)")
     return state

@@ -15,10 +15,12 @@ docs/contract.md §3, so checkpoints of every version resume (train/state.py gat
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
 from normbench.diag.diagnostics import Diagnostics, SpikeDetector
+from normbench.runtime import distributed as dist_utils
 
 
 class Evaluation:
@@ -50,14 +52,33 @@ class Evaluation:
 
 
 class Checkpoints:
-    """A checkpoint every ``every`` steps before the last (the last step always ends with one), and at each
-    step of ``keep`` (``trainer.save_at``), whose checkpoint is also kept as ``step_<k>.pt``: a branch point."""
+    """A checkpoint every ``every`` steps before the last (None: none by steps; the last step always ends
+    with one), at each step of ``keep`` (``trainer.save_at``), whose checkpoint is also kept as
+    ``step_<k>.pt``: a branch point, and once ``every_s`` seconds of wall clock have passed since the last
+    one (0: never), asked at log steps (:meth:`time_due`; the trainer has rank 0 decide for all ranks).
 
-    def __init__(self, every: int, max_steps: int, keep=()):
-        self.every, self.max_steps, self.keep = every, max_steps, frozenset(keep)
+    Why by time: a checkpoint's cost is its write time over the interval, and the work a crash loses is the
+    interval, both in seconds whatever the model and the device; a step count right for a GPU (GPT-2 124M:
+    ~35 ms a step, a 1.5 GB write of ~8 s) checkpoints a CPU run hours apart, and one right for the CPU demo
+    costs a GPU run more than its training (docs/contract.md §3)."""
+
+    def __init__(self, every: int | None, max_steps: int, keep=(), every_s: float = 0.0):
+        self.every, self.max_steps, self.keep, self.every_s = every, max_steps, frozenset(keep), every_s
+        self.last_t = time.monotonic()
 
     def due(self, step: int) -> bool:
-        return (step % self.every == 0 and step < self.max_steps) or step in self.keep
+        by_steps = self.every is not None and step % self.every == 0
+        return (by_steps and step < self.max_steps) or step in self.keep
+
+    def time_due(self, step: int, device: torch.device) -> bool:
+        """Whether ``every_s`` has passed (asked at log steps only). Under torchrun rank 0's clock decides for
+        every rank (one small collective), so that all of them take the collective checkpoint together."""
+        if not self.every_s or step >= self.max_steps:
+            return False
+        return dist_utils.main_says(time.monotonic() - self.last_t >= self.every_s, device)
+
+    def saved(self) -> None:
+        self.last_t = time.monotonic()
 
 
 class DiagSchedule:

@@ -6,7 +6,9 @@ place that reads it back. The format (a flat dict of tensors and plain data, loa
 ``weights_only=True``) is the one of docs/contract.md §3 and stays readable by every version:
 
 - ``model``, ``optimizer``: full (unsharded) state dicts, one format for every world size and
-  parallel mode (gathered / re-sharded under FSDP2 by distributed.py);
+  parallel mode (re-sharded under FSDP2 by distributed.py). Under FSDP2 they are written as DCP
+  shards instead (:meth:`TrainState.sharded_state`, train/sharded.py) and every other key below goes
+  into the sharded checkpoint's ``extra.pt``, unchanged;
 - ``scaler``: fp16's GradScaler (loss scale and growth counter), or None;
 - ``sampler_rng`` (the data position: the sampler's generator), ``torch_rng``, ``cuda_rng`` and
   ``rank_rng`` (each rank's dropout stream);
@@ -20,8 +22,6 @@ place that reads it back. The format (a flat dict of tensors and plain data, loa
 from __future__ import annotations
 
 import logging
-import os
-import time
 from pathlib import Path
 
 import torch
@@ -32,6 +32,7 @@ from normbench.run.resume import check_resume_config, flat_config
 from normbench.runtime import distributed as dist_utils
 from normbench.runtime.throughput import Throughput
 from normbench.train import checkpoint as ckpt
+from normbench.train import ckpt_store, sharded
 from normbench.train.loop_parts import Evaluation, LossWatch
 
 log = logging.getLogger("normbench")
@@ -52,14 +53,23 @@ class TrainState:
         self.resumed_summary: dict = {}  # the checkpoint's summary: a resumed run keeps its final numbers
 
     def state_dict(self) -> dict | None:
-        """The checkpoint. Collective under torchrun (every rank calls it); the dict on rank 0, None elsewhere."""
+        """The single-file checkpoint. Collective under torchrun (every rank calls it); the dict on rank 0,
+        None elsewhere."""
         model_state, optim_state = dist_utils.full_state_dicts(self.model, self.optimizer)
+        extra = self._extra()
+        return None if extra is None else {"model": model_state, "optimizer": optim_state, **extra}
+
+    def sharded_state(self) -> tuple[dict, dict | None]:
+        """The sharded checkpoint (train/sharded.py): this rank's shards of the model and optimizer, and the
+        rest on rank 0 (None elsewhere). Collective under torchrun."""
+        return sharded.tensors(self.model, self.optimizer), self._extra()
+
+    def _extra(self) -> dict | None:
+        """Everything but the model and optimizer, on rank 0 (None elsewhere); collective (each rank's RNG)."""
         rank_rng = dist_utils.gather_to_main(self._rng_state())  # dropout streams differ per rank
         if self.rank != 0:
             return None
         return {
-            "model": model_state,
-            "optimizer": optim_state,
             "step": self.step,
             "tokens": self.tokens,
             **self.evals.state_dict(),  # best_val, last_val, eval_missing
@@ -77,19 +87,19 @@ class TrainState:
             "config": self.config,
         }
 
-    def resume(self, path: Path, cfg, max_steps: int, sched) -> bool:
-        """Load ``path`` when ``trainer.resume`` asks for it; whether it did. A fresh run sets an old
-        checkpoint aside; a resume refuses a checkpoint of another config (run/resume.check_resume_config)."""
+    def resume(self, ckpt_dir: Path, cfg, max_steps: int, sched) -> bool:
+        """Load the run's checkpoint in ``ckpt_dir`` (train/ckpt_store.py: the single file or the newest
+        sharded one) when ``trainer.resume`` asks for it; whether it did. A fresh run sets old checkpoints
+        aside; a resume refuses a checkpoint of another config (run/resume.check_resume_config)."""
         if not cfg.trainer.resume:
-            if path.exists() and self.rank == 0:  # a fresh run here: a later resume must not pick up the old one
-                kept = path.with_name(f"replaced-{time.strftime('%Y%m%d-%H%M%S')}.pt")
-                os.replace(path, kept)
-                log.warning("trainer.resume=false: starting over; the old checkpoint is now %s", kept)
+            if self.rank == 0:  # a fresh run here: a later resume must not pick up the old one
+                ckpt_store.set_aside(ckpt_dir)
             return False
-        if not path.exists():
-            log.info("trainer.resume=true but no checkpoint at %s: starting from step 0", path)
+        path = ckpt_store.latest(ckpt_dir)
+        if path is None:
+            log.info("trainer.resume=true but no checkpoint in %s: starting from step 0", ckpt_dir)
             return False
-        state = ckpt.load(path)
+        state = sharded.read_extra(path) if path.is_dir() else ckpt.load(path)
         old_cfg = state.get("config") if isinstance(state.get("config"), dict) else {}
         diff = check_resume_config(old_cfg, self.config, list(cfg.trainer.resume_allow_changed), path)
         if not isinstance(state["step"], int) or state["step"] > max_steps:
@@ -98,19 +108,17 @@ class TrainState:
                 "to train on, raise trainer.max_steps and add trainer.resume_allow_changed=[trainer.max_steps]"
             )
         _warn_schedule_change(state, old_cfg, max_steps, sched)
+        if path.is_dir():  # its shards, read by each rank for its own part
+            sharded.load_into(path, self.model, self.optimizer, bool(state.get("optimizer_saved")))
         self.load_state_dict(state, path)
         log.info("resumed from %s at step %d%s", path, self.step, f" (changed: {', '.join(diff)})" if diff else "")
         return True
 
     def load_state_dict(self, state: dict, path) -> None:
-        """Restore a checkpoint (``path`` names it in errors); the model's keys must fit (ConfigError)."""
-        try:
-            # full state dicts; re-sharded under FSDP
-            dist_utils.load_full_state_dicts(self.model, self.optimizer, state["model"], state["optimizer"])
-        except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
-            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
-            why = next((ln for ln in lines if "mismatch" in ln or "key(s)" in ln), lines[0])  # state_dict details
-            raise ConfigError(f"checkpoint {path} does not fit this model ({why[:200]})") from None
+        """Restore a checkpoint (``path`` names it in errors); the model's keys must fit (ConfigError). A
+        sharded checkpoint's ``extra`` has no ``model``: its shards were read by :meth:`resume`."""
+        if "model" in state:
+            self._load_weights(state, path)
         self.resumed_summary = state.get("summary") if isinstance(state.get("summary"), dict) else {}
         self.step, self.tokens = state["step"], state["tokens"]
         if isinstance(state.get("clock"), dict):
@@ -124,6 +132,15 @@ class TrainState:
         self.wandb_id = state.get("wandb_id")
         self.sampler.set_state(state["sampler_rng"])
         self._restore_rng(state)
+
+    def _load_weights(self, state: dict, path) -> None:
+        """The single file's full state dicts, re-sharded under FSDP."""
+        try:
+            dist_utils.load_full_state_dicts(self.model, self.optimizer, state["model"], state["optimizer"])
+        except (RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+            why = next((ln for ln in lines if "mismatch" in ln or "key(s)" in ln), lines[0])  # state_dict details
+            raise ConfigError(f"checkpoint {path} does not fit this model ({why[:200]})") from None
 
     def _rng_state(self) -> dict:
         cuda = self.device.type == "cuda"

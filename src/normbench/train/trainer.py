@@ -17,6 +17,7 @@ validation batch), :meth:`Trainer.optimizer_step`, :meth:`Trainer.save_checkpoin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
@@ -37,7 +38,7 @@ from normbench.runtime.flops import mfu, peak_memory_gb
 from normbench.runtime.precision import precision_name
 from normbench.runtime.throughput import Throughput
 from normbench.train import build as builder
-from normbench.train import checkpoint as ckpt
+from normbench.train.ckpt_writer import CheckpointWriter
 from normbench.train.loop_parts import Checkpoints, DiagSchedule, Evaluation, LossWatch
 from normbench.train.signals import STOP, RunSignals, StopVotes, hand_on, last_words, vote_due
 from normbench.train.state import TrainState
@@ -61,6 +62,7 @@ class Loop:
     recorder: Recorder
     evals: Evaluation
     ckpts: Checkpoints
+    writer: CheckpointWriter  # the checkpoint's format, and whether it is written in the background
     diag: DiagSchedule
     losses: LossWatch
     votes: StopVotes  # torchrun: which ranks caught a stop signal
@@ -110,11 +112,13 @@ class Trainer:
         spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)
         losses = LossWatch(c.t.diverge_factor, c.t.max_skipped, spike)
         state = TrainState(cfg, c, meter, evals, losses, self.summary)
-        resumed = state.resume(self.rundir.checkpoint_path, cfg, c.max_steps, c.sched)
+        ckpt_dir = self.rundir.checkpoint_path.parent  # last.pt, or sharded step_<N>.dcp (train/ckpt_store.py)
+        resumed = state.resume(ckpt_dir, cfg, c.max_steps, c.sched)
         recorder = Recorder(cfg, self.rundir, c, state, meter, resumed)
-        ckpts = Checkpoints(c.t.ckpt_every, c.max_steps, c.t.save_at)
+        ckpts = Checkpoints(c.t.ckpt_every, c.max_steps, c.t.save_at, c.t.ckpt_every_s)
+        writer = CheckpointWriter.for_run(cfg, c, ckpt_dir, meter, self.rundir.write_summary if self.is_main else None)
         diag = DiagSchedule(c.diag, cfg.diag.every, c.max_steps)
-        self.loop = Loop(c, state, meter, recorder, evals, ckpts, diag, losses, StopVotes(c.device))
+        self.loop = Loop(c, state, meter, recorder, evals, ckpts, writer, diag, losses, StopVotes(c.device))
         recorder.start()
 
     # ------------------------------------------------------------------- loop
@@ -144,16 +148,19 @@ class Trainer:
             log_now = s.step % c.t.log_every == 0 or s.step == c.max_steps or diag_now or eval_now
             p.meter.step_end(sync=log_now)
             if log_now and (status := self.log_step(lr, grad_norm, diag_now, eval_now)):
-                return p.recorder.finish("diverged", status)
+                return self._finish("diverged", status)
+            if log_now:  # a background checkpoint that has ended is committed; a checkpoint by time is due
+                p.writer.poll()
+                ckpt_now = ckpt_now or p.ckpts.time_due(s.step, c.device)
             stop_now = self._stop_requested(vote_due(s.step, synced=log_now or ckpt_now))
             if stop_now or ckpt_now:
                 if status := self._flush_losses():
-                    return p.recorder.finish("diverged", status)
+                    return self._finish("diverged", status)
                 self.save_checkpoint()
             if stop_now:  # also during the last step or its evaluation: the resume finishes the run
                 self._interrupt()
         self.save_checkpoint()
-        return p.recorder.finish("completed", None)
+        return self._finish("completed", None)
 
     # ------------------------------------------------------------------ steps
     def train_step(self, diag_now: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -310,7 +317,7 @@ class Trainer:
     def _interrupt(self) -> None:
         name = signal.Signals(self.stop_signal).name
         where = " (its evaluation was cut short)" if self.loop.evals.missing else ""
-        self.recorder.finish("interrupted", f"{name} at step {self.step}{where}; resume with trainer.resume=true")
+        self._finish("interrupted", f"{name} at step {self.step}{where}; resume with trainer.resume=true")
         raise Interrupted(name)
 
     def _finish_eval(self) -> None:
@@ -321,24 +328,26 @@ class Trainer:
             self.recorder.amend_val(evals.last)
 
     def save_checkpoint(self) -> None:
-        t_ckpt = time.perf_counter()
-        state = self.loop.state.state_dict()  # collective under FSDP: every rank gets here; rank 0 writes
-        if state is not None:
-            path = self.rundir.checkpoint_path
-            ckpt.save_atomic(state, path)
-            if self.step in self.loop.ckpts.keep:  # a branch point (trainer.save_at): kept beside last.pt
-                ckpt.save_atomic(state, path.with_name(f"step_{self.step}.pt"))
-        self.loop.meter.spent("ckpt_s", time.perf_counter() - t_ckpt)
-        if state is not None:
-            self.write_summary()
+        """This step's checkpoint (train/ckpt_writer.py, which counts the time it holds training up in ``ckpt_s``)."""
+        self.loop.writer.save(self.loop.state, self.step)
+        self.loop.ckpts.saved()
+
+    def _finish(self, status: str, reason: str | None) -> dict:
+        """The run's end: the checkpoint in flight is committed first, so the final summary is the last word."""
+        self.loop.writer.wait()
+        return self.loop.recorder.finish(status, reason)
 
     def write_summary(self) -> None:
         if self.loop is not None:
+            with contextlib.suppress(Exception):  # an error path: the run's own error is the one to report
+                self.loop.writer.wait()
             self.recorder.write_summary()
 
     def close(self, exit_code: int = 0) -> None:
         if self.loop is not None:  # setup may have failed in between: keep its error
-            self.recorder.close(exit_code)
+            with contextlib.ExitStack() as later:  # the metrics and W&B are closed even if the last write failed
+                later.callback(self.recorder.close, exit_code)
+                self.loop.writer.close()
 
 
 def run(cfg, run_dir: Path) -> dict:
