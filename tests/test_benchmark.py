@@ -165,7 +165,9 @@ def test_loaded_spread_needs_equal_flops_and_a_spread_past_20_percent():
 
 def test_a_report_flags_tokens_per_s_and_seconds_measured_on_a_loaded_machine(tmp_path):
     """Three seeds of one shape whose tokens/s range 1,000-2,100 (the machine's load, not the model) are
-    flagged in the main table and the target table; a group within 20% is not."""
+    flagged in the main table and the target table; so is a group within 20% that ran beside them in the
+    same sweep (the load is the machine's, not the group's), each with its own range; a sweep without such
+    a spread is not flagged."""
     from normbench import report
     from test_report import config, fake_records, make_run, summary_for, table
 
@@ -179,7 +181,17 @@ def test_a_report_flags_tokens_per_s_and_seconds_measured_on_a_loaded_machine(tm
     md = report.make_report(root).read_text()
     rows = table(md, "group")
     assert rows["arch=pre_ln"]["tokens/s"] == "1,533 (1,000-2,100: measured on a loaded machine)"
-    assert rows["arch=peri_ln"]["tokens/s"] == "1,050"
+    assert rows["arch=peri_ln"]["tokens/s"] == "1,050 (1,000-1,100: measured on a loaded machine)"
     seconds = table(md[md.index("| group | outcomes | target |") :], "group")
     assert seconds["arch=pre_ln"]["seconds"] == "9.86 ± 0.14 (measured on a loaded machine)"
-    assert seconds["arch=peri_ln"]["seconds"] == "9.86 ± 0.14"
+    assert seconds["arch=peri_ln"]["seconds"] == "9.86 ± 0.14 (measured on a loaded machine)"
+    assert [r["loaded"] for r in json.loads((root / "report_groups.json").read_text())] == [True, True]
+
+    quiet = tmp_path / "quiet"  # the same sweep with pre_ln's seeds within 20% too: nothing flagged
+    for arch in speeds:
+        for seed in range(3):
+            recs = fake_records(1.0 + 0.01 * seed)
+            s = {**summary_for(recs, arch, seed), "tokens_per_s": 1000.0 + 50 * seed, "flops_per_token": 1.5e6}
+            make_run(quiet / f"{arch}{seed}", [f"arch={arch}", f"seed={seed}"], config(arch, seed), recs, s)
+    rows = table(report.make_report(quiet).read_text(), "group")
+    assert rows["arch=pre_ln"]["tokens/s"] == rows["arch=peri_ln"]["tokens/s"] == "1,050"

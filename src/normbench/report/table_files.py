@@ -95,6 +95,7 @@ def group_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
     time to target over the ``reached`` runs that got there (``target``: null where the group's runs have
     different targets, one per corpus), tokens/s with ``loaded`` where the report flags it."""
     keys = _settings(groups, GROUP_COLUMNS)
+    loaded = tables.sweep_loaded(groups)  # the machine's load, the same for every group (tables.sweep_loaded)
     rows = []
     for g in tables.sort_groups(groups):
         pool, partial = loss_pool(g)
@@ -112,7 +113,7 @@ def group_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
         for what in ("steps", "tokens", "seconds"):
             xs = [getattr(h, what) for h in hits]
             row |= {f"{what}_to_target_mean": _mean(xs), f"{what}_to_target_std": _std(xs)}
-        row |= {"tokens_per_s_mean": _mean(tps), "loaded": tables.loaded_spread(pool) is not None,
+        row |= {"tokens_per_s_mean": _mean(tps), "loaded": loaded,
                 "spikes": sum(spikes) if spikes else None, "notes": "; ".join(tables.group_notes(g))}  # fmt: skip
         rows.append(row)
     return rows

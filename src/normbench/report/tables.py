@@ -92,12 +92,21 @@ def loaded_spread(runs: list[Run]) -> tuple[float, float] | None:
     return min(tps), max(tps)
 
 
-def _flagged(text: str, runs: list[Run], with_range: bool = False) -> str:
-    """A group's tokens/s or seconds cell, flagged when :func:`loaded_spread` finds the machine loaded."""
-    spread = loaded_spread(runs)
-    if spread is None or text == DASH:
+def sweep_loaded(groups: list[Group]) -> bool:
+    """Whether the machine was loaded while these groups ran: :func:`loaded_spread` in any one group. The load
+    is the machine's, not a group's: the groups of a sweep ran side by side under it, and a group whose seeds
+    happen to agree within 20% is no better measured than one whose seeds do not, so every group is flagged."""
+    return any(loaded_spread(g.runs) is not None for g in groups)
+
+
+def _flagged(text: str, runs: list[Run], loaded: bool, with_range: bool = False) -> str:
+    """A group's tokens/s or seconds cell, flagged (with its runs' tokens/s range) when the sweep was loaded."""
+    if not loaded or text == DASH:
         return text
-    return f"{text} ({spread[0]:,.0f}-{spread[1]:,.0f}: {LOADED})" if with_range else f"{text} ({LOADED})"
+    tps = [t for r in runs if finite(t := (r.summary or {}).get("tokens_per_s")) and t > 0]
+    if with_range and len(tps) > 1:
+        return f"{text} ({min(tps):,.0f}-{max(tps):,.0f}: {LOADED})"
+    return f"{text} ({LOADED})"
 
 
 def _final_is_best(groups: list[Group]) -> bool:
@@ -114,8 +123,9 @@ def group_notes(g: Group) -> list[str]:
 
 def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
     """One row per group; the final val loss column only when some run's final loss is not its best;
-    tokens/s flagged with their range where the machine was loaded (:func:`loaded_spread`)."""
+    tokens/s flagged with their range where the machine was loaded (:func:`sweep_loaded`)."""
     defaults = defaults or {}
+    loaded = sweep_loaded(groups)
     single = target if target is not None else (next(iter(defaults.values())) if len(defaults) == 1 else None)
     col = f"steps to val loss ≤ {single:g}" if single is not None else "steps to target"
     same = _final_is_best(groups)
@@ -135,7 +145,7 @@ def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
         notes = group_notes(g)
         rows.append([g.label, str(len(g.runs)), outcome_counts(g.runs), status_counts(g.runs),
                      mean_std(finals, suffix=mark), mean_std(bests, suffix=mark), steps,
-                     _flagged(f"{statistics.fmean(tps):,.0f}" if tps else DASH, pool, with_range=True),
+                     _flagged(f"{statistics.fmean(tps):,.0f}" if tps else DASH, pool, loaded, with_range=True),
                      str(sum(spikes)) if spikes else DASH,
                      "; ".join(notes)])  # fmt: skip
     if same:
@@ -155,8 +165,9 @@ def target_spreads(groups: list[Group], target=None, defaults=None) -> list[floa
 
 def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
     """Steps, tokens and seconds to the target val loss: mean ± std over the runs that reached it; the
-    seconds flagged where the group's tokens/s say the machine was loaded (:func:`loaded_spread`)."""
+    seconds flagged where the sweep's tokens/s say the machine was loaded (:func:`sweep_loaded`)."""
     defaults = defaults or {}
+    loaded = sweep_loaded(groups)
     header = ["group", "outcomes", "target", "reached", "steps", "tokens", "seconds"]
     rows = []
     for g in sort_groups(groups):
@@ -165,7 +176,7 @@ def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[
         rows.append([g.label, outcome_counts(g.runs), ", ".join(f"{t:g}" for t in targets) or DASH,
                      f"{len(hits)}/{n}", mean_std([h.steps for h in hits], ".0f"),
                      mean_std([h.tokens for h in hits], ",.0f"),
-                     _flagged(mean_std([h.seconds for h in hits], ".1f"), g.runs)])  # fmt: skip
+                     _flagged(mean_std([h.seconds for h in hits], ".1f"), g.runs, loaded)])  # fmt: skip
     return header, rows
 
 
