@@ -574,7 +574,8 @@ def test_the_claim_page_reads_like_its_report(tmp_path):
     assert top.index("**Paper**: nobody 2025") < top.index("**Verdict: INCONCLUSIVE**") < top.index("](claim.png)")
     assert "decided by “variance growth”" in top and "loss on par" not in top
     # the paired loss differences by hand: mean 0.005333, sd 0.004163, t(2) 4.303: half-width 0.0103 -> 3 places
-    assert "RMSNorm − LayerNorm: +0.005 [-0.005, +0.016] (paired)" in rest
+    assert "RMSNorm − LayerNorm: +0.005 [-0.005, +0.016] (paired, over 3 seeds)" in rest
+    assert "; 3 seeds (variance growth: " in line and "Protocol changed" not in top  # the claim's own protocol
     assert "| norm | rmsnorm − layernorm | +0.005 [-0.005, +0.016] |" in rest  # the report's box: the same sign
     assert "layernorm − rmsnorm" not in md
     assert f"commit `{res['commit']}`" in rest and "6 runs" in rest
@@ -589,6 +590,31 @@ def test_the_claim_page_reads_like_its_report(tmp_path):
     assert sizes and min(sizes) >= 7.0
     assert "best validation loss (nats/token)" in svg and "LayerNorm" in svg and "band of no meaningful" in svg
     assert "best_val_loss" not in svg and "norm=rmsnorm" not in svg
+
+
+def test_the_claim_page_says_what_an_interval_is_over_and_when_the_protocol_was_changed():
+    """A timing test decided by the paired benchmark: its interval is over rounds at a recorded load, not seeds;
+    a command that changed the claim's protocol (overrides, seeds, a scale other than cpu) is said on the page."""
+    from normbench.claims.summary import deciding_over, protocol_text
+
+    bench = {"plan": {"rounds": 5, "steps": 10}, "load": {"loadavg_before": [3.14, 2, 1], "loadavg_after": [3.4, 3, 2],
+                                                         "cpu_count": 2}}  # fmt: skip
+    timing = {"name": "speed", "verdict": V.FAILS, "benchmark": bench}
+    res = {"n_seeds": 3, "verdict": V.FAILS, "tests": [timing], "scale": "cpu"}
+    assert (
+        deciding_over(res) == "5 paired benchmark rounds of 10 steps per side at load 3.1 → 3.4 on 2 cores, not seeds"
+    )
+    assert deciding_over({**res, "tests": [{"name": "loss", "verdict": V.FAILS}]}) == "3 seeds"
+    assert protocol_text({**res, "protocol": {"overrides": [], "seeds": None, "declared_seeds": 3}}) is None
+    changed = protocol_text(
+        {**res, "protocol": {"overrides": ["trainer.max_steps=50"], "seeds": 2, "declared_seeds": 3}}
+    )
+    assert changed == (
+        "**Protocol changed**: the command changed the claim's protocol: `trainer.max_steps=50`, `seeds=2` (the claim "
+        "declares 3). Read this verdict as one of these runs, not of the claim."
+    )
+    quick = protocol_text({**res, "scale": "quick", "protocol": {"overrides": [], "seeds": None, "declared_seeds": 3}})
+    assert quick.startswith("**Protocol changed**: scale=quick is not the verdict's protocol") and "smoke test" in quick
 
 
 # ----------------------------------------------------------------------------- the plan (reproduce/plan.py)

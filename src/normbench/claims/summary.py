@@ -66,15 +66,52 @@ def rule_text(t: dict) -> str:
     return f"{arrow}{t['threshold']:g}" if t.get("threshold") is not None else "—"
 
 
+def over_text(t: dict, n_seeds: int) -> str:
+    """What a test's interval is over: the seeds (the independent replicate), or, for a timing test decided by
+    the paired benchmark, its rounds, with the load the machine had while they ran."""
+    bench = t.get("benchmark")
+    if not isinstance(bench, dict):
+        return f"{n_seeds} seeds"
+    plan, load = bench.get("plan") or {}, bench.get("load") or {}
+    rounds = f"{plan.get('rounds', '?')} paired benchmark rounds of {plan.get('steps', '?')} steps per side"
+    before, after = (load.get("loadavg_before") or [None])[0], (load.get("loadavg_after") or [None])[0]
+    if before is None or after is None:
+        return f"{rounds} (the machine's load not recorded), not seeds"
+    cores = f" on {load['cpu_count']} cores" if load.get("cpu_count") else ""
+    return f"{rounds} at load {before:.1f} → {after:.1f}{cores}, not seeds"
+
+
+def deciding_over(result: dict) -> str:
+    """What the deciding tests' intervals are over, once each (``3 seeds``; a benchmark's rounds and load)."""
+    return "; ".join(dict.fromkeys(over_text(t, result["n_seeds"]) for t in deciding(result)))
+
+
+def protocol_text(result: dict) -> str | None:
+    """The page's **Protocol** line where the runs are not the claim's verdict protocol: a scale other than cpu
+    (quick is the pipeline's smoke test), the command's overrides, fewer or more seeds than the claim's."""
+    p = result.get("protocol") or {}
+    changes = [f"`{o}`" for o in p.get("overrides") or []]
+    if p.get("seeds") is not None and p.get("seeds") != p.get("declared_seeds"):
+        changes.append(f"`seeds={p['seeds']}` (the claim declares {p.get('declared_seeds')})")
+    scale = result.get("scale")
+    if not changes and scale == "cpu":
+        return None
+    parts = []
+    if scale != "cpu":
+        parts.append(f"scale={scale} is not the verdict's protocol (scale=cpu: the papers' length and step size)"
+                     + ("; quick is the pipeline's smoke test" if scale == "quick" else ""))  # fmt: skip
+    if changes:
+        parts.append(f"the command changed the claim's protocol: {', '.join(changes)}")
+    return f"**Protocol changed**: {'; '.join(parts)}. Read this verdict as one of these runs, not of the claim."
+
+
 def verdict_line(result: dict) -> str:
     """The claim's verdict in one line (the console's and the page's), naming the test(s) that decide it."""
     tests = deciding(result)
     which = "; ".join(f"{t['name']}: {t['verdict']}, {metric_words(t['metric'])} {sides(t)} {effect_text(t)}, "
                       f"{rule_text(t)}" for t in tests)  # fmt: skip
     how = f"all {len(tests)} judged tests hold:" if len(tests) > 1 and result["verdict"] == V.HOLDS else "decided by"
-    line = (
-        f"{result['claim']}: {result['verdict']} at scale={result['scale']}, {how} {which}; {result['n_seeds']} seeds"
-    )
+    line = f"{result['claim']}: {result['verdict']} at scale={result['scale']}, {how} {which}; {deciding_over(result)}"
     return line + (f" ({result['reason']})" if result.get("reason") else "")
 
 
@@ -107,9 +144,9 @@ def _test_rows(result: dict) -> list[list[str]]:
     for t in result["tests"]:
         note = " (reported, not judged)" if t.get("informative") else ""
         verdict = f"**{t['verdict']}**" + (f": {t['reason']}" if t.get("reason") else "")
-        effect = f"{metric_words(t['metric'])}, {sides(t)}: {effect_text(t)}" + (
-            f" ({t['interval']})" if t.get("interval") else ""
-        )
+        how = t.get("interval") if not isinstance(t.get("benchmark"), dict) else None  # the rounds say it
+        over = f"{how + ', ' if how else ''}over {over_text(t, result['n_seeds'])}"
+        effect = f"{metric_words(t['metric'])}, {sides(t)}: {effect_text(t)} ({over})"
         rows.append([f"{t['name']}{note} ({t['kind']})", verdict, effect, rule_text(t), _sides_cell(t)])
     return rows
 
@@ -126,7 +163,8 @@ def claim_blocks(result: dict, runs_dir: Path, formats=("pdf", "svg")) -> list[t
     return [
         ("p", f"**Paper**: {result['paper']}."),
         ("p", f"**Verdict: {result['verdict']}** at scale={result['scale']}, {how}: {effects}; "
-              f"{result['n_seeds']} seeds.{reason}"),
+              f"{deciding_over(result)}.{reason}"),
+        *([("p", text)] if (text := protocol_text(result)) else []),
         *([("p", mode_text(result["mode"]))] if result.get("mode") else []),
         ("img", "claim.png", f"the claim's tests: each side's values by seed, its mean and the threshold "
                              f"({', '.join(METRIC_WORDS.get(t['metric'], t['metric']) for t in result['tests'])})",

@@ -92,7 +92,8 @@ def reproduce(
     result.update(length=_length(p.pinned, runs), runs_dir=str(root), n_runs=len(runs),
                   compile=_compiled(p.mode, runs), mode=_mode(p), seconds=round(time.perf_counter() - start, 1),
                   run_time_s=round(run_time, 1),
-                  commit=_commit(), settings=[*claim.sweep(scale).fixed, *p.overrides])  # fmt: skip
+                  commit=_commit(), settings=[*claim.sweep(scale).fixed, *p.overrides],
+                  protocol=protocol(claim, req))  # fmt: skip
     claim_dir = out / claim.id
     claim_dir.mkdir(parents=True, exist_ok=True)
     (claim_dir / "verdict.json").write_text(json.dumps(result, indent=1, default=str))
@@ -177,6 +178,16 @@ def _length(pinned, runs) -> dict:
         "steps": pinned.steps if pinned else (steps[0] if len(steps) == 1 else steps),
         "reference_params": pinned.params if pinned else None,
         "reached": [min(reached), max(reached)] if reached else None,
+    }
+
+
+def protocol(claim: Claim, req: Request) -> dict:
+    """What the command changed of the claim's declared protocol at its scale (the claim page says so): its
+    overrides (hydra.* aside; a ladder's rung's among them) and the seeds it asked for, beside the claim's."""
+    return {
+        "overrides": [o for o in req.overrides if not o.startswith("hydra")],
+        "seeds": req.seeds,
+        "declared_seeds": claim.sweep(req.scale).seeds,
     }
 
 
