@@ -137,6 +137,10 @@ def test_lines(result: dict) -> list[str]:
 
 
 TEST_HEADER = ["test", "verdict", "effect, group − baseline [95% CI]", "rule", "sides"]
+TESTS_CAPTION = (
+    "Every test of the claim: its verdict, the effect (group − baseline) with its 95% interval and what the "
+    "interval is over, the rule the verdict applies, and each side's mean."
+)
 
 
 def _test_rows(result: dict) -> list[list[str]]:
@@ -170,7 +174,7 @@ def claim_blocks(result: dict, runs_dir: Path, formats=("pdf", "svg")) -> list[t
                              f"({', '.join(METRIC_WORDS.get(t['metric'], t['metric']) for t in result['tests'])})",
          caption),
         ("h", 2, "Tests"),
-        ("table", TEST_HEADER, _test_rows(result)),
+        ("table", TEST_HEADER, _test_rows(result), TESTS_CAPTION),
         ("p", f"**Runs**: `{runs_dir}`, {result.get('n_runs', '—')} runs, their wall-clock total "
               f"{fmt(result.get('run_time_s'))} s; commit `{result.get('commit')}`; every number is in "
               "`verdict.json` beside this page. Below: the report of these runs, its verdict box against the "

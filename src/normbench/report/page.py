@@ -1,12 +1,14 @@
 """The report's blocks as Markdown (report.md) and as one self-contained HTML page (report.html).
 
-A block is a tuple: ``("h", level, text)``, ``("p", text)``, ``("table", header, rows)``,
+A block is a tuple: ``("h", level, text)``, ``("p", text)``, ``("table", header, rows[, caption])``,
 ``("img", file, alt[, caption])`` or ``("boxes", [(title, blocks), ...])`` (boxes side
 by side in HTML, the first one wider, wrapping onto two rows on a narrow window; one after another in
 Markdown). Inline Markdown (``**bold**``, `` `code` ``) is
 rendered by markdown-it-py (the CommonMark implementation rich already brings), so the HTML shows
-no asterisks. The page keeps margins at any width, right-aligns numeric columns and puts every
-table in a box that scrolls sideways instead of cutting the table off.
+no asterisks. The page keeps margins at any width, right-aligns numeric columns (their headers wrap, their
+cells do not) and puts every table in a box that scrolls sideways instead of cutting the table off. Every
+table has a caption (its own, shown, or its section's heading, for screen readers only) and column headers
+with ``scope``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ h1{margin-top:1.2rem;overflow-wrap:anywhere}h2{margin-top:2rem;border-bottom:1px
 table{border-collapse:collapse;font-size:.92rem}
 td,th{border:1px solid #ccc;padding:3px 8px;vertical-align:top}
 th{background:#f4f4f4;text-align:left}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.num{white-space:nowrap}
+td{min-width:3.5rem}
+caption{caption-side:top;text-align:left;font-size:.9rem;color:#444;padding:.2rem 0}
+.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap}
 img{max-width:100%;height:auto}
 figure{margin:1rem 0}figcaption{font-size:.9rem;color:#444;max-width:60rem}
 code{background:#f2f2f2;padding:0 .2em;border-radius:3px;font-size:.92em}
@@ -63,7 +68,9 @@ def to_markdown(blocks: list[tuple]) -> str:
         elif kind == "p":
             out.append(rest[0])
         elif kind == "table":
-            header, rows = rest
+            header, rows, *caption = rest
+            if caption and caption[0]:
+                out += [f"*{caption[0]}*", ""]
             cell = lambda c: str(c).replace("|", "\\|")
             nums = _numeric_columns(header, rows)
             out += ["| " + " | ".join(map(cell, header)) + " |",
@@ -78,30 +85,34 @@ def to_markdown(blocks: list[tuple]) -> str:
     return "\n".join(out)
 
 
-def _table_html(header: list[str], rows: list[list[str]]) -> str:
+def _table_html(header: list[str], rows: list[list[str]], caption: str | None = None, heading: str = "") -> str:
+    """A table in its sideways-scrolling box: its own caption shown, else its section's heading for screen
+    readers; ``scope="col"`` on each header cell."""
     nums = _numeric_columns(header, rows)
     cls = lambda i: ' class="num"' if i in nums else ""
-    head = "<tr>" + "".join(f"<th{cls(i)}>{_inline(h)}</th>" for i, h in enumerate(header)) + "</tr>"
+    cap = f"<caption>{_inline(caption)}</caption>" if caption else f'<caption class="sr">{_inline(heading)}</caption>'
+    head = "<tr>" + "".join(f'<th scope="col"{cls(i)}>{_inline(h)}</th>' for i, h in enumerate(header)) + "</tr>"
     body = ["<tr>" + "".join(f"<td{cls(i)}>{_inline(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows]
-    return '<div class="scroll"><table>\n' + "\n".join([head, *body]) + "\n</table></div>"
+    return '<div class="scroll"><table>\n' + "\n".join([cap, head, *body]) + "\n</table></div>"
 
 
-def _body(blocks: list[tuple], out_dir: Path) -> list[str]:
+def _body(blocks: list[tuple], out_dir: Path, heading: str = "") -> list[str]:
     body = []
     for kind, *rest in blocks:
         if kind == "h":
+            heading = rest[1]
             body.append(f"<h{rest[0]}>{_inline(rest[1])}</h{rest[0]}>")
         elif kind == "p":
             body.append(f"<p>{_inline(rest[0])}</p>")
         elif kind == "table":
-            body.append(_table_html(*rest))
+            body.append(_table_html(*rest, heading=heading))
         elif kind == "img":
             data = base64.b64encode((out_dir / rest[0]).read_bytes()).decode("ascii")
             cap = f"<figcaption>{_inline(rest[2])}</figcaption>" if len(rest) > 2 else ""
             body.append(f'<figure><img alt="{html.escape(rest[1])}" src="data:image/png;base64,{data}">{cap}</figure>')
         elif kind == "boxes":
             inner = [f'<section class="box{" wide" if i == 0 else ""}"><h2>{_inline(t)}</h2>\n'
-                     + "\n".join(_body(b, out_dir)) + "</section>" for i, (t, b) in enumerate(rest[0])]  # fmt: skip
+                     + "\n".join(_body(b, out_dir, t)) + "</section>" for i, (t, b) in enumerate(rest[0])]  # fmt: skip
             body.append('<div class="boxes">\n' + "\n".join(inner) + "\n</div>")
     return body
 
