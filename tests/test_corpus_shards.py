@@ -279,3 +279,61 @@ def test_hf_tokenizer_from_a_local_directory(tmp_path):
     )
     docs = split_docs(data.train, 1) + split_docs(data.val, 1)
     assert len(docs) == 60 and data.tokenizer.encode(documents(60)[0]) in docs
+
+
+@pytest.mark.slow  # ~9 s: two waits of a second or two each, datasets import
+def test_a_second_process_waits_for_the_first_and_other_ranks_for_local_rank_0(tmp_path, monkeypatch):
+    """Sweep jobs wait on the entry's flock; a torchrun rank other than local rank 0 waits for the manifest."""
+    import threading
+
+    from normbench.data.cache import entry_lock
+
+    path = write_jsonl(tmp_path / "docs.jsonl", documents(40))
+    cfg = cfg_for(tmp_path, paths=[str(path)], tokenizer="byte")
+    entry = prep.entry_path(cfg)[0]
+    entry.mkdir(parents=True)
+    logs, results = [], []
+    with entry_lock(entry.parent, entry):  # another job holds the entry
+        job = threading.Thread(target=lambda: results.append(load_data(cfg, log=logs.append).cache_path))
+        job.start()
+        job.join(timeout=2)
+        assert job.is_alive() and any("another process" in m and "waiting" in m for m in logs)
+    job.join(timeout=60)
+    assert results == [entry] and (entry / "manifest.json").exists()
+
+    other = cfg_for(tmp_path / "ranks", paths=[str(path)], tokenizer="byte")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    waits = []
+    rank1 = threading.Thread(target=lambda: waits.append(prep.prepare(other, log=waits.append)))
+    rank1.start()
+    rank1.join(timeout=2)
+    assert rank1.is_alive() and "waits while local rank 0 prepares" in waits[0]
+    monkeypatch.setenv("LOCAL_RANK", "0")  # (the environment is the process's: the thread reads it no more)
+    prep.prepare(other, log=quiet)
+    rank1.join(timeout=10)
+    assert waits[-1][1]["documents"]["train"] + waits[-1][1]["documents"]["val"] == 40
+
+
+@pytest.mark.slow  # ~10 s: two prepares and GPT-2 loaded for the refusal
+def test_a_mix_of_prepared_corpora_draws_by_weight(tmp_path):
+    import torch
+
+    from normbench.data.batches import Batches
+
+    entries = []
+    for letter, n in (("a", 200), ("b", 40)):  # b is 5x smaller but weighs 1/4: repeated more often
+        docs = [f"{letter * (20 + i % 7)} {i}" for i in range(n)]
+        path = write_jsonl(tmp_path / f"{letter}.jsonl", docs)
+        entries.append(load_data(cfg_for(tmp_path, paths=[str(path)], tokenizer="byte"), log=quiet).cache_path)
+    cfg = cfg_for(tmp_path, name="mix", tokenizer="byte", mix=[f"{entries[0]}:3", f"{entries[1]}:1"])
+    data = load_data(cfg, log=quiet)
+    windows = Batches(data.train, 8, 16, seed=0, device=torch.device("cpu")).windows(4000).numpy()
+    from_a = np.isin(windows, [ord("a")]).any(1)
+    assert not (from_a & np.isin(windows, [ord("b")]).any(1)).any(), "a window comes from one source"
+    assert 0.72 < from_a.mean() < 0.78
+    again = Batches(load_data(cfg, log=quiet).train, 8, 16, seed=0, device=torch.device("cpu")).windows(4000)
+    assert np.array_equal(again.numpy(), windows)  # deterministic
+    assert [d["weight"] for d in data.train.describe()] == [0.75, 0.25]
+    with pytest.raises(DataError, match=r"data.mix: .* was made with byte, not data.tokenizer=gpt2"):
+        load_data(cfg_for(tmp_path, name="mix", tokenizer="gpt2", mix=[str(entries[0])]), log=quiet)

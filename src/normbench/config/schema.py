@@ -48,7 +48,7 @@ from normbench.config.norm_keys import (
 
 ATTN_GATES = ("none", "headwise", "elementwise")
 SCHEDS = ("cosine", "wsd", "constant")
-DATAS = ("kjv", "files", "hf", "synthetic", "shards")
+DATAS = ("kjv", "files", "hf", "synthetic", "shards", "mix")
 TOKENIZERS = ("byte", "bpe", "gpt2", "tiktoken:NAME", "hf:NAME_OR_PATH")
 POS = ("rope", "learned")
 MLPS = ("swiglu", "gelu", "relu")
@@ -201,6 +201,7 @@ class DataConfig:
     shard_tokens: int = 100_000_000  # tokens per shard (llm.c's size)
     train: str | None = None  # data=shards: glob of the training shards (llm.c format)
     val: str | None = None  # data=shards: glob of the validation shards
+    mix: list[str] = field(default_factory=list)  # data=mix: prepared directories with weights, DIR:WEIGHT
 
 
 @dataclass

@@ -38,6 +38,8 @@ def check_data(d: Any) -> None:
         raise DataError(f"data.synthetic_tokens={get('synthetic_tokens')} must be >= 100")
     if name == "shards" and not (get("train") and get("val")):
         raise DataError("data=shards needs data.train=GLOB and data.val=GLOB (e.g. 'fineweb_train_*.bin')")
+    if name == "mix" and not get("mix"):
+        raise DataError("data=mix needs data.mix=[DIR:WEIGHT,...] (prepared directories, as prepare prints them)")
     workers = get("workers")
     if workers is not None and workers < 1:
         raise DataError(f"data.workers={workers} must be >= 1 (or null: the usable cores)")

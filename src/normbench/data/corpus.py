@@ -11,6 +11,7 @@ Corpora (``data.name``):
 - ``files`` and ``hf``: corpora of documents (data/pipeline/documents.py), prepared once as llm.c-format
   token shards (data/pipeline/prepare.py) and read as memory maps (data/pipeline/prepared.py).
 - ``shards``: token shards made elsewhere (llm.c, modded-nanogpt), read as they are.
+- ``mix``: prepared corpora sampled with weights (data/pipeline/mix.py).
 - ``synthetic``: text from a small hand-written probabilistic grammar over made-up
   words. It is hand-written so that it needs no package or download, is fully
   deterministic, and has structure (agreement, word co-occurrence) a model can learn
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from normbench.data.cache import cache_root, entry_lock, fmt
+from normbench.data.pipeline.mix import open_mix
 from normbench.data.pipeline.prepared import open_external, open_prepared
 from normbench.data.texts import _get, _identity, corpus_text, split_text
 from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, Tokenizer, build_tokenizer, token_dtype
@@ -91,6 +93,8 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
         return TokenData(*open_prepared(cfg, log))
     if _get(cfg, "name") == "shards":
         return TokenData(*open_external(cfg, log))
+    if _get(cfg, "name") == "mix":
+        return TokenData(*open_mix(cfg, log))
     key = _cache_key(cfg)
     name, tok_name, vocab = key["corpus"], key["tokenizer"], key["vocab_size"]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
