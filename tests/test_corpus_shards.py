@@ -281,6 +281,17 @@ def test_hf_tokenizer_from_a_local_directory(tmp_path):
     assert len(docs) == 60 and data.tokenizer.encode(documents(60)[0]) in docs
 
 
+@pytest.mark.slow  # transformers' import
+def test_the_export_knows_the_end_of_text_id_as_its_eos():
+    from normbench.data.tokenizer import ByteTokenizer
+    from normbench.export.tokenizer import hf_tokenizer
+
+    exported = hf_tokenizer(ByteTokenizer(eot=True), 64)
+    assert len(exported) == 257 and exported.eos_token_id == 256
+    assert exported("héllo")["input_ids"] == list("héllo".encode()) and exported.decode([104, 256]) == "h<|endoftext|>"
+    assert len(hf_tokenizer(ByteTokenizer(), 64)) == 256  # the built-in corpora's byte tokenizer is as it was
+
+
 @pytest.mark.slow  # ~9 s: two waits of a second or two each, datasets import
 def test_a_second_process_waits_for_the_first_and_other_ranks_for_local_rank_0(tmp_path, monkeypatch):
     """Sweep jobs wait on the entry's flock; a torchrun rank other than local rank 0 waits for the manifest."""
