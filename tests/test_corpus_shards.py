@@ -348,3 +348,20 @@ def test_a_mix_of_prepared_corpora_draws_by_weight(tmp_path):
     assert [d["weight"] for d in data.train.describe()] == [0.75, 0.25]
     with pytest.raises(DataError, match=r"data.mix: .* was made with byte, not data.tokenizer=gpt2"):
         load_data(cfg_for(tmp_path, name="mix", tokenizer="gpt2", mix=[str(entries[0])]), log=quiet)
+
+
+@pytest.mark.slow  # ~19 s under load: three Hydra compositions
+def test_prepare_command_prints_what_it_made(tmp_path, capsys):
+    from normbench import cli
+
+    path = write_jsonl(tmp_path / "docs.jsonl", documents(40))
+    args = ["data=files", f"data.paths=[{path}]", "data.tokenizer=byte", "data.workers=1", "data.shard_tokens=2048"]
+    args.append(f"data.cache_dir={tmp_path / 'cache'}")
+    assert cli.main(["prepare", *args]) == 0
+    out = capsys.readouterr().out
+    entry = prep.entry_path(cfg_for(tmp_path, paths=[str(path)], tokenizer="byte"))[0]
+    assert out.startswith(f"{entry}\n") and "documents: " in out and "(byte, vocab 257, end of text 256)" in out
+    assert cli.main(["prepare", "model=tiny"]) == 2
+    assert "'model=tiny' is not a data override" in capsys.readouterr().err
+    assert cli.main(["prepare", "data=kjv"]) == 2
+    assert "data=kjv needs no preparing" in capsys.readouterr().err
