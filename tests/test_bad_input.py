@@ -28,7 +28,8 @@ BASE = ["model=tiny", "trainer.batch_size=2", "trainer.max_steps=2", "trainer.ev
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("data")
-    (d / "small.txt").write_text("hello world, a small file.\n" * 38)  # ~1 KB: validation split ~50 tokens
+    # 38 documents; the hash rule holds out two (46 byte tokens with their end-of-text ids)
+    (d / "small.jsonl").write_text("".join(json.dumps({"text": f"hello, small file {i}.\n"}) + "\n" for i in range(38)))
     (d / "empty.txt").write_text("")
     (d / "latin1.txt").write_bytes("caf\xe9 cr\xe8me br\xfbl\xe9e\n".encode("latin-1") * 50)
     return d
@@ -116,9 +117,9 @@ CASES = [
     (["data=files", "data.paths=[données.txt]"], ["data.paths=[données.txt]", "\"data.paths='[données.txt]'\""]),
     (["trainer.max_steps=${oc.env:NORMBENCH_UNSET_VAR}"], ["trainer.max_steps", "NORMBENCH_UNSET_VAR"]),
     # found only once the data is read (inside the job, still before the first step)
-    (["data=files", "data.paths=[{d}/small.txt]"], ["model.seq_len=64 is longer than the validation split"]),
+    (["data=files", "data.paths=[{d}/small.jsonl]"], ["model.seq_len=64 is longer than the validation split"]),
     (["data=files", "data.paths=[{d}/missing.txt]"], ["data.paths", "missing.txt", "not found"]),
-    (["data=files", "data.paths=[{d}/empty.txt]"], ["data.paths", "empty.txt", "is empty"]),
+    (["data=files", "data.paths=[{d}/empty.txt]"], ["data.paths", "empty.txt", "holds no documents"]),
     (["data=files", "data.paths=[{d}/latin1.txt]"], ["data.paths", "latin1.txt", "not UTF-8"]),
     (["data=hf", "data.hf_path=some/name"], ["data.hf_path='some/name'", "needs the network", "or a local path"]),
 ]

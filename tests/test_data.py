@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import math
 import re
 
@@ -109,43 +110,56 @@ def test_byte_cache_reuse(tmp_path):
 
 
 def test_bpe_trains_round_trips_and_is_cached(tmp_path, kjv_text):
-    path = tmp_path / "corpus.txt"
-    path.write_text(kjv_text[:400_000])
-    cfg = make_cfg(tmp_path, name="files", paths=[str(path)], tokenizer="bpe", vocab_size=512)
+    """A BPE trained on a corpus of documents reserves <|endoftext|> inside its vocabulary size."""
+    verses = kjv_text[:400_000].splitlines(keepends=True)
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(
+        "".join(json.dumps({"text": "".join(verses[i : i + 50])}) + "\n" for i in range(0, len(verses), 50))
+    )
+    cfg = make_cfg(tmp_path, name="files", paths=[str(path)], tokenizer="bpe", vocab_size=512, workers=1)
     data = load_data(cfg, log=quiet)
     tok = data.tokenizer
     assert data.vocab_size == 512 and tok.vocab_size == 512 and tok.learned_size == 512
+    assert tok.eot_id == 0 and tok.decode([tok.eot_id]) == ""  # the trainer's one special token, id 0
     assert (data.cache_path / "tokenizer.json").exists()
     assert int(data.train.max()) < 512 and len(data.train) < 0.5 * 400_000  # it does merge
-    assert tok.decode(data.val.tolist()) == split_text(corpus_text(cfg), 0.05)[1]
+    assert data.val[0] == tok.eot_id
     unseen = "Zebra quartz! ✓ 42\n"
     assert tok.decode(tok.encode(unseen)) == unseen
     again = load_data(cfg, log=quiet)
-    assert again.from_cache and np.array_equal(again.train, data.train)
+    assert again.cache_path == data.cache_path and np.array_equal(again.train, data.train)
     assert again.tokenizer.encode(unseen) == tok.encode(unseen)
 
 
 def test_files_corpus(tmp_path):
-    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
-    a.write_text("first file line one\nfirst file line two")  # no trailing newline
-    b.write_text("second file\n" * 50)
-    cfg = make_cfg(tmp_path, name="files", paths=[str(a), str(b)])
-    text = corpus_text(cfg)
-    assert text == "first file line one\nfirst file line two\n" + "second file\n" * 50
+    """Each .txt file is one document, its text as given; byte ids with 256 before each document."""
+    texts = [f"file {i} line one\r\nline two {'é' * i}" for i in range(40)]  # no trailing newline, CRLF kept
+    for i, text in enumerate(texts):
+        (tmp_path / f"{i:02d}.txt").write_bytes(text.encode())
+    cfg = make_cfg(tmp_path, name="files", paths=[str(tmp_path / "*.txt")], workers=1)
     data = load_data(cfg, log=quiet)
-    assert bytes(np.concatenate([data.train, data.val]).astype(np.uint8)) == text.encode()
+    assert data.vocab_size == 257 and data.tokenizer.eot_id == 256
+    docs = []
+    for split in (data.train, data.val):
+        ids = np.asarray(split)
+        starts = np.flatnonzero(ids == 256)
+        assert starts[0] == 0
+        docs += [bytes(ids[a + 1 : b].astype(np.uint8)).decode() for a, b in zip(starts, [*starts[1:], len(ids)])]
+    assert sorted(docs) == sorted(texts) and len(data.val) > 0
     # A changed file is a new cache entry, not stale tokens.
-    b.write_text("changed content\n" * 60)
+    (tmp_path / "00.txt").write_text("changed content\n")
     fresh = load_data(cfg, log=quiet)
-    assert not fresh.from_cache and fresh.cache_path != data.cache_path
+    assert fresh.cache_path != data.cache_path
 
 
 def test_files_relative_and_home_paths(tmp_path, monkeypatch):
+    from normbench.data.pipeline.documents import expand_paths
+
     (tmp_path / "rel.txt").write_text("relative path text\n" * 10)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
     for given in ("rel.txt", "~/rel.txt"):
-        assert corpus_text(make_cfg(tmp_path, name="files", paths=[given])) == "relative path text\n" * 10
+        assert expand_paths([given]) == [tmp_path / "rel.txt"]
 
 
 def _load_in_child(cfg_dict, queue):
@@ -191,16 +205,16 @@ def test_file_errors(tmp_path, kind):
         path.write_bytes(b"valid start\n\xff\xfe rest")
     elif kind == "directory":
         path.mkdir()
-    cfg = make_cfg(tmp_path, name="files", paths=[str(path)])
+    cfg = make_cfg(tmp_path, name="files", paths=[str(path)], workers=1)
     with pytest.raises(DataError) as err:
         load_data(cfg, log=quiet)
     msg = str(err.value)
-    assert msg.startswith("data.paths") and "\n" not in msg and "x.txt" in msg
+    assert msg.startswith("data") and "\n" not in msg
     expected = {
-        "missing": "not found",
-        "empty": "is empty",
-        "binary": "byte 0xff at offset 12",
-        "directory": "directory",
+        "missing": "x.txt' not found",
+        "empty": "the corpus holds no documents",
+        "binary": "x.txt is not UTF-8 text (byte 0xff at offset 12)",
+        "directory": "x.txt' matches no data file",
     }
     assert expected[kind] in msg
 
@@ -219,49 +233,60 @@ def hf_offline(tmp_path, monkeypatch):
     return datasets
 
 
+def _documents(data) -> list[str]:
+    """The documents of a byte-tokenized corpus of documents, train then val."""
+    docs = []
+    for split in (data.train, data.val):
+        ids = np.asarray(split)
+        starts = np.flatnonzero(ids == 256)
+        docs += [bytes(ids[a + 1 : b].astype(np.uint8)).decode() for a, b in zip(starts, [*starts[1:], len(ids)])]
+    return docs
+
+
 def test_hf_local_folder(tmp_path, hf_offline):
     folder = tmp_path / "ds"
     folder.mkdir()
     lines = [f"row number {i} of the local dataset" for i in range(200)]
     (folder / "train.txt").write_text("\n".join(lines) + "\n")
-    cfg = make_cfg(tmp_path, name="hf", hf_path=str(folder))
-    assert corpus_text(cfg) == "\n".join(lines) + "\n"
-    data = load_data(cfg, log=quiet)
-    assert data.n_chars == len("\n".join(lines)) + 1 and not data.from_cache
-    assert load_data(cfg, log=quiet).from_cache
+    cfg = make_cfg(tmp_path, name="hf", hf_path=str(folder), workers=1)
+    data = load_data(cfg, log=quiet)  # datasets' text builder: a line is a row, so a document
+    assert sorted(_documents(data)) == sorted(lines)
+    assert load_data(cfg, log=quiet).cache_path == data.cache_path
     bad_field = make_cfg(tmp_path, name="hf", hf_path=str(folder), hf_text_field="content")
     with pytest.raises(DataError, match=r"^data.hf_text_field='content' is not a column .*\['text'\]$"):
-        corpus_text(bad_field)
+        load_data(bad_field, log=quiet)
     with pytest.raises(DataError, match=r"^data.hf_split='nope'"):
-        corpus_text(make_cfg(tmp_path, name="hf", hf_path=str(folder), hf_split="nope"))
+        load_data(make_cfg(tmp_path, name="hf", hf_path=str(folder), hf_split="nope"), log=quiet)
 
 
 def test_hf_save_to_disk(tmp_path, hf_offline):
+    rows = [f"alpha beta {i}" for i in range(60)]
     dd = hf_offline.DatasetDict(
         {
-            "train": hf_offline.Dataset.from_dict({"body": ["alpha beta", "gamma delta"], "n": [1, 2]}),
+            "train": hf_offline.Dataset.from_dict({"body": rows, "n": list(range(60))}),
             "test": hf_offline.Dataset.from_dict({"body": ["held out"], "n": [3]}),
         }
     )
     dd.save_to_disk(str(tmp_path / "saved"))
-    cfg = make_cfg(tmp_path, name="hf", hf_path=str(tmp_path / "saved"), hf_text_field="body")
-    assert corpus_text(cfg) == "alpha beta\ngamma delta\n"
-    cfg.hf_split = "test"
-    assert corpus_text(cfg) == "held out\n"
+    cfg = make_cfg(tmp_path, name="hf", hf_path=str(tmp_path / "saved"), hf_text_field="body", workers=1)
+    cfg.hf_val_split = "test"  # a given validation split: all of it is val, all of train is train
+    data = load_data(cfg, log=quiet)
+    assert _documents(data) == rows + ["held out"]
+    assert bytes(np.asarray(data.val)[1:].astype(np.uint8)) == b"held out"
     cfg.hf_text_field = "n"
     with pytest.raises(DataError, match="holds int"):
-        corpus_text(cfg)
+        load_data(cfg, log=quiet)
 
 
 def test_hf_single_file(tmp_path, hf_offline):
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(f'{{"text": "json row {i}", "id": {i}}}\n' for i in range(30)))
-    cfg = make_cfg(tmp_path, name="hf", hf_path=str(path))
-    assert corpus_text(cfg) == "".join(f"json row {i}\n" for i in range(30))
+    cfg = make_cfg(tmp_path, name="hf", hf_path=str(path), workers=1, val_fraction=0.3)
+    assert sorted(_documents(load_data(cfg, log=quiet))) == sorted(f"json row {i}" for i in range(30))
     odd = tmp_path / "rows.xyz"
     odd.write_text("x")
-    with pytest.raises(DataError, match=r"^data.hf_path=.*must end in"):
-        corpus_text(make_cfg(tmp_path, name="hf", hf_path=str(odd)))
+    with pytest.raises(DataError, match=r"^data.hf_path=.*a single file must be"):
+        load_data(make_cfg(tmp_path, name="hf", hf_path=str(odd)), log=quiet)
 
 
 def test_hf_hub_name_offline(tmp_path, hf_offline):

@@ -704,14 +704,15 @@ def test_huge_lr_diverges_and_exits_zero(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------- sweeps
 def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "small.txt").write_text("hello world, a small file.\n" * 38)  # validation split ~50 tokens
+    docs = "".join(json.dumps({"text": f"hello, small file {i}.\n"}) + "\n" for i in range(38))
+    (tmp_path / "data" / "small.jsonl").write_text(docs)  # two documents held out: 46 validation tokens
     proc = run_cli(
         [
             "train",
             "-m",
             *RUN,
             "data=files",
-            "data.paths=[data/small.txt]",  # a '/' in a value: job directory names stay flat
+            "data.paths=[data/small.jsonl]",  # a '/' in a value: job directory names stay flat
             "model.seq_len=16,64",  # 64 > the validation split: found in the job, not before the sweep
             "trainer.max_steps=2,4",  # 4 steps meet the simulated crash at step 3
             "hydra.sweep.dir=sweep",
@@ -723,7 +724,7 @@ def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert "Traceback" not in proc.stderr
     jobs = {p.name.split("_", 1)[0]: summary(p) for p in (tmp_path / "sweep").iterdir() if p.is_dir()}
     assert sorted(jobs) == ["0", "1", "2", "3"], "every job ran, each in a directory right below the sweep's"
-    assert all("data.paths=[small.txt]" in p.name for p in (tmp_path / "sweep").glob("*_*"))
+    assert all("data.paths=[small.jsonl]" in p.name for p in (tmp_path / "sweep").glob("*_*"))
     assert jobs["0"]["status"] == "completed"
     assert jobs["1"]["status"] == "failed" and "simulated crash at step 3" in jobs["1"]["reason"]
     assert jobs["1"]["step"] in (2, 3), "the failed job's summary says how far it got"

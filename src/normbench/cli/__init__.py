@@ -42,10 +42,11 @@ FLAGS_WITH_VALUE = (
 )
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
-USAGE = """usage: python -m normbench {train,report,list,export,sample,reproduce,coordcheck} ...
+USAGE = """usage: python -m normbench {train,prepare,report,list,export,sample,reproduce,coordcheck} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
+  prepare data=... [data.*]   a corpus' token shards, made before training (--help: the keys)
   report DIR [DIR ...]        tables and figures for every run below the DIRs (--help: flags)
   list [GROUP]                the options of each config group, with their papers
   export RUN_DIR OUT_DIR      the run's model as a directory Hugging Face transformers loads
@@ -242,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "train":
         return train_cli(rest)
+    if cmd == "prepare":
+        from normbench.cli.prepare import prepare_cli
+
+        return prepare_cli(rest)
     if cmd == "report":
         from normbench.report import main as report_main
 
@@ -262,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         from normbench.diag.coordcheck import main as coordcheck_main
 
         return coordcheck_main(rest)
-    return error(f"unknown command {cmd!r}; choose one of: train, report, list, export, sample, reproduce, coordcheck")
+    commands_ = "train, prepare, report, list, export, sample, reproduce, coordcheck"
+    return error(f"unknown command {cmd!r}; choose one of: {commands_}")
 
 
 def entry() -> None:

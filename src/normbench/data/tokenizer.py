@@ -1,8 +1,17 @@
-"""Tokenizers: ``byte`` (UTF-8 bytes), ``bpe`` (trained byte-level BPE) and ``gpt2``.
+"""Tokenizers: ``byte`` (UTF-8 bytes), ``bpe`` (trained byte-level BPE) and ``gpt2``; a tiktoken
+encoding or a Hugging Face tokenizer by name (``tiktoken:NAME``, ``hf:NAME_OR_PATH``) in
+:mod:`normbench.data.named_tokenizers`.
 
-Contract: docs/contract.md §6. Every tokenizer has ``.name``, ``.vocab_size``,
-``.encode(str) -> list[int]``, ``.decode(list[int]) -> str`` and
-``.encode_array(str) -> np.ndarray`` (the bulk path used to build the token cache).
+Contract: docs/contract.md §6. Every tokenizer has ``.name``, ``.vocab_size``, ``.eot_id``
+(the end-of-text id put between documents, or None), ``.encode(str) -> list[int]``,
+``.decode(list[int]) -> str`` and ``.encode_array(str) -> np.ndarray`` (the bulk path used to build
+the token cache).
+
+End of text: a corpus of many documents (``data=files``, ``hf``, ``shards``) puts ``eot_id`` before
+each document, as llm.c's ``fineweb.py`` does. ``gpt2`` has ``<|endoftext|>`` (50256); ``byte``
+reserves id 256 (vocab 257) and ``bpe`` a special token ``<|endoftext|>`` inside its vocabulary size,
+for such corpora only: the built-in single-stream corpora (``kjv``, ``synthetic``) keep vocab 256 and
+a BPE without it, so their ids, and the runs made on them, stay what they were.
 
 - ``byte`` is hand-written: it is just ``str.encode("utf-8")`` viewed as uint8 with
   ``np.frombuffer``, which needs no library and is the fastest CPU option.
@@ -37,9 +46,15 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 DEFAULT_BPE_VOCAB = 4096
 
 
+EOT_TEXT = "<|endoftext|>"
+BYTE_EOT = 256  # byte tokenizer of a multi-document corpus: the id after the 256 bytes
+DOCUMENT_CORPORA = ("files", "hf", "shards", "mix")  # data.name values whose text is many documents
+
+
 class Tokenizer(Protocol):
     name: str
     vocab_size: int
+    eot_id: int | None
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -48,16 +63,38 @@ class Tokenizer(Protocol):
     def encode_array(self, text: str) -> np.ndarray: ...
 
 
+def fixed_vocab(tokenizer: str, corpus: str) -> int | None:
+    """The vocabulary size that tokenizer ``tokenizer`` has on corpus ``corpus`` without loading
+    anything (None: ``bpe``'s is data.vocab_size, a named tokenizer's is known once it is loaded)."""
+    if tokenizer == "byte":
+        return 257 if corpus in DOCUMENT_CORPORA else 256
+    return GPT2_VOCAB_SIZE if tokenizer == "gpt2" else None
+
+
+def config_data_vocab(data) -> int:
+    """The tokenizer's vocabulary for the data section ``data`` (a named tokenizer is loaded for it)."""
+    tok, corpus = data.tokenizer, data.name
+    fixed = fixed_vocab(tok, corpus)
+    if fixed is not None:
+        return fixed
+    if tok.startswith(("tiktoken:", "hf:")):
+        return build_tokenizer(tok, None, None, Path(".")).vocab_size
+    return int(getattr(data, "vocab_size", None) or DEFAULT_BPE_VOCAB)
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """Smallest unsigned dtype used for cached ids (uint16 for vocab <= 65535)."""
     return np.dtype(np.uint16 if vocab_size <= 65535 else np.uint32)
 
 
 class ByteTokenizer:
-    """UTF-8 bytes as tokens (vocab 256)."""
+    """UTF-8 bytes as tokens (vocab 256; 257 with ``eot``: id 256 ends a document)."""
 
     name = "byte"
-    vocab_size = 256
+
+    def __init__(self, eot: bool = False):
+        self.eot_id = BYTE_EOT if eot else None
+        self.vocab_size = 257 if eot else 256
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -66,8 +103,9 @@ class ByteTokenizer:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
 
     def decode(self, ids) -> str:
-        # errors="replace": sampled ids need not form valid UTF-8
-        return bytes(np.asarray(ids, dtype=np.uint8).tolist()).decode("utf-8", errors="replace")
+        # errors="replace": sampled ids need not form valid UTF-8; the end-of-text id is no byte
+        ids = np.asarray(ids, dtype=np.int64)
+        return bytes(ids[ids < 256].astype(np.uint8).tolist()).decode("utf-8", errors="replace")
 
 
 class BpeTokenizer:
@@ -80,6 +118,7 @@ class BpeTokenizer:
         # The requested size: ids are always below it even if training learned fewer merges.
         self.vocab_size = vocab_size
         self.learned_size = tok.get_vocab_size()
+        self.eot_id = tok.token_to_id(EOT_TEXT)  # None for the built-in corpora's BPE (trained without it)
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text).ids
@@ -96,7 +135,7 @@ class Gpt2Tokenizer:
 
     name = "gpt2"
     vocab_size = GPT2_VOCAB_SIZE
-    eot_token = GPT2_EOT
+    eot_token = eot_id = GPT2_EOT
 
     def __init__(self):
         self._enc = _gpt2_encoding()
@@ -149,7 +188,7 @@ def _gpt2_encoding():
     return enc
 
 
-def _train_bpe(vocab_size: int, text: str):
+def _train_bpe(vocab_size: int, text, eot: bool):
     from tokenizers import Tokenizer as HfTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -160,9 +199,12 @@ def _train_bpe(vocab_size: int, text: str):
         vocab_size=vocab_size,
         # all 256 bytes up front, so text unseen in training still encodes losslessly
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[],
+        special_tokens=[EOT_TEXT] if eot else [],  # counted in vocab_size
         show_progress=False,
     )
+    if not isinstance(text, str):  # documents (an iterator): streamed into the trainer
+        tok.train_from_iterator(text, trainer=trainer)
+        return tok
     # Feed lines in batches rather than one 4 MB string; the ByteLevel regex never merges across lines.
     lines = text.splitlines(keepends=True)
     batches = ("".join(lines[i : i + 1000]) for i in range(0, len(lines), 1000))
@@ -170,14 +212,19 @@ def _train_bpe(vocab_size: int, text: str):
     return tok
 
 
-def build_tokenizer(name: str, vocab_size: int | None, train_text: str | None, cache_dir: Path) -> Tokenizer:
+def build_tokenizer(name: str, vocab_size: int | None, train_text, cache_dir: Path, *, eot: bool = False) -> Tokenizer:
     """Return the tokenizer ``name``; ``bpe`` is loaded from ``cache_dir/tokenizer.json`` or
-    trained on ``train_text`` and saved there."""
+    trained on ``train_text`` (a string, or an iterator of documents) and saved there. ``eot``: the
+    corpus is many documents, so ``byte`` and a new ``bpe`` reserve an end-of-text id."""
     if name == "byte":
-        return ByteTokenizer()
+        return ByteTokenizer(eot)
     if name == "gpt2":
         return Gpt2Tokenizer()
-    if name != "bpe":  # validation.check_data allows byte, gpt2 and bpe only
+    if name.startswith(("tiktoken:", "hf:")):
+        from normbench.data.named_tokenizers import named_tokenizer
+
+        return named_tokenizer(name)
+    if name != "bpe":  # validation.check_data allows byte, gpt2, bpe, tiktoken:NAME and hf:NAME only
         raise ValueError(f"unknown tokenizer {name!r}")
     from tokenizers import Tokenizer as HfTokenizer
 
@@ -187,7 +234,7 @@ def build_tokenizer(name: str, vocab_size: int | None, train_text: str | None, c
         return BpeTokenizer(HfTokenizer.from_file(str(path)), size)
     if not train_text:
         raise DataError(f"data.tokenizer=bpe: no tokenizer at {path} and no training text to train one")
-    tok = _train_bpe(size, train_text)
+    tok = _train_bpe(size, train_text, eot)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tokenizer.", suffix=".json")
     os.close(fd)

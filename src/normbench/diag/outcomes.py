@@ -62,7 +62,13 @@ def finite(x) -> bool:
 def unigram_entropy(tokens: np.ndarray) -> float:
     """Entropy (nats) of the token frequencies of ``tokens``: the cross-entropy on ``tokens`` of the
     best context-free predictor (the empirical unigram distribution itself)."""
-    counts = np.bincount(np.asarray(tokens, dtype=np.int64))
+    if not isinstance(tokens, np.ndarray):  # shards or a mixture (data/pipeline): their tokens, as stored
+        tokens = np.asarray(tokens)
+    counts = np.zeros(1, dtype=np.int64)
+    for i in range(0, len(tokens), 1 << 24):  # in chunks: a 100M-token shard is not copied to int64 at once
+        chunk = np.bincount(np.asarray(tokens[i : i + (1 << 24)], dtype=np.int64))
+        counts = np.pad(counts, (0, max(0, len(chunk) - len(counts))))
+        counts[: len(chunk)] += chunk
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
 

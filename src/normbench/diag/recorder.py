@@ -85,6 +85,8 @@ class Recorder:
             world_size=self.world,
             commit=code_commit(),  # the code that ran (run/provenance.py); the report's setup box shows it
         )
+        if hasattr(c.data.train, "describe"):  # data=mix: its sources, weights and tokens (data/pipeline/mix.py)
+            self.summary["data_mix"] = c.data.train.describe()
         self.summary.update({k: s.resumed_summary[k] for k in KEPT_ON_RESUME if k in s.resumed_summary})
         self.write_summary()
 

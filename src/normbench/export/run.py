@@ -88,9 +88,9 @@ def load_run(run_dir, warn: bool = True) -> Run:
 def run_tokenizer(cfg):
     """The run's normbench tokenizer (``bpe``: the trained one from the token cache, rebuilt if gone)."""
     from normbench.data.corpus import load_data
-    from normbench.data.tokenizer import build_tokenizer
+    from normbench.data.tokenizer import DOCUMENT_CORPORA, build_tokenizer
 
     name = cfg.data.tokenizer
-    if name in ("byte", "gpt2"):
-        return build_tokenizer(name, None, None, Path("."))
+    if name in ("byte", "gpt2") or name.startswith(("tiktoken:", "hf:")):
+        return build_tokenizer(name, None, None, Path("."), eot=cfg.data.name in DOCUMENT_CORPORA)
     return load_data(cfg.data, log=lambda *_: None).tokenizer

@@ -158,12 +158,15 @@ def _embeddings(r: Run) -> str | None:
 def _vocab(r: Run) -> str | None:
     """The embedding rows the model was built with: the tokenizer's vocabulary (or model.vocab_size), padded
     to a multiple of model.pad_vocab_to (normbench.model.padded_vocab)."""
-    from normbench.data.tokenizer import DEFAULT_BPE_VOCAB
+    from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, fixed_vocab
 
     tok, pad = setting(r, "data.tokenizer"), _int(setting(r, "model.pad_vocab_to"))
     if tok is None or pad is None:
         return None
-    data = {"byte": 256, "gpt2": 50257}.get(tok) or _int(setting(r, "data.vocab_size")) or DEFAULT_BPE_VOCAB
+    data = fixed_vocab(tok, setting(r, "data.name") or "kjv") or _int(setting(r, "data.vocab_size"))
+    if data is None and str(tok).startswith(("tiktoken:", "hf:")):
+        return f"{tok}'s"  # known once the tokenizer is loaded; the report does not load it
+    data = data or DEFAULT_BPE_VOCAB
     vocab = _int(setting(r, "model.vocab_size")) or data
     rows = pad * -(-vocab // pad)
     return f"{data:,} ({tok})" + (f", {rows:,} embedding rows (padded to a multiple of {pad})" if rows != data else "")

@@ -112,3 +112,37 @@ def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | Non
     seeds = max(1, claim.sweep(scale).seeds)  # a model's seeds share its compiled graph
     decision = decide(cfg, model, resolve_device(cfg), runs_per_graph=seeds)
     return Mode(decision.compile, decision.reason)
+
+
+CHINCHILLA = 20  # tokens per parameter the repetition check measures a scale=gpu corpus against
+FINEWEB_HINT = (
+    "python -m normbench prepare data=hf data.hf_path=HuggingFaceFW/fineweb-edu data.hf_config=sample-10BT "
+    "data.tokenizer=gpt2, then reproduce with the same data overrides"
+)
+
+
+def check_corpus(claim: Claim, scale: str, overrides=(), jobs=None) -> None:
+    """At ``scale=gpu``: refuse (one line) a corpus that 20 tokens per parameter of the baseline model would
+    pass over more than ``MAX_PASSES`` times (Muennighoff et al. 2023), naming how to prepare one. A length the
+    user gives (a smoke run's ``trainer.max_steps=100``) is theirs: the run's start-up line warns instead."""
+    from normbench.data.pipeline.prepared import train_tokens
+    from normbench.errors import ConfigError
+    from normbench.runtime import length
+
+    if scale != "gpu" or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
+        return
+    _, cfg = _baseline_job(claim, scale, overrides, jobs)
+    need = CHINCHILLA * length.length_params(cfg)
+    have, exact = train_tokens(cfg.data)
+    data = f"data={cfg.data.name}"
+    if have is None:
+        raise ConfigError(
+            f"reproduce {claim.id} scale=gpu: {data} is not prepared yet; prepare it first: {FINEWEB_HINT}"
+        )
+    if need / have > length.MAX_PASSES:
+        size = f"{have:,}" if exact else f"about {have:,}"
+        raise ConfigError(
+            f"reproduce {claim.id} scale=gpu: {data} holds {size} training tokens; {CHINCHILLA} tokens per parameter "
+            f"({need:,}) would pass over it {need / have:,.0f} times (> {length.MAX_PASSES}, Muennighoff et al. "
+            f"2023); prepare a larger corpus, e.g. FineWeb-edu's sample-10BT: {FINEWEB_HINT}"
+        )

@@ -179,8 +179,15 @@ def _pin_mode(plan: Plan, log) -> None:
         plan.mode = mode
 
 
+def _check_corpus(plan: Plan, log) -> None:
+    """scale=gpu refuses a corpus it would repeat more than 4 times (reproduce/length.py)."""
+    from normbench.reproduce.length import check_corpus
+
+    check_corpus(plan.claim, plan.scale, plan.users, jobs=plan.pairs)
+
+
 # The pins, in order: each reads the plan and rewrites it (the mode is decided on the pinned length).
-PINS = (_pin_length, _pin_mode)
+PINS = (_check_corpus, _pin_length, _pin_mode)
 
 
 def start(claim: Claim, scale: str, seeds: int | None, overrides, out: Path) -> Plan:

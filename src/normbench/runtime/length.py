@@ -32,12 +32,10 @@ COUNTED_KINDS = ("matrix", "embed", "head")
 
 def config_vocab(cfg: Any) -> int:
     """The (padded) vocabulary the run's model is built with, from the config alone (no data loaded)."""
-    from normbench.data.tokenizer import DEFAULT_BPE_VOCAB
+    from normbench.data.tokenizer import config_data_vocab
     from normbench.model import padded_vocab
 
-    tok = cfg.data.tokenizer
-    data_vocab = {"byte": 256, "gpt2": 50257}.get(tok) or getattr(cfg.data, "vocab_size", None) or DEFAULT_BPE_VOCAB
-    return padded_vocab(cfg, data_vocab)
+    return padded_vocab(cfg, config_data_vocab(cfg.data))
 
 
 def length_params(cfg: Any, vocab: int | None = None) -> int:
@@ -101,3 +99,20 @@ def describe(cfg: Any, steps: int, n: int | None = None) -> str:
 def check_ratio(ratio: float | None) -> None:
     if ratio is not None and not (isinstance(ratio, int | float) and math.isfinite(ratio) and ratio > 0):
         raise ConfigError(f"trainer.tokens_per_param={ratio} must be a positive number (e.g. 20, Chinchilla's)")
+
+
+# Muennighoff et al. 2023, "Scaling Data-Constrained Language Models" (arXiv:2305.16264): up to about 4
+# epochs of repeated data cost almost nothing against fresh data; beyond, returns fall off fast.
+MAX_PASSES = 4
+
+
+def passes(tokens: int, corpus_tokens: int) -> tuple[float, str | None]:
+    """(passes over the training split that ``tokens`` make, a warning past :data:`MAX_PASSES`)."""
+    n = tokens / max(corpus_tokens, 1)
+    if n <= MAX_PASSES:
+        return n, None
+    return n, (
+        f"the run passes {n:,.1f} times over the corpus' {corpus_tokens:,} training tokens: past {MAX_PASSES}, "
+        "repeated tokens are worth much less than fresh ones (Muennighoff et al. 2023); a larger corpus: "
+        "python -m normbench prepare (README, Data)"
+    )

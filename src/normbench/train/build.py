@@ -133,7 +133,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
     raw_model, model, n_params, init_std, flops_per_token, compiled = _build_model(cfg, vocab, device)
     n_length = length.count_matrices(raw_model)
     steps = length.run_steps(cfg, vocab, n_length)
-    log.info("%s", length.describe(cfg, steps, n_length))
+    _log_length(cfg, steps, n_length, len(data.train))
     if world > 1:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
@@ -164,6 +164,16 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         peak_flops=peak_flops(device, cfg.peak_flops),
         compiled=compiled,
     )
+
+
+def _log_length(cfg, steps: int, n_length: int, corpus_tokens: int) -> None:
+    """The start-up line of the run's length, with the passes over the training tokens it makes (a warning
+    past 4: runtime/length.passes)."""
+    t = cfg.trainer
+    n_passes, too_many = length.passes(steps * t.batch_size * t.grad_accum * cfg.model.seq_len, corpus_tokens)
+    log.info("%s; %.2f passes over the training tokens", length.describe(cfg, steps, n_length), n_passes)
+    if too_many:
+        log.warning("warning: %s", too_many)
 
 
 def _build_model(cfg, vocab: int, device: torch.device):
