@@ -15,6 +15,9 @@ that breaks every rule and assert that it is caught.
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import REPO
@@ -279,3 +282,12 @@ def test_the_size_check_catches_a_package_of_too_many_modules_or_lines(tmp_path)
         "model: 13 modules, 12 lines (36% of 33)",
         "report: 2 modules, 20 lines (61% of 33)",
     ]
+
+
+def test_no_noqa_silences_a_rule_the_project_does_not_check():
+    """A ``# noqa`` for a rule pyproject.toml does not select is dead: it tells the reader a check runs that
+    does not (ruff's RUF100, against the project's own rule set). The reason beside it belongs in a comment."""
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    args = ["check", "--extend-select", "RUF100", "--output-format", "concise", "src", "tests", "scripts"]
+    proc = subprocess.run([ruff, *args], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout

@@ -39,7 +39,7 @@ def prepare_cli(argv: list[str]) -> int:
         entry, manifest = prepare(cfg, log=lambda msg: print(f"normbench: {msg}", file=sys.stderr))
     except ConfigError as exc:
         return error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - Hydra's own composition errors: one line
+    except Exception as exc:  # Hydra's own composition errors: one line
         if type(exc).__module__.startswith(("hydra", "omegaconf")):
             return error(f"prepare: {str(exc).strip().splitlines()[0]}")
         raise

@@ -28,7 +28,7 @@ class TiktokenTokenizer:
             self._enc = tiktoken.get_encoding(encoding_name)
         except ValueError as e:  # an unknown name
             raise DataError(f"data.tokenizer=tiktoken:{encoding_name}: {e}") from None
-        except Exception as e:  # noqa: BLE001 - a download that failed (offline): many types
+        except Exception as e:  # a download that failed (offline): many types
             raise DataError(
                 f"data.tokenizer=tiktoken:{encoding_name} cannot be loaded ({type(e).__name__}); offline, set "
                 "TIKTOKEN_CACHE_DIR to a folder where tiktoken.get_encoding ran once with the network"
@@ -56,7 +56,7 @@ class HfTokenizer:
             self._tok = AutoTokenizer.from_pretrained(os.path.expanduser(name_or_path))
         except ImportError:
             raise DataError("data.tokenizer=hf:... needs the package `transformers`") from None
-        except Exception as e:  # noqa: BLE001 - hub/file errors of many types
+        except Exception as e:  # hub/file errors of many types
             raise DataError(
                 f"data.tokenizer=hf:{name_or_path} cannot be loaded ({type(e).__name__}: "
                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); give a local directory "

@@ -35,7 +35,7 @@ def _file_step(path: Path) -> float:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             step = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("step")
-    except Exception:  # noqa: BLE001 - refused by the load that follows, in one line
+    except Exception:  # refused by the load that follows, in one line
         return float("inf")
     return step if type(step) is int else float("inf")
 

@@ -176,7 +176,7 @@ def verify(path: Path) -> None:
         ends: dict[str, int] = {}
         for info in storage.values():
             ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
-    except Exception as exc:  # noqa: BLE001 - truncated, corrupt or foreign index: refused the same way
+    except Exception as exc:  # truncated, corrupt or foreign index: refused the same way
         raise ConfigError(f"checkpoint {path} was refused: its {METADATA} {_why(exc)}; {ckpt.RESTORE}") from None
     for name, end in sorted(ends.items()):
         shard = Path(path) / name
@@ -197,7 +197,7 @@ def _load(state: dict, path: Path) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             dcp.load(state, storage_reader=SafeReader(path))
-    except Exception as exc:  # noqa: BLE001 - DCP wraps every rank's failure: one line, naming the checkpoint
+    except Exception as exc:  # DCP wraps every rank's failure: one line, naming the checkpoint
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
         why = next((ln for ln in lines if "Missing key" in ln or "Size mismatch" in ln or "size" in ln), lines[-1])
         raise ConfigError(f"checkpoint {path} does not fit this model ({why[:200]})") from None
@@ -225,6 +225,6 @@ def load_full(path: Path) -> dict:
     state: dict = {}
     try:  # torch's own dcp_to_torch_save reads this way: dcp.load would fill a copy of an empty dict
         _load_state_dict(state, storage_reader=SafeReader(path), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
-    except Exception as exc:  # noqa: BLE001 - a shard that does not read: one line, naming the checkpoint
+    except Exception as exc:  # a shard that does not read: one line, naming the checkpoint
         raise ConfigError(f"checkpoint {path} was refused: {_why(exc)}; {ckpt.RESTORE}") from None
     return {**extra, "model": state.get("model", {}), "optimizer": state.get("optimizer", {})}

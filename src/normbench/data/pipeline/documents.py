@@ -110,7 +110,7 @@ def _rows(path: Path, field: str) -> Iterator[str]:
             yield text
     except DataError:
         raise
-    except Exception as e:  # noqa: BLE001 - datasets/pyarrow raise many types for a bad file
+    except Exception as e:  # datasets/pyarrow raise many types for a bad file
         raise DataError(f"data.paths: {path} cannot be read as {builder} ({_first_line(e)})") from None
 
 
@@ -153,7 +153,7 @@ def hf_dataset(cfg: Any, split: str):
         return datasets.load_dataset(str(local) if local else path, conf, split=split, streaming=streaming)
     except DataError:
         raise
-    except Exception as e:  # noqa: BLE001 - datasets raises many types; each becomes one line
+    except Exception as e:  # datasets raises many types; each becomes one line
         raise _hf_error(e, path, local, conf, split) from None
 
 
@@ -173,7 +173,7 @@ def hf_documents(ds, path: str, field: str) -> Iterator[str]:
         raise
     except KeyError:
         raise DataError(f"data.hf_text_field={field!r} is not a column of {path!r}") from None
-    except Exception as e:  # noqa: BLE001 - a stream that breaks (network) is one line
+    except Exception as e:  # a stream that breaks (network) is one line
         raise DataError(f"data.hf_path={path!r}: reading it failed ({_first_line(e)}); run again to resume") from None
 
 
