@@ -31,6 +31,7 @@ FREE_KEYS = (
     "trainer.activation_checkpointing",  # recomputed activations: the same numbers (dropout's RNG replayed)
     "trainer.save_at",  # which checkpoints are kept as copies: the duration ladder's branch points
     "data.cache_dir",
+    "data.workers",  # how many processes tokenize: the shards do not depend on it
     "device",
     "diag.every",
     "parallel",  # how, not what: checkpoints are full state dicts, resumable under any world size
@@ -80,6 +81,16 @@ _ADDED_KEYS: dict[str, object] = {
     "optim.lr_ref": 6.0e-4,  # config/lr_rule.py: read only under optim.lr=auto, which no older run had
     "optim.lr_ref_width": 768,
     "attn_fp32": False,  # model/attention.sdpa: runs before it ran the attention kernel in the autocast dtype
+    # data/pipeline (documents with end-of-text, held-out documents): the built-in corpora are as they were;
+    # an older data=files/hf run's tokens are not (the vocab grew by the end-of-text id: its checkpoint is
+    # refused in one line as not fitting the model)
+    "data.val_paths": [],
+    "data.hf_val_split": None,
+    "data.hf_streaming": False,
+    "data.shard_tokens": 100_000_000,
+    "data.train": None,
+    "data.val": None,
+    "data.mix": [],
 }
 
 
