@@ -47,12 +47,14 @@ def budget(out: str) -> tuple[dict[str, tuple[int, str]], int]:
 
 
 def test_dry_run_plans_all_17_archs_within_the_budget_one_gpu():
-    proc = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "1", "OUT": "/nonexistent/gpu_check"})
+    # 10 minutes: since issue 51 each run's estimate counts its final checkpoint's write (20 s of start-up, not 15),
+    # and the default 8 minutes leave the last arch or two to the measured times (or a second try)
+    proc = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "1", "OUT": "/nonexistent/gpu_check", "BUDGET_S": "600"})
     assert proc.returncode == 0, proc.stderr
     rows, steps = budget(proc.stdout)
     assert set(ARCHS) <= set(rows) and len(ARCHS) == 17
-    assert all(mark == "fits" and total <= 480 for total, mark in rows.values()), rows
-    assert re.search(r"budget plan: \d+ s for 19 runs, fits \(BUDGET_S=480 s\)", proc.stdout)
+    assert all(mark == "fits" and total <= 600 for total, mark in rows.values()), rows
+    assert re.search(r"budget plan: \d+ s for 19 runs, fits \(BUDGET_S=600 s\)", proc.stdout)
     # 15 <= steps < 50: the estimate asked for fewer steps than STEPS, and no fewer than MIN_STEPS
     assert 15 <= steps < 50
     planned = dict(re.findall(r"^gpu_check: \[(\w+)\] would run: (.*)$", proc.stdout, re.M))
@@ -72,7 +74,7 @@ def test_dry_run_on_a_node_with_nothing_installed_shows_its_plan(tmp_path):
     wheels.mkdir()
     node = stub(tmp_path / "python3", "exit 1")  # imports nothing
     env = {"VENV": str(tmp_path / "no-venv"), "NODE_PYTHON": str(node), "INDEX_URL": "http://127.0.0.1:9/simple/",
-           "WHEELS": str(wheels), "DRY_RUN": "1", "DRY_RUN_GPUS": "1", "PYTHON": ""}  # fmt: skip
+           "WHEELS": str(wheels), "DRY_RUN": "1", "DRY_RUN_GPUS": "1", "PYTHON": "", "BUDGET_S": "600"}  # fmt: skip
     proc = gpu_check(env)
     assert proc.returncode == 0, proc.stderr
     assert f"would run: make install-offline WHEELS={wheels} PY={node} VENV={tmp_path}/no-venv" in proc.stdout

@@ -1,4 +1,5 @@
-"""The run spec (config/spec.py): ``optim.lr=auto`` resolved once, in config/, and read from there."""
+"""The run spec (config/spec.py): ``optim.lr=auto``, ``precision=auto`` and ``compile=auto`` resolved once, in
+config/, and read from there."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
+from normbench.config import spec as spec_module
 from normbench.config.spec import RunSpec, spec_of
 from normbench.errors import ConfigError
+from normbench.runtime import compiling, precision
+from normbench.train.build import resolve_device
 from normbench.validation import prepare
 
 from conftest import compose
@@ -22,7 +27,15 @@ ALLOWED = {"config/lr_rule.py", "config/spec.py", "validation.py", "run/resume.p
 
 def test_prepare_resolves_auto_once_into_a_frozen_spec():
     cfg, _ = prepare(compose(["model=tiny", "optim.lr=auto"]))
-    assert cfg.spec == RunSpec(lr=7.2e-3, lr_source="optim.lr=auto (0.0006 x 768/64)", matrix_lr=7.2e-3)
+    assert cfg.spec == RunSpec(
+        lr=7.2e-3,
+        lr_source="optim.lr=auto (0.0006 x 768/64)",
+        matrix_lr=7.2e-3,
+        precision="fp32",  # precision=auto on CPU
+        precision_source="precision=auto: fp32 on CPU",
+        compile=False,  # compile=auto on CPU: eager, whatever the length
+        compile_source=spec_module.resolve_compile(compose(["model=tiny"]), on_cuda=False, estimate=None)[1],
+    )
     assert cfg.optim.lr == "auto"  # the request stays as written (the run's config, its resume check)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.spec.lr = 1.0
@@ -50,3 +63,78 @@ def test_no_module_outside_config_and_validation_resolves_the_lr():
                 found.append(f"{rel}:{i}: {line.strip()}")
     assert not found, "\n".join(found)
     assert RESOLVERS.search("    lr = lr_rule.resolve(cfg.optim, cfg.model)")  # the pattern catches the old form
+
+
+# ------------------------------------------------------------------ precision=auto, compile=auto (issue 51)
+def test_the_defaults_are_auto_and_resolve_to_todays_cpu_run():
+    """conf/config.yaml asks for the fast form (``train --cfg job`` shows ``auto``); on CPU it is today's: fp32,
+    eager, even for a run long enough that the estimate would compile it."""
+    cfg = compose(["model=tiny", "trainer.max_steps=10000000"])
+    assert (cfg.precision, cfg.compile) == ("auto", "auto")
+    spec = prepare(cfg)[0].spec
+    assert (spec.precision, spec.compile) == ("fp32", False)
+
+
+def gpu(monkeypatch, bf16: bool) -> None:
+    """This machine as one CUDA GPU (with or without bf16) to the resolver; nothing runs on it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Old GPU")
+
+
+def test_on_a_gpu_auto_is_bf16_and_compiles_a_run_that_repays_it(monkeypatch):
+    gpu(monkeypatch, bf16=True)
+    peak = "peak_flops=1e14"  # given: the estimate reads no device property
+    long, _ = prepare(compose(["model=tiny", peak, "trainer.max_steps=10000000"]))
+    assert (long.spec.precision, long.spec.compile) == ("bf16", True)
+    assert long.spec.compile_source.startswith("compile=auto: 10000000 steps x ")
+    assert precision.autocast_dtype(long) is torch.bfloat16  # readers take the resolved value
+    short, _ = prepare(compose(["model=tiny", peak, "trainer.max_steps=10"]))
+    assert short.spec.compile is False and short.spec.compile_source.endswith(": eager")
+    pinned, _ = prepare(compose(["model=tiny", peak, "precision=fp32", "compile=false"]))
+    assert (pinned.spec.precision, pinned.spec.compile) == ("fp32", False)  # as given: reproduce's pins
+    gpu(monkeypatch, bf16=False)
+    assert prepare(compose(["model=tiny", peak]))[0].spec.precision == "fp32"  # an old GPU: fp32 (with TF32)
+
+
+def test_the_compile_estimate_is_the_reproduce_rule(monkeypatch):
+    """The run's compile=auto on a GPU is runtime/compiling.decide, the rule reproduce pins claims with."""
+    gpu(monkeypatch, bf16=True)
+    cfg = prepare(compose(["model=tiny", "peak_flops=1e14", "trainer.max_steps=300000"]))[0]
+    assert compiling.estimate_for_run(cfg) == (cfg.spec.compile, cfg.spec.compile_source)
+    assert spec_module.resolve_compile(cfg, on_cuda=False, estimate=None)[0] is False
+
+
+def test_a_precision_the_device_lacks_is_one_line(monkeypatch):
+    with pytest.raises(ConfigError, match=r"^precision=fp16 needs a CUDA GPU \(GradScaler\); on CPU use precision"):
+        resolve_device(prepare(compose(["model=tiny", "device=cpu", "precision=fp16"]))[0])
+    gpu(monkeypatch, bf16=False)
+    with pytest.raises(ConfigError, match=r"^precision=bf16: this GPU \(Old GPU\) has no bf16 arithmetic; use "):
+        precision.check_device("bf16", torch.device("cuda", 0))
+    precision.check_device("bf16", torch.device("cpu"))  # bf16 on CPU: allowed (the claims' CPU mode)
+
+
+def test_no_module_reads_the_precision_request_but_the_resolver():
+    """``cfg.precision`` is a request (auto); readers take ``spec_of(cfg).precision``. Read as written only by the
+    resolver, the validation of its name and the sweep's pre-check of what this machine cannot run."""
+    allowed = {"config/spec.py", "validation.py", "cli/overrides.py"}
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if rel not in allowed and re.search(r"\bcfg\.precision\b", line):
+                found.append(f"{rel}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_runs_of_the_old_defaults_resume_and_keep_their_store_address():
+    """Runs made when the defaults were fp32 and eager: on CPU, ``auto`` resolves to them, so such a run resumes
+    under the new defaults and reproduce's store serves it to the same job (run/resume.py, reproduce/store.py)."""
+    from normbench.reproduce.store import address
+    from normbench.run.resume import config_diff
+
+    assert config_diff({"precision": "fp32", "device": "auto"}, {"precision": "auto", "device": "auto"}) == []
+    assert config_diff({"precision": "bf16"}, {"precision": "auto"}) == ["precision"]  # auto is fp32 here
+    old = compose(["model=tiny", "precision=fp32", "compile=false"])
+    assert address(compose(["model=tiny"]), 0) == address(old, 0)

@@ -43,8 +43,8 @@ from normbench.config.spec import run_spec
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
 from normbench.model import mup, stabilizers
+from normbench.runtime import compiling, length
 from normbench.runtime import distributed as dist_utils
-from normbench.runtime import length
 
 
 def archs() -> tuple[str, ...]:
@@ -241,7 +241,7 @@ def prepare(cfg: Any) -> tuple[Config, list[str]]:
             cfg = OmegaConf.merge(OmegaConf.structured(schema_node()), cfg)  # a plain mapping: the schema first
         cfg = OmegaConf.to_object(cfg)
     notes = validate(cfg)
-    cfg.spec = run_spec(cfg)  # after validate: the arch's recipe may set keys the spec reads
+    cfg.spec = run_spec(cfg, compiling.estimate_for_run)  # after validate: the arch's recipe may set keys it reads
     return cfg, notes
 
 

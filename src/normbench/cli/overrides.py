@@ -151,7 +151,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
                 raise ConfigError(_explain(exc, bad, base_keys, base_cfg)) from None
             _reject_nan(cfg)
             cfg = to_config(cfg)  # the same typed config and one validation pass the trainer gets
-            if cfg.device == "cuda" or cfg.precision == "fp16":
+            if cfg.device == "cuda" or cfg.precision in ("fp16", "bf16"):  # what this machine cannot run
                 from normbench.train.build import resolve_device
 
                 resolve_device(cfg)

@@ -77,7 +77,7 @@ class Recorder:
             optim=cfg.optim.name,
             seed=cfg.seed,
             device=c.device.type,
-            precision=cfg.precision,
+            precision=spec.precision,  # precision=auto resolved (config/spec.py)
             attn_fp32=attn_fp32_active(cfg),  # the SDPA kernel in fp32 under autocast
             compiled=c.compiled,
             max_steps=c.max_steps,

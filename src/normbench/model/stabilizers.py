@@ -111,15 +111,17 @@ class QKClip:
         return cls(model, cfg.optim.qk_clip_tau) if cfg.optim.qk_clip else None
 
     @torch.no_grad()
-    def step(self, apply: bool = True) -> torch.Tensor:
+    def step(self, apply: bool | torch.Tensor = True) -> torch.Tensor:
         """After an optimizer step: all-reduce the step's per-head max logits, rescale the heads
-        above tau (unless ``apply`` is False: a skipped step), reset. Returns the (L, H) maxima."""
+        above tau (unless ``apply`` is false: a skipped step; a 0-dim bool tensor where only the device
+        knows, so nothing waits for it: a head it holds back is multiplied by exactly 1), reset. Returns the
+        (L, H) maxima."""
         s = torch.stack([m.logit_max for m in self.attns])
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(s, op=dist.ReduceOp.MAX)
         over = s > self.tau  # NaN and -inf (no training forward) never count
-        if apply:
-            gamma = torch.where(over, self.tau / s, torch.ones_like(s)).sqrt()
+        if apply is not False:
+            gamma = torch.where(over & apply, self.tau / s, torch.ones_like(s)).sqrt()
             for m, g in zip(self.attns, gamma):
                 _scale_qk_rows(m, g)
         for m in self.attns:

@@ -151,9 +151,11 @@ def cpu_rate() -> float:
 def form_speedup(cfg) -> float:
     """:data:`FORM_SPEEDUP` of ``cfg``'s execution form on this kind of CPU (``compile=auto`` not yet pinned counts
     as eager)."""
+    from normbench.config.spec import spec_of
     from normbench.runtime.precision import attn_fp32_active, cpu_native_bf16
 
-    return FORM_SPEEDUP[cpu_native_bf16()].get((cfg.compile is True, str(cfg.precision), attn_fp32_active(cfg)), 1.0)
+    form = (cfg.compile is True, spec_of(cfg).precision, attn_fp32_active(cfg))  # precision=auto as resolved here
+    return FORM_SPEEDUP[cpu_native_bf16()].get(form, 1.0)
 
 
 def calibration_note(where: str) -> str:

@@ -16,7 +16,9 @@ The execution mode is pinned the same way (:func:`pin_compile`): ``compile=auto`
 model's FLOPs and the run's length (runtime/compiling.py), so two sides could land in different modes
 (nGPT's step is costlier than Pre-LN's). Where a job would get ``compile=auto``, it is decided once,
 against the baseline job, and every job gets that ``compile=true|false``: a comparison never sets
-compiled losses against eager ones.
+compiled losses against eager ones. A claim's (or the user's) ``compile=auto`` is decided by the estimate on
+either device; the config's default ``auto``, where nothing gives ``compile``, only on a GPU (on CPU every
+job resolves it alike, to eager: config/spec.py, and nothing is pinned).
 """
 
 from __future__ import annotations
@@ -72,13 +74,16 @@ def _baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict,
     return values, next(c for v, c in jobs if v == values)
 
 
-def _asks_auto(claim: Claim, scale: str, overrides) -> bool:
-    """Whether some job would get ``compile=auto``, read from the overrides (the config's default is false):
-    the last ``compile=`` of the claim's fixed ones and the user's, or a swept value. Composing every job to
-    find out would cost seconds on the LR-grid claims, on every ``reproduce``."""
+def _asks_auto(claim: Claim, scale: str, overrides) -> str | None:
+    """``given`` where some job gets ``compile=auto`` from the claim's fixed overrides or the user's (the last
+    ``compile=`` of them, or a swept value), ``default`` where none gives ``compile`` (conf/config.yaml's
+    default, auto), None where it is given as true/false. Read from the overrides: composing every job to find
+    out would cost seconds on the LR-grid claims, on every ``reproduce``."""
     given = [o.split("=", 1)[1] for o in claim.settings(scale, overrides) if override_key(o) == "compile"]
     swept = [v for grid in claim.grids(scale, overrides) for v in grid.get("compile", [])]
-    return "auto" in [*given[-1:], *swept]
+    if "auto" in [*given[-1:], *swept]:
+        return "given"
+    return None if given or swept else "default"
 
 
 @dataclass(frozen=True)
@@ -103,10 +108,13 @@ def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | Non
     from normbench.runtime.compiling import decide
     from normbench.train.build import resolve_device
 
-    if not _asks_auto(claim, scale, overrides):
-        return None
+    asked = _asks_auto(claim, scale, overrides)
+    if asked is None or (asked == "default" and not torch.cuda.is_available()):
+        return None  # the default on CPU: every job resolves it alike, eager (config/spec.resolve_compile)
     jobs = jobs if jobs is not None else compose_jobs(claim, scale, overrides)
     _, cfg = _baseline_job(claim, scale, overrides, jobs)
+    if asked == "default" and resolve_device(cfg).type != "cuda":
+        return None
     with torch.device("meta"):
         model = build_model(cfg, length.config_vocab(cfg))
     seeds = max(1, claim.sweep(scale).seeds)  # a model's seeds share its compiled graph

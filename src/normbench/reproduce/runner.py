@@ -24,6 +24,7 @@ from normbench.claims import benchmark
 from normbench.claims.measure import FINISHED, judge_claim
 from normbench.claims.registry import Claim, cpu_mode_name
 from normbench.claims.skip_eval import read_skip, skip_losses
+from normbench.config.spec import spec_of
 from normbench.errors import ConfigError
 from normbench.reproduce import dryrun, store
 from normbench.reproduce.plan import Plan, build, layout, threads_env
@@ -159,10 +160,11 @@ def _mode(p: Plan) -> dict:
     pinned compile) and the CPU it was chosen for: ``cpu_mode`` is what scale cpu picks on a CPU with or without
     native bf16 (claims/registry.cpu_mode), ``native_bf16`` what this machine has."""
     cfg = p.jobs[0].cfg
+    spec = spec_of(cfg)  # precision=auto and an unpinned compile=auto as a run resolves them (config/spec.py)
     return {
-        "precision": str(cfg.precision),
+        "precision": spec.precision,
         "attn_fp32": bool(cfg.attn_fp32),
-        "compile": cfg.compile,
+        "compile": spec.compile,
         "cpu_mode": cpu_mode_name() if p.scale == "cpu" else None,
         "native_bf16": cpu_native_bf16(),
     }

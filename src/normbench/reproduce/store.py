@@ -62,10 +62,12 @@ def timed(claim) -> bool:
 def address(cfg, seed, measured: bool = True) -> str:
     """The content address of one run: the composed ``cfg`` with ``seed``, the trajectory-free keys left out
     (the measured ones kept; ``measured=False``: left out too, the address of the trajectory alone)."""
+    from normbench.config.spec import spec_of
     from normbench.run.resume import flat_config
 
     flat = flat_config(cfg)
-    flat["seed"] = int(seed)
+    spec = spec_of(cfg)  # precision=auto and compile=auto as resolved: a run of today's default keeps its address
+    flat.update(seed=int(seed), precision=spec.precision, compile=spec.compile)
     kept = {k: v for k, v in flat.items() if not _under(k, TRAJECTORY_FREE) or (measured and k in MEASURED)}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -8,6 +8,7 @@ other key only when ``trainer.resume_allow_changed`` names it.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from normbench.config.norm_keys import old_run_values
 from normbench.config.recipes import recipe_values
@@ -110,9 +111,11 @@ def _canonical(flat: dict) -> dict:
     ``norm.width_init`` as the ``model.init_std`` it computed (config.upgrade_legacy); ``model.init_std:
     auto`` and ``optim.lr: auto`` as the numbers they resolve to, so an old run made at those numbers
     resumes under ``auto``; the values the arch forces (config/recipes.py: nGPT's warmup and weight decay),
-    which a checkpoint made before they were applied to the config still holds as given."""
+    which a checkpoint made before they were applied to the config still holds as given; ``precision: auto`` as
+    the precision it resolves to here (fp32 on CPU: the runs made before it was the default resume under it)."""
     from normbench.config.lr_rule import flat_resolved
     from normbench.config.schema import init_std_of, qk_norm_mode, upgrade_legacy
+    from normbench.config.spec import device_type, resolve_precision
 
     out = upgrade_legacy(flat)
     out.update({k: v for k, v in recipe_values(out.get("arch.name")).items() if k in out})
@@ -122,6 +125,9 @@ def _canonical(flat: dict) -> dict:
         out["arch.qk_norm"] = qk_norm_mode(out["arch.qk_norm"])
     if "optim.lr" in out:
         out["optim.lr"] = flat_resolved(out)
+    if out.get("precision") == "auto":  # the default since issue 51: as this machine resolves it (config/spec.py)
+        on_cuda = device_type(SimpleNamespace(device=out.get("device", "auto"))) == "cuda"
+        out["precision"] = resolve_precision("auto", on_cuda)[0]
     return out
 
 

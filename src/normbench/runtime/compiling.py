@@ -29,9 +29,11 @@ that row can be replaced by measurements. Without a C++ compiler (inductor's CPU
 ``compile=auto`` stays eager.
 
 The rule is an estimate, logged with its numbers at start-up; ``compile=true`` and
-``compile=false`` bypass it. The default stays ``false``: a compiled run's losses agree with
-eager mode to ~1e-3 relative, not bit for bit, and a default that changed with the run's
-length would make short and long runs differ in that way.
+``compile=false`` bypass it. A run's ``compile=auto`` (the default) applies it on CUDA only and stays
+eager on CPU (config/spec.resolve_compile): a compiled run's losses agree with eager mode to ~1e-3
+relative, not bit for bit, and a CPU default that changed with the run's length would make short and
+long runs differ in that way. ``reproduce`` applies it on either device, once per claim
+(reproduce/length.pin_compile), and hands every job the same ``compile=true|false``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ from dataclasses import dataclass
 
 import torch
 
+from normbench.model import build_model
 from normbench.runtime import length
+from normbench.runtime.distributed import local_rank
 from normbench.runtime.flops import model_flops_per_token, peak_flops
 
 CHOICES = (True, False, "auto")
@@ -97,6 +101,15 @@ def has_cpp_compiler() -> bool:
 class Decision:
     compile: bool
     reason: str
+
+
+def estimate_for_run(cfg) -> tuple[bool, str]:
+    """``compile=auto`` of a run on CUDA (config/spec.resolve_compile): :func:`decide` on its model, built on the
+    meta device (shapes only: its FLOPs and weight matrices), and this process's GPU."""
+    with torch.device("meta"):
+        model = build_model(cfg, length.config_vocab(cfg))
+    decision = decide(cfg, model, torch.device("cuda", local_rank() % max(1, torch.cuda.device_count())))
+    return decision.compile, decision.reason
 
 
 def decide(cfg, model: torch.nn.Module, device: torch.device, runs_per_graph: int = 1) -> Decision:

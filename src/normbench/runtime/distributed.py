@@ -7,8 +7,9 @@ Only what the trainer needs, with torch's own pieces (torchtitan / nanoGPT):
   FSDP2 (``torch.distributed.fsdp.fully_shard`` on every block, then on the root; under bf16 a
   ``MixedPrecisionPolicy`` of bf16 parameters and fp32 reductions, as torchtitan's ``parallelize``);
   ``trainer.activation_checkpointing`` recomputes each block in backward (any ``parallel``).
-  ``compile=true`` is applied here too: the whole model before DDP (nanoGPT), each block
-  in place before ``fully_shard`` under FSDP (torchtitan), so parameter names never change.
+  ``compile`` (as the run spec resolved it: config/spec.py) is applied here too: the whole model before
+  DDP (nanoGPT), each block in place before ``fully_shard`` under FSDP (torchtitan), so parameter names
+  never change.
 - :func:`maybe_no_sync`: gradient sync only on the last micro-step (DDP ``no_sync``,
   FSDP2 ``set_requires_gradient_sync``). Both average gradients over ranks.
 - :func:`clip_grad_norm_`: the total norm over all shards (an FSDP2 gradient is a
@@ -37,6 +38,8 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+from normbench.config.spec import spec_of
 
 
 def rank() -> int:
@@ -121,12 +124,7 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
         log(f"note: parallel={cfg.parallel} ignored in a single process (launch with torchrun --nproc_per_node=N)")
     if mode != "none" and cfg.parallel == "none":
         log(f"note: WORLD_SIZE={world_size()} with parallel=none: using DDP")
-    from normbench.runtime.compiling import decide
-
-    decision = decide(cfg, model, device)
-    if cfg.compile == "auto":
-        log(decision.reason)
-    use_compile = decision.compile
+    use_compile = spec_of(cfg).compile  # compile=auto resolved once (config/spec.py), logged at start-up
     if cfg.trainer.activation_checkpointing:
         checkpoint_activations(model)
     if use_compile:
@@ -270,6 +268,17 @@ def clip_grad_norm_(params: Iterable[torch.Tensor], max_norm: float) -> torch.Te
     if math.isfinite(max_norm):
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
     return total
+
+
+@torch.no_grad()
+def zero_grads_unless(params: Iterable[torch.Tensor], ok: torch.Tensor) -> None:
+    """Zero every gradient in place where the 0-dim bool ``ok`` is false, without reading it on the host (a
+    step's non-finite check: trainer.skip_nonfinite). Where it is true nothing is written: the step stays exact.
+    FSDP2 gradients are DTensors: their local shards are filled."""
+    bad = ~ok
+    for p in params:
+        if p.grad is not None:
+            (p.grad.to_local() if is_dtensor(p.grad) else p.grad).masked_fill_(bad, 0.0)
 
 
 # ------------------------------------------------------------------ checkpoints

@@ -44,6 +44,7 @@ import torch
 
 from normbench.config.arch_traits import arch_traits
 from normbench.config.schema import qk_norm_mode
+from normbench.config.spec import spec_of
 from normbench.errors import ConfigError
 
 GB = 1024**3
@@ -128,7 +129,7 @@ def estimate(cfg, vocab: int, device_type: str = "cpu", world: int = 1) -> Estim
     states = 4 * (2 * params + _optimizer_values(cfg, shapes)) / shard
     if cfg.parallel == "ddp" and world > 1:
         states += 4 * params  # DDP's gradient buckets
-    act_bytes = 4.0 if cfg.precision == "fp32" else 2.5
+    act_bytes = 4.0 if spec_of(cfg).precision == "fp32" else 2.5  # precision=auto resolved (config/spec.py)
     tokens = t.batch_size * m.seq_len  # one micro-batch: gradient accumulation runs them one at a time
     activations = act_bytes * tokens * ((m.n_layer + _BACKWARD_LAYERS) * _per_token(cfg) + 2 * m.d_model)
     heads = m.n_head

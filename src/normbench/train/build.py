@@ -29,9 +29,8 @@ from normbench.model.stabilizers import QKClip
 from normbench.optim.optimizers import build_optimizer
 from normbench.run.rundir import RunDir
 from normbench.runtime import distributed as dist_utils
-from normbench.runtime import length, memory
+from normbench.runtime import length, memory, precision
 from normbench.runtime.flops import model_flops_per_token, peak_flops
-from normbench.runtime.precision import autocast_dtype
 from normbench.validation import validate
 
 log = logging.getLogger("normbench")
@@ -65,9 +64,17 @@ def resolve_device(cfg) -> torch.device:
         device = torch.device("cpu")
     else:
         device = torch.device("cuda", dist_utils.local_rank() % torch.cuda.device_count())  # 1 GPU/task: cuda:0
-    if cfg.precision == "fp16" and device.type == "cpu":
-        raise ConfigError("precision=fp16 needs a CUDA GPU (GradScaler); on CPU use precision=fp32 or bf16")
+    precision.check_device(spec_of(cfg).precision, device)  # bf16 on a GPU without it, fp16 on CPU: one line
     return device
+
+
+def _log_execution(cfg, device: torch.device) -> None:
+    """The start-up lines of the run's execution form, as the spec resolved it (config/spec.py); TF32 on CUDA."""
+    spec = spec_of(cfg)
+    log.info("precision: %s (%s)", precision.precision_name(cfg), spec.precision_source)
+    log.info("compile: %s (%s)", str(spec.compile).lower(), spec.compile_source)
+    if device.type == "cuda":
+        precision.enable_tf32()  # what stays fp32 (all of an fp32 run, the norms' statistics) multiplies in TF32
 
 
 def plain(node) -> SimpleNamespace:
@@ -75,9 +82,9 @@ def plain(node) -> SimpleNamespace:
     return SimpleNamespace(**as_dict(node))
 
 
-def make_scaler(device: torch.device, precision: str):
+def make_scaler(device: torch.device, name: str):
     """fp16's loss scaler (on CUDA; the config refuses fp16 elsewhere)."""
-    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    return torch.amp.GradScaler(device.type) if name == "fp16" else None
 
 
 @dataclass
@@ -113,6 +120,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         notes = validate(cfg)
     t, T = cfg.trainer, cfg.model.seq_len
     device = resolve_device(cfg)
+    _log_execution(cfg, device)
     if t.grad_accum % world:
         raise ConfigError(
             f"trainer.grad_accum={t.grad_accum} must be a multiple of the world size ({world}) "
@@ -138,7 +146,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
     log.info("%s", lr_rule.describe(optimizer.kind_lrs, spec_of(cfg).lr_source))  # beside the init and the length
-    dtype = autocast_dtype(cfg)
+    dtype = precision.autocast_dtype(cfg)
     batches, val_batches, diag = _batches_and_diagnostics(cfg, data, raw_model, device)
     return Components(
         device=device,
@@ -148,7 +156,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         model=model,
         optimizer=optimizer,
         qk_clip=QKClip.from_config(cfg, raw_model),  # None unless optim.qk_clip=true
-        scaler=make_scaler(device, cfg.precision),
+        scaler=make_scaler(device, spec_of(cfg).precision),
         autocast=(lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext,
         batches=batches,
         val_batches=val_batches,
@@ -195,7 +203,8 @@ def _batches_and_diagnostics(cfg, data, raw_model, device: torch.device):
     """The training stream, the fixed validation windows and the diagnostics on their fixed batch."""
     t, T = cfg.trainer, cfg.model.seq_len
     batches = Batches(data.train, t.batch_size, T, cfg.seed, device)
-    val_batches = fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=VAL_SEED)
+    # on the device once (a few MB): no evaluation copies or waits for them; on CPU the same tensors
+    val_batches = [b.to(device) for b in fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=VAL_SEED)]
     diag = Diagnostics(cfg.diag, raw_model, fixed_batches(data.val, 1, cfg.diag.batch, T, DIAG_SEED)[0])
     if diag.enabled and dist_utils.effective_parallel(cfg) == "fsdp":
         log.info("note: diagnostics are off under parallel=fsdp (they read sharded parameters); use parallel=ddp")

@@ -94,28 +94,40 @@ class DiagSchedule:
 
 
 class LossWatch:
-    """Per-step losses on the device until :meth:`drain`; divergence and spike bookkeeping over them.
+    """Per-step losses and skip flags on the device until :meth:`drain`; divergence and spike bookkeeping over them.
 
     A run diverges at a non-finite loss, a loss above ``diverge_factor`` x the first one, or more than
-    ``max_skipped`` optimizer steps skipped for non-finite gradients.
+    ``max_skipped`` optimizer steps skipped for non-finite gradients. All of it is decided at the drain (a log
+    step, a checkpoint), as torchtitan checks on the device and reads at log steps: a step's non-finite gradients
+    or its fp16 overflow are counted on the device (:meth:`count`), so no step waits for the GPU to know.
     """
 
     def __init__(self, diverge_factor: float, max_skipped: int, spike: SpikeDetector):
         self.diverge_factor, self.max_skipped, self.spike = diverge_factor, max_skipped, spike
         self.pending: list[torch.Tensor] = []
+        self.counts: dict[str, torch.Tensor] = {}  # {state counter: steps flagged since the last drain}
         self.initial: float | None = None
 
     def add(self, loss: torch.Tensor) -> None:
         self.pending.append(loss)
 
-    def drain(self, step: int, skipped: int) -> tuple[list[float], str | None]:
-        """The losses since the last drain (the last one is ``step``'s) and a divergence's reason or None;
-        ``skipped``: optimizer steps skipped so far."""
+    def count(self, name: str, flag: torch.Tensor) -> None:
+        """Count a step whose 0-dim bool ``flag`` is true toward the state's counter ``name`` (``skipped``,
+        ``amp_skipped``), on the device: read at the next drain."""
+        n = flag.to(torch.int64)
+        self.counts[name] = self.counts[name] + n if name in self.counts else n
+
+    def drain(self, step: int, state) -> tuple[list[float], str | None]:
+        """The losses since the last drain (the last one is ``step``'s) and a divergence's reason or None; the
+        skip counts since then are added to ``state``'s counters (``state.skipped``, ``state.amp_skipped``)."""
+        for name, n in self.counts.items():
+            setattr(state, name, getattr(state, name) + int(n.item()))
+        self.counts.clear()
         if not self.pending:
             return [], None
         losses = torch.stack(self.pending).tolist()
         self.pending.clear()
-        return losses, self._check(losses, step, skipped)
+        return losses, self._check(losses, step, state.skipped)
 
     def _check(self, losses: list[float], last_step: int, skipped: int) -> str | None:
         for step, loss in enumerate(losses, last_step - len(losses) + 1):  # step numbers as in the records

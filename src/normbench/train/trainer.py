@@ -146,7 +146,6 @@ class Trainer:
             s.step, s.tokens = s.step + 1, s.tokens + c.tokens_per_step
             eval_now, ckpt_now = p.evals.due(s.step), p.ckpts.due(s.step)
             log_now = s.step % c.t.log_every == 0 or s.step == c.max_steps or diag_now or eval_now
-            p.meter.step_end(sync=log_now)
             if log_now and (status := self.log_step(lr, grad_norm, diag_now, eval_now)):
                 return self._finish("diverged", status)
             if log_now:  # a background checkpoint that has ended is committed; a checkpoint by time is due
@@ -201,30 +200,33 @@ class Trainer:
             loss_sum += loss.detach()
         return loss_sum
 
-    def optimizer_step(self, grad_norm: torch.Tensor) -> bool:
-        """Step the optimizer; returns whether it stepped.
+    def optimizer_step(self, grad_norm: torch.Tensor) -> bool | torch.Tensor:
+        """Step the optimizer; returns whether it stepped, as a 0-dim bool tensor where only the device knows:
+        nothing here reads a value on the host (a device sync on a GPU), the skips are counted on the device and
+        read at the next log step (LossWatch.count).
 
-        fp16: GradScaler skips a step whose gradients overflowed and halves the loss scale, a
-        routine event counted in ``amp_skipped`` (never toward ``trainer.max_skipped``; a real
-        divergence shows in the loss). Otherwise, with ``trainer.skip_nonfinite``, a step with
-        non-finite gradients is skipped and counted in ``skipped``.
+        fp16: GradScaler skips a step whose gradients overflowed and lowers the loss scale, a routine event
+        counted in ``amp_skipped`` (never toward ``trainer.max_skipped``; a real divergence shows in the loss).
+        Otherwise, with ``trainer.skip_nonfinite``, a step whose gradient norm is not finite has its gradients
+        zeroed on the device (no NaN/inf reaches the weights or the optimizer's moments), is counted in
+        ``skipped``, and the optimizer steps on the zeros (docs/reliability.md: the semantics since issue 51).
         """
-        c, s = self.loop.c, self.loop.state
+        c, losses = self.loop.c, self.loop.losses
+        stepped: bool | torch.Tensor = True
         if c.scaler is not None:
-            scale = c.scaler.get_scale()
+            before = c.scaler._scale.clone()  # torch's public get_scale() is a host read; the tensor is not
             for opt in c.optimizer.optimizers:
                 c.scaler.step(opt)
             c.scaler.update()
-            stepped = c.scaler.get_scale() >= scale  # lowered: the scaler skipped this step
-            s.amp_skipped += not stepped
-        elif c.t.skip_nonfinite and not torch.isfinite(grad_norm).item():
-            stepped = False
-            s.skipped += 1
+            stepped = c.scaler._scale >= before  # lowered: the scaler skipped this step
+            losses.count("amp_skipped", ~stepped)
         else:
+            if c.t.skip_nonfinite:
+                stepped = torch.isfinite(grad_norm)
+                dist_utils.zero_grads_unless(c.raw_model.parameters(), stepped)
+                losses.count("skipped", ~stepped)
             c.optimizer.step()
-            stepped = True
-        if stepped:
-            c.raw_model.after_step()  # nGPT re-normalization: outside any compiled graph
+        c.raw_model.after_step()  # nGPT re-normalization, outside any compiled graph (after a skip: idempotent)
         if c.qk_clip is not None:  # every step (a skipped one only resets), so DDP ranks stay in step
             c.qk_clip.step(apply=stepped)
         c.optimizer.zero_grad(set_to_none=True)
@@ -247,7 +249,7 @@ class Trainer:
 
     def eval_loss(self, batch: torch.Tensor) -> torch.Tensor:
         c = self.loop.c
-        batch = batch.to(c.device)
+        batch = batch.to(c.device, non_blocking=True)  # a no-op for the run's own (on the device since build)
         with c.autocast():
             _, loss = c.model(batch[:, :-1], batch[:, 1:])
         return loss.float()
@@ -256,8 +258,8 @@ class Trainer:
     def log_step(self, lr: float, grad_norm: torch.Tensor, diag_now: bool, eval_now: bool) -> str | None:
         """The record of a log step (losses synced, diagnostics, evaluation); a divergence's reason or None."""
         p, c, s = self.loop, self.loop.c, self.loop.state
-        losses, status = p.losses.drain(s.step, s.skipped)
-        tps, step_time = p.meter.window()
+        tps, step_time = p.meter.window(s.step)  # first: it waits for the device, so the window holds all its work
+        losses, status = p.losses.drain(s.step, s)
         record = {
             "step": s.step,
             "tokens": s.tokens,
@@ -274,10 +276,9 @@ class Trainer:
         record.update(c.qk_clip.metrics() if c.qk_clip is not None else {})
         if spike_steps := p.losses.spike.pop_steps():
             record["spike_steps"] = spike_steps
-        if diag_now:  # the diagnostic forward is training-time cost: counted in tokens/s
+        if diag_now:  # the diagnostic forward is training-time cost: in the next window's tokens/s
             t_diag = time.perf_counter()
             record.update(c.diag.collect())
-            p.meter.add(time.perf_counter() - t_diag)
             p.meter.spent("diag_s", time.perf_counter() - t_diag)
         if eval_now and status is None:
             t_eval = time.perf_counter()
@@ -309,7 +310,7 @@ class Trainer:
         """Before a checkpoint, the losses since the last log step get a log step's bookkeeping, so the
         checkpoint takes the spike/divergence state and a resume continues it exactly."""
         s = self.loop.state
-        losses, status = self.loop.losses.drain(s.step, s.skipped)
+        losses, status = self.loop.losses.drain(s.step, s)
         if losses and status is None:
             self.loop.recorder.final_loss(losses[-1])
         return status
@@ -329,6 +330,7 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         """This step's checkpoint (train/ckpt_writer.py, which counts the time it holds training up in ``ckpt_s``)."""
+        self.loop.meter.sync()  # the steps' queued work is the window's, not the checkpoint's (ckpt_s)
         self.loop.writer.save(self.loop.state, self.step)
         self.loop.ckpts.saved()
 
