@@ -366,12 +366,20 @@ if [ -n "$CLAIM" ]; then
     [ "$DRY_RUN" = 1 ] || drop_checkpoints "$OUT/claims"
 fi
 
-# ---- CHECKPOINT COST (issue 51, item 4: the DCP helper fills this in) ----------------------------------------
-# The place for the checkpoint's cost on this GPU: one pre_ln run that writes a checkpoint every N steps
-# synchronously and one asynchronously (DCP async_save), their ckpt_s and tokens/s side by side from
-# summary.json, then their checkpoints deleted (drop_checkpoints). Until then nothing runs here and the budget
-# plan counts nothing for it.
-# ---------------------------------------------------------------------------------------------------------------
+# ---- CHECKPOINT COST (issue 51, item 4) ------------------------------------------------------------------------
+# gpt2_124m's checkpoint written synchronously and in the background, both formats (single file and sharded DCP):
+# seconds the training is held up against the whole write, and the share of the default 600 s interval
+# (scripts/gpu_ckpt_check.py, into $OUT/ckpt_cost.json; it deletes what it writes). CKPT_COST=0 leaves it out.
+if [ "${CKPT_COST:-1}" = 1 ]; then
+    if [ "$DRY_RUN" = 1 ]; then
+        echo "gpu_check: [ckpt_cost] would run: $PYTHON scripts/gpu_ckpt_check.py --out $OUT"
+    else
+        echo "gpu_check: [ckpt_cost] running ... (log: $OUT/ckpt_cost.log)"
+        timeout --signal=TERM --kill-after=30 "$RUN_TIMEOUT_S" "$PYTHON" scripts/gpu_ckpt_check.py --out "$OUT" \
+            >"$OUT/ckpt_cost.log" 2>&1 || { failed=1; echo "gpu_check: [ckpt_cost] FAILED; see $OUT/ckpt_cost.log" >&2; }
+        tail -n 6 "$OUT/ckpt_cost.log"
+    fi
+fi
 
 # DDP smoke run: 2 processes, 10 steps, eager (the sweep's mode), when 2+ GPUs exist
 if [ "$do_ddp" = 1 ]; then
