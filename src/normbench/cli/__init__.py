@@ -42,7 +42,7 @@ FLAGS_WITH_VALUE = (
 )
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
-USAGE = """usage: python -m normbench {train,report,list,export,sample,reproduce,coordcheck} ...
+USAGE = """usage: python -m normbench {train,report,list,export,sample,eval,reproduce,coordcheck} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
@@ -50,6 +50,7 @@ USAGE = """usage: python -m normbench {train,report,list,export,sample,reproduce
   list [GROUP]                the options of each config group, with their papers
   export RUN_DIR OUT_DIR      the run's model as a directory Hugging Face transformers loads
   sample RUN_DIR --prompt T   text from the run's checkpoint (--hf: through transformers)
+  eval RUN_DIR ... --tasks T  downstream scores (lm-evaluation-harness) into each run's eval.json
   reproduce {--list|ID|all}   run a paper's claim and give its verdict (--help: options)
   coordcheck [--widths ...]   muP's coordinate check, SP and muP side by side (--help: options)
 """
@@ -254,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         from normbench.export.cli import export_main, sample_main
 
         return export_main(rest) if cmd == "export" else sample_main(rest)
+    if cmd == "eval":
+        from normbench.downstream.cli import main as eval_main
+
+        return eval_main(rest)
     if cmd == "reproduce":
         from normbench.reproduce import main as reproduce_main
 
@@ -262,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         from normbench.diag.coordcheck import main as coordcheck_main
 
         return coordcheck_main(rest)
-    return error(f"unknown command {cmd!r}; choose one of: train, report, list, export, sample, reproduce, coordcheck")
+    return error(
+        f"unknown command {cmd!r}; choose one of: train, report, list, export, sample, eval, reproduce, coordcheck"
+    )
 
 
 def entry() -> None:

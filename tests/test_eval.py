@@ -1,0 +1,161 @@
+"""``normbench eval``: lm-evaluation-harness over normbench's own model, checked against the harness's HF model.
+
+On the local tasks of tests/data/eval_tasks (offline, through --include-path: a 10-question multiple-choice
+task whose longest prompts exceed the block size, and a perplexity task whose every document is conditioned
+on the EOS), a tiny trained run scored by ``normbench eval`` must give the same acc and acc_norm as
+lm-eval's ``HFLM`` on ``normbench export`` of the run, and the same log-likelihood for every request (to
+1e-4: batches of other shapes); for the byte tokenizer (the EOS the export declares, "\\n") and GPT-2's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from normbench.downstream.results import metrics_of, write_eval
+
+from conftest import REPO, TINY, compose, run_cli
+
+TASKS_DIR = "tests/data/eval_tasks"  # the tasks' data_files are relative to the repository root
+MC, LM = "nb_tiny_mc", "nb_tiny_lm"
+
+
+def _train(root, tokenizer: str):
+    from normbench.train import trainer
+
+    data = ["data=synthetic", "data.synthetic_tokens=30000", f"data.tokenizer={tokenizer}"]
+    cfg = compose([*TINY, *data, "model.seq_len=32", "trainer.max_steps=12", "diag=off", "trainer.eval_every=12"])
+    trainer.run(cfg, root / "run")
+    return root / "run"
+
+
+def _harness(model, tasks=(MC, LM)):
+    """simple_evaluate on the local tasks, the samples logged: (results, {task: [(arguments, response)...]})."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=TASKS_DIR, include_defaults=False)
+    out = lm_eval.simple_evaluate(model=model, tasks=list(tasks), task_manager=manager, log_samples=True)
+    pairs = {t: [(a, r[0]) for s in out["samples"][t] for a, r in zip(s["arguments"], s["resps"])] for t in tasks}
+    return out["results"], pairs
+
+
+def _close(a, b, tol: float = 1e-4) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], tol) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, bool):
+        return a == b
+    return abs(a - b) <= tol * max(1.0, abs(a))
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", pytest.param("gpt2", marks=pytest.mark.slow)])
+def test_eval_equals_the_harness_hf_model_on_the_export(tmp_path, monkeypatch, tokenizer):
+    pytest.importorskip("lm_eval")
+    from lm_eval.models.huggingface import HFLM
+
+    from normbench import cli
+    from normbench.export import export_run
+
+    monkeypatch.chdir(REPO)
+    run = _train(tmp_path, tokenizer)
+    args = ["eval", str(run), "--tasks", f"{MC},{LM}", "--include-path", TASKS_DIR, "--batch-size", "5"]
+    assert cli.main(args) == 0
+    data = json.loads((run / "eval.json").read_text())
+    assert data["harness"] == "lm-eval" and data["checkpoint_step"] == 12 and set(data["tasks"]) == {MC, LM}
+    ours = data["tasks"][MC]
+    assert (
+        ours["n"] == 10 and ours["device"] == "cpu" and ours["precision"] == "fp32" and len(ours["config_hash"]) == 64
+    )
+    assert set(ours["metrics"]) == {"acc", "acc_norm"} and ours["metrics"]["acc"]["stderr"] > 0
+
+    info = export_run(run, tmp_path / "out", log=lambda *_: None)
+    hf = HFLM(pretrained=str(tmp_path / "out"), batch_size=3, device="cpu", trust_remote_code=info["kind"] == "custom")
+    assert hf.eot_token_id == hf.prefix_token_id == (10 if tokenizer == "byte" else 50256)
+    theirs, their_pairs = _harness(hf)
+    for metric in ("acc", "acc_norm"):
+        assert ours["metrics"][metric]["value"] == theirs[MC][f"{metric},none"], metric
+    assert _close(data["tasks"][LM]["metrics"]["word_perplexity"]["value"], theirs[LM]["word_perplexity,none"])
+
+    # every request's (log-likelihood, greedy), every document's rolling sum: normbench's LM on the same requests
+    from normbench.downstream.lm import NormbenchLM
+    from normbench.export.run import load_run, run_tokenizer
+
+    loaded = load_run(run)
+    lm = NormbenchLM(loaded.model, run_tokenizer(loaded.cfg), contextlib.nullcontext, batch_size=4)
+    mc, rolling = their_pairs[MC], their_pairs[LM]
+    assert len(mc) == 40 and len(rolling) == 10
+    assert _close(lm.loglikelihood([SimpleNamespace(args=a) for a, _ in mc]), [r for _, r in mc])
+    assert _close(lm.loglikelihood_rolling([SimpleNamespace(args=a) for a, _ in rolling]), [r for _, r in rolling])
+
+
+def test_harness_metrics_become_eval_json_entries():
+    entry = {
+        "alias": "gsm8k",
+        "exact_match,strict-match": 0.25,
+        "exact_match_stderr,strict-match": 0.05,
+        "exact_match,flexible-extract": 0.5,
+        "exact_match_stderr,flexible-extract": "N/A",
+        "acc,none": 0.75,
+        "acc_stderr,none": 0.125,
+    }
+    assert metrics_of(entry) == {
+        "exact_match,strict-match": {"value": 0.25, "stderr": 0.05},
+        "exact_match,flexible-extract": {"value": 0.5, "stderr": None},
+        "acc": {"value": 0.75, "stderr": 0.125},
+    }
+
+
+def test_eval_json_adds_tasks_for_the_same_checkpoint_and_starts_afresh_for_another(tmp_path):
+    a = {"arc_easy": {"metrics": {"acc": {"value": 0.5, "stderr": 0.1}}}}
+    b = {"piqa": {"metrics": {"acc": {"value": 0.6, "stderr": 0.1}}}}
+    write_eval(tmp_path, "0.4.13", 100, a)
+    assert set(write_eval(tmp_path, "0.4.13", 100, b)["tasks"]) == {"arc_easy", "piqa"}
+    assert set(write_eval(tmp_path, "0.4.13", 200, b)["tasks"]) == {"piqa"}  # a later checkpoint: old scores go
+    assert json.loads((tmp_path / "eval.json").read_text())["checkpoint_step"] == 200
+    assert [p.name for p in tmp_path.iterdir()] == ["eval.json"]  # no temp file left
+
+
+def test_one_line_errors(tmp_path, monkeypatch, capsys):
+    from normbench import cli
+    from normbench.downstream.harness import task_manager
+    from normbench.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    base = ["--tasks", MC, "--include-path", str(REPO / TASKS_DIR)]
+    cases = [
+        (["eval", "empty", *base], "empty has no checkpoint (expected empty/checkpoints/last.pt)"),
+        (["eval", "nowhere", *base], "run directory nowhere does not exist"),
+        (["eval", "empty", "--tasks", ","], "--tasks: name at least one task"),
+        (["eval", "empty", *base, "--limit", "0"], "--limit=0 must be > 0"),
+        (["eval", "empty"], "the following arguments are required: --tasks"),
+    ]
+    for args, needle in cases:
+        assert cli.main(args) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], (args, lines)
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # the `eval` extra not installed
+    assert cli.main(["eval", "empty", *base]) == 2
+    assert "pip install 'normbench[eval]'" in capsys.readouterr().err
+    monkeypatch.undo()
+    pytest.importorskip("lm_eval")
+    with pytest.raises(ConfigError, match=r"--tasks nb_tiny_m: no such task .*\(close: nb_tiny_mc"):
+        task_manager(["nb_tiny_m"], str(REPO / TASKS_DIR), include_defaults=False)
+    with pytest.raises(ConfigError, match="--include-path nowhere: not a directory"):
+        task_manager([MC], "nowhere")
+
+
+@pytest.mark.slow
+def test_an_unknown_task_names_the_close_ones_from_the_whole_index(tmp_path):
+    """The console command on a misspelt standard task: one line with lm-eval's own close names."""
+    pytest.importorskip("lm_eval")
+    proc = run_cli(["eval", str(_train(tmp_path, "byte")), "--tasks", "arc_esay"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
+        "normbench: error: --tasks arc_esay: no such task in lm-evaluation-harness (close: arc_easy"
+    )
