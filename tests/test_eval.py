@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from normbench.downstream.results import metrics_of, write_eval
+from normbench.run.eval_file import metrics_of, write_eval
 
 from conftest import REPO, TINY, compose, run_cli
 

@@ -1,7 +1,7 @@
 """Downstream evaluation through lm-evaluation-harness (EleutherAI, github.com/EleutherAI/lm-evaluation-harness).
 
 ``python -m normbench eval RUN_DIR ... --tasks T1,T2`` scores runs on the harness's tasks with normbench's own
-model (lm.py, an lm-eval ``LM``), and writes ``eval.json`` into each run (results.py). harness.py drives the
+model (lm.py, an lm-eval ``LM``), and writes ``eval.json`` into each run (run/eval_file.py). harness.py drives the
 harness (its ``TaskManager`` and ``simple_evaluate``); callback.py is the optional in-training evaluation. The
 harness is the optional ``eval`` extra: :func:`require_harness` says how to install it, in one line.
 Anchors: litgpt's ``litgpt evaluate`` (lm-eval over its own model wrapper), OLMo-core's in-loop downstream

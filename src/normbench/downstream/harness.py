@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from normbench.downstream.results import task_records, write_eval
 from normbench.errors import ConfigError, first_line
+from normbench.run.eval_file import task_records, write_eval
 
 OFFLINE_DOC = "docs/scale-out.md §8 says how to bring the standard tasks' data to an offline node"
 

@@ -83,7 +83,7 @@ class RunReader:
             return None
 
     def downstream(self) -> dict | None:
-        """``eval.json`` (downstream/results.py); None when there is none or it cannot be read."""
+        """``eval.json`` (run/eval_file.py); None when there is none or it cannot be read."""
         try:
             data = json.loads(self.dir.eval_path.read_text())
         except (OSError, ValueError):

@@ -2,6 +2,7 @@
 
     {"harness": "lm-eval", "harness_version": "0.4.13", "checkpoint_step": 200,
      "tasks": {"arc_easy": {"metrics": {"acc": {"value": 0.41, "stderr": 0.01}, "acc_norm": {...}},
+                            "higher_is_better": {"acc": true, "acc_norm": true},
                             "n": 2376, "limit": null, "version": 1.0, "config_hash": "9f2c...",
                             "num_fewshot": 0, "batch_size": 32, "device": "cuda", "precision": "bf16"}}}
 
@@ -11,6 +12,9 @@ sha256 of the task's resolved config (the harness's ``configs`` entry, JSON with
 of a task compare only when their hashes agree. A later ``eval`` of the same checkpoint with the same
 harness version adds its tasks to the file (a task scored again is replaced); another checkpoint or
 harness version starts the file afresh. The file is replaced atomically.
+
+Elsewhere a downstream metric is named ``TASK/METRIC`` (``arc_easy/acc_norm``): the report's ``--metric`` and a
+claim test's ``metric`` (:func:`split_metric`, :func:`downstream_value`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from normbench.run.metrics import write_json_atomic
 from normbench.run.reader import RunReader
 
 HARNESS = "lm-eval"
+LOWER_IS_BETTER = ("perplexity", "bits_per_byte", "loss", "ter")  # by name, where eval.json does not say
 
 
 def config_hash(config) -> str:
@@ -52,8 +57,11 @@ def task_records(out: dict, extra: dict) -> dict:
     for task, entry in out["results"].items():
         config = out.get("configs", {}).get(task)
         n = out.get("n-samples", {}).get(task, {}).get("effective")
+        metrics = metrics_of(entry)
+        higher = out.get("higher_is_better", {}).get(task, {})
         records[task] = {
-            "metrics": metrics_of(entry),
+            "metrics": metrics,
+            "higher_is_better": {m: bool(higher[m.split(",")[0]]) for m in metrics if m.split(",")[0] in higher},
             "n": n,
             "version": out.get("versions", {}).get(task),
             "config_hash": config_hash(config) if config is not None else None,
@@ -76,6 +84,23 @@ def write_eval(run_dir: Path, version: str, step: int, tasks: dict) -> dict:
     }
     write_json_atomic(data, reader.dir.eval_path)
     return data
+
+
+def split_metric(text: str) -> tuple[str, str] | None:
+    """``arc_easy/acc_norm`` -> (``arc_easy``, ``acc_norm``); None for a name without one ``/`` between two words."""
+    task, sep, metric = str(text).partition("/")
+    return (task, metric) if sep and task.strip() and metric.strip() and "/" not in metric else None
+
+
+def higher_is_better(datas, task: str, metric: str) -> bool:
+    """Whether a larger ``metric`` of ``task`` is better: as the first ``eval.json`` data of ``datas`` that says
+    (the harness's own flag), else by the name (perplexities, bits per byte and losses are lower-better)."""
+    for data in datas:
+        try:
+            return bool(data["tasks"][task]["higher_is_better"][metric])
+        except (KeyError, TypeError):
+            continue
+    return not any(word in metric.split(",")[0] for word in LOWER_IS_BETTER)
 
 
 def downstream_value(data: dict | None, task: str, metric: str) -> float | None:
