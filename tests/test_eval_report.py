@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 from scipy.stats import t
 
 from normbench import report
@@ -73,3 +74,37 @@ def test_no_eval_json_no_downstream_section(tmp_path):
     root = make_sweep(tmp_path / "sweep", archs=("pre_ln",), seeds=(0, 1))
     assert report.main([str(root), "--no-figures"]) == 0
     assert "Downstream" not in (root / "report.md").read_text()
+
+
+def test_a_claim_test_may_name_a_downstream_metric(tmp_path):
+    """``metric: TASK/METRIC`` in a claim's test reads each run's eval.json; a run without one is named, with the
+    command that scores it."""
+    from normbench.analysis.loading import find_runs
+    from normbench.claims import verdict as V
+    from normbench.claims.measure import judge_claim
+    from test_reproduce import fake_run, write_claim
+
+    test = {"name": "acc", "kind": "difference", "metric": "arc_easy/acc", "group": {"arch": "peri_ln"},
+            "baseline": {"arch": "pre_ln"}, "direction": "higher", "threshold": 0.02}  # fmt: skip
+    claim = write_claim(tmp_path / "claims", [test])
+    runs = tmp_path / "runs"
+    for seed, (pre, peri) in enumerate([(0.40, 0.46), (0.42, 0.49), (0.39, 0.45)]):
+        for arch, value in (("pre_ln", pre), ("peri_ln", peri)):
+            fake_run(runs / f"{arch}{seed}", arch, seed)
+            write_eval(runs / f"{arch}{seed}", "0.4.13", 100, {"arc_easy": {"metrics": {"acc": {"value": value}}}})
+    res = judge_claim(claim, find_runs(runs), "cpu")
+    assert res["verdict"] == V.HOLDS and res["tests"][0]["effect"] == pytest.approx(0.0633, abs=1e-4)
+    fake_run(runs / "peri_ln3", "peri_ln", 3)  # trained, never scored
+    res = judge_claim(claim, find_runs(runs), "cpu")
+    assert res["verdict"] == V.INCONCLUSIVE
+    assert "1 of 4 runs have no arc_easy/acc (no eval.json score: python -m normbench eval" in res["reason"]
+
+
+def test_a_claim_metric_is_a_known_one_or_task_slash_metric(tmp_path):
+    from normbench.errors import ConfigError
+    from test_reproduce import write_claim
+
+    test = {"name": "acc", "kind": "difference", "metric": "arc_easy", "group": {"arch": "peri_ln"},
+            "baseline": {"arch": "pre_ln"}, "threshold": 0.02}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"metric=arc_easy is not one of: .*, or TASK/METRIC"):
+        write_claim(tmp_path / "claims", [test])
