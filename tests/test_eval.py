@@ -54,8 +54,21 @@ def _close(a, b, tol: float = 1e-4) -> bool:
     return abs(a - b) <= tol * max(1.0, abs(a))
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """``trained(tokenizer)``: a tiny trained run (one per tokenizer and module)."""
+    runs = {}
+
+    def get(tokenizer: str):
+        if tokenizer not in runs:
+            runs[tokenizer] = _train(tmp_path_factory.mktemp(tokenizer), tokenizer)
+        return runs[tokenizer]
+
+    return get
+
+
 @pytest.mark.parametrize("tokenizer", ["byte", pytest.param("gpt2", marks=pytest.mark.slow)])
-def test_eval_equals_the_harness_hf_model_on_the_export(tmp_path, monkeypatch, tokenizer):
+def test_eval_equals_the_harness_hf_model_on_the_export(tmp_path, monkeypatch, trained, tokenizer):
     pytest.importorskip("lm_eval")
     from lm_eval.models.huggingface import HFLM
 
@@ -63,7 +76,7 @@ def test_eval_equals_the_harness_hf_model_on_the_export(tmp_path, monkeypatch, t
     from normbench.export import export_run
 
     monkeypatch.chdir(REPO)
-    run = _train(tmp_path, tokenizer)
+    run = trained(tokenizer)
     args = ["eval", str(run), "--tasks", f"{MC},{LM}", "--include-path", TASKS_DIR, "--batch-size", "5"]
     assert cli.main(args) == 0
     data = json.loads((run / "eval.json").read_text())
@@ -151,11 +164,32 @@ def test_one_line_errors(tmp_path, monkeypatch, capsys):
         task_manager([MC], "nowhere")
 
 
+def test_task_data_missing_offline_is_one_line(tmp_path, trained, capsys, monkeypatch):
+    """A task whose data is neither local nor in the datasets cache, offline: one line naming the task and the
+    docs section that says how to bring it over."""
+    pytest.importorskip("lm_eval")
+    import datasets
+
+    from normbench import cli
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "nb_unfetched.yaml").write_text(
+        "task: nb_unfetched\ndataset_path: nobody/not_fetched\noutput_type: multiple_choice\ntest_split: test\n"
+        'doc_to_text: "{{q}}"\ndoc_to_target: label\ndoc_to_choice: "{{choices}}"\n'
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+    )
+    args = ["eval", str(trained("byte")), "--tasks", "nb_unfetched", "--include-path", str(tmp_path / "tasks")]
+    assert cli.main(args) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("normbench: error: eval: cannot load the data of nb_unfetched (") and "§8" in last
+
+
 @pytest.mark.slow
-def test_an_unknown_task_names_the_close_ones_from_the_whole_index(tmp_path):
+def test_an_unknown_task_names_the_close_ones_from_the_whole_index(tmp_path, trained):
     """The console command on a misspelt standard task: one line with lm-eval's own close names."""
     pytest.importorskip("lm_eval")
-    proc = run_cli(["eval", str(_train(tmp_path, "byte")), "--tasks", "arc_esay"], cwd=tmp_path)
+    proc = run_cli(["eval", str(trained("byte")), "--tasks", "arc_esay"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
         "normbench: error: --tasks arc_esay: no such task in lm-evaluation-harness (close: arc_easy"
     )
