@@ -193,3 +193,38 @@ def test_an_unknown_task_names_the_close_ones_from_the_whole_index(tmp_path, tra
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
         "normbench: error: --tasks arc_esay: no such task in lm-evaluation-harness (close: arc_easy"
     )
+
+
+def test_the_eval_keys_are_checked_in_one_line():
+    from normbench.errors import ConfigError
+    from normbench.validation import prepare
+
+    with pytest.raises(ConfigError, match=r"eval.every=5 must be a multiple of trainer.eval_every=10"):
+        prepare(compose([*TINY, "eval.tasks=[piqa]", "eval.every=5"]))
+    with pytest.raises(ConfigError, match=r"eval.batch_size"):
+        prepare(compose([*TINY, "eval.batch_size=0"]))
+
+
+@pytest.mark.slow
+def test_in_training_scores_go_into_metrics_and_leave_training_as_it_was(tmp_path, monkeypatch):
+    """eval.tasks during training: downstream/TASK/METRIC in the records of its steps, equal to `normbench eval` on
+    the final checkpoint; the losses are those of the same run without it (the harness's seeding undone)."""
+    pytest.importorskip("lm_eval")
+    from normbench import cli
+    from normbench.downstream.callback import DownstreamEval
+    from normbench.run.metrics import read_jsonl
+    from normbench.train import trainer
+
+    monkeypatch.chdir(REPO)
+    base = [*TINY, "data=synthetic", "data.synthetic_tokens=30000", "model.seq_len=32", "diag=off"]
+    base += ["trainer.max_steps=8", "trainer.eval_every=4", "trainer.log_every=2", "model.dropout=0.1"]
+    cfg = compose([*base, f"eval.tasks=[{MC}]", f"eval.include_path={TASKS_DIR}", "eval.every=4"])
+    trainer.run(cfg, tmp_path / "with", callbacks=[DownstreamEval(cfg)])
+    trainer.run(compose(base), tmp_path / "without")
+    with_eval, without = (read_jsonl(tmp_path / d / "metrics.jsonl") for d in ("with", "without"))
+    assert [r["loss"] for r in with_eval] == [r["loss"] for r in without]  # dropout draws: the RNG was kept
+    scored = {r["step"]: r for r in with_eval if f"downstream/{MC}/acc" in r}
+    assert sorted(scored) == [4, 8] and set(scored[8]) >= {f"downstream/{MC}/acc", f"downstream/{MC}/acc_norm"}
+    assert cli.main(["eval", str(tmp_path / "with"), "--tasks", MC, "--include-path", TASKS_DIR]) == 0
+    final = json.loads((tmp_path / "with" / "eval.json").read_text())["tasks"][MC]["metrics"]
+    assert scored[8][f"downstream/{MC}/acc"] == final["acc"]["value"]

@@ -176,7 +176,7 @@ def run_job(cfg) -> float:
     sweep_dir = _sweep_dir(hc, run_dir) if multirun else None
     STOP.hint = f"resume {'the sweep' if multirun else 'this run'} with: {resume_command(run_dir.resolve(), sweep_dir)}"
     try:
-        summary = trainer.run(cfg, run_dir)
+        summary = trainer.run(cfg, run_dir, callbacks=_callbacks(cfg))
     except ConfigError as exc:
         error(str(exc))
         if not multirun:  # callbacks.KeepHydraFiles puts the run directory's .hydra/ back
@@ -208,6 +208,15 @@ def run_job(cfg) -> float:
     if summary["status"] != "completed" or summary.get("best_val_loss") is None:
         return 1e6  # diverged: clearly worse than any real loss, not a crash
     return float(summary["best_val_loss"])
+
+
+def _callbacks(cfg) -> list:
+    """The trainer's callbacks: in-training downstream evaluation where ``eval.tasks`` names tasks."""
+    if not OmegaConf.select(cfg, "eval.tasks"):
+        return []
+    from normbench.downstream.callback import DownstreamEval  # lm-eval: the optional `eval` extra
+
+    return [DownstreamEval(cfg)]
 
 
 def _sweep_dir(hc, run_dir: Path) -> Path:

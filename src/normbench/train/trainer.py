@@ -67,8 +67,9 @@ class Loop:
 
 
 class Trainer:
-    def __init__(self, cfg, run_dir: Path):
+    def __init__(self, cfg, run_dir: Path, callbacks=()):
         self.cfg, self.run_dir, self.rundir = cfg, Path(run_dir), RunDir(run_dir)
+        self.callbacks = list(callbacks)  # at evaluation steps: f(trainer, step) -> metrics for the record
         self.rank, self.world = dist_utils.rank(), dist_utils.world_size()
         self.is_main = self.rank == 0
         self.stop_signal: int | None = None
@@ -275,6 +276,8 @@ class Trainer:
         if eval_now and status is None:
             t_eval = time.perf_counter()
             val = self.evaluate()
+            for callback in self.callbacks:  # e.g. downstream tasks (downstream/callback.py), timed as evaluation
+                record.update(callback(self, s.step))
             p.meter.spent("eval_s", time.perf_counter() - t_eval)
             if p.evals.record(val):
                 record["val_loss"] = p.evals.last
@@ -341,8 +344,9 @@ class Trainer:
             self.recorder.close(exit_code)
 
 
-def run(cfg, run_dir: Path) -> dict:
-    """Train one run into ``run_dir``; returns the summary. Raises ConfigError on bad input."""
+def run(cfg, run_dir: Path, callbacks=()) -> dict:
+    """Train one run into ``run_dir``; returns the summary. Raises ConfigError on bad input. ``callbacks``: called
+    at each evaluation step as ``f(trainer, step)``, their metrics go into its record (:class:`Trainer`)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     dist_utils.export_submitit_env()  # a multi-task submitit (SLURM) job: DDP across its tasks
@@ -353,7 +357,7 @@ def run(cfg, run_dir: Path) -> dict:
     lock = RunLock(run_dir, resume=bool(cfg.trainer.resume))
     if rank == 0:
         lock.acquire()
-    trainer = Trainer(cfg, run_dir)
+    trainer = Trainer(cfg, run_dir, callbacks)
     # stop signals (normbench.train.signals): the step in progress ends, then checkpoint and `interrupted`
     on_stop = lambda signum: setattr(trainer, "stop_signal", signum)  # noqa: E731
     signals = RunSignals(cfg.trainer.stop_grace_s, on_stop, lambda signum, why: last_words(trainer, lock, signum, why))
