@@ -58,27 +58,27 @@ class NormbenchLM(TemplateLM):
         return self.tok.decode(ids)
 
     @torch.no_grad()
-    def _logprobs(self, rows: list[list[int]]) -> torch.Tensor:
-        """log-softmax (fp32) of the model's logits on ``rows``, right-padded to the longest: (B, T, V)."""
+    def _logits(self, rows: list[list[int]]) -> torch.Tensor:
+        """The model's logits on ``rows``, right-padded to the longest: (B, T, V)."""
         width = max(len(r) for r in rows)
         idx = torch.zeros(len(rows), width, dtype=torch.long)
         for i, r in enumerate(rows):
             idx[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         with self.autocast():
-            logits = self.model(idx.to(self._device))[0]
-        return F.log_softmax(logits.float(), dim=-1)
+            return self.model(idx.to(self._device))[0]
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         L = self.max_length
         order = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])))
         res = []
         for chunk in order.get_batched(n=self.batch_size):
+            if any(not 0 < len(cont) <= L for _, _, cont in chunk):
+                raise ConfigError(f"eval: a continuation longer than the block size {L} (or empty) cannot be scored")
             rows = [(ctx + cont)[-(L + 1) :][:-1] for _, ctx, cont in chunk]
-            logp = self._logprobs(rows)
-            for (key, _, cont), row, lp in zip(chunk, rows, logp):
-                if not 0 < len(cont) <= L:
-                    raise ConfigError(f"eval: a continuation of {len(cont)} tokens does not fit the block size {L}")
-                scores = lp[len(row) - len(cont) : len(row)]
+            logits = self._logits(rows)
+            for (key, _, cont), row, lg in zip(chunk, rows, logits):
+                # the continuation's positions only: a (B, T, V) fp32 copy would be GBs at GPT-2's vocabulary
+                scores = F.log_softmax(lg[len(row) - len(cont) : len(row)].float(), dim=-1)
                 target = torch.tensor(cont, device=scores.device)
                 greedy = bool((scores.argmax(-1) == target).all())
                 answer = (float(scores.gather(1, target[:, None]).sum()), greedy)
