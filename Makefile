@@ -37,7 +37,7 @@ else
 		|| $(BIN)/python -m pip install -q --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_SPEC)" \
 		|| $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 endif
-	$(BIN)/python -m pip install -q -e ".[dev,sweeps]"
+	$(BIN)/python -m pip install -q -e ".[dev,sweeps,eval]"
 	@touch $@
 
 install: $(BIN)/normbench

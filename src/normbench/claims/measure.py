@@ -27,6 +27,7 @@ from normbench.claims.registry import Claim, Test
 from normbench.claims.skip_eval import read_skip
 from normbench.claims.timing import round_tps, timing_of, timing_record, value_of
 from normbench.diag.outcomes import finite
+from normbench.run.eval_file import downstream_value, split_metric
 
 
 def select(runs: list[Run], where: dict) -> list[Run]:
@@ -35,6 +36,8 @@ def select(runs: list[Run], where: dict) -> list[Run]:
 
 def metric_value(run: Run, metric: str, target: float | None) -> float | None:
     s = run.summary or {}
+    if downstream := split_metric(metric):  # TASK/METRIC: the run's eval.json (normbench eval)
+        return downstream_value(run.downstream, *downstream)
     if metric in ("best_val_loss", "final_val_loss"):
         return run.val_losses[1 if metric == "best_val_loss" else 0]
     if metric == "tokens_per_s":
@@ -255,6 +258,8 @@ def _value_problems(test: Test, sides: _Sides, value, g_vals: list[float], b_val
         healthy = [r for r in rs if r.status in FINISHED and r.outcome not in ("stuck", "diverged")]
         if missing := sum(value(r) is None for r in healthy):
             never = " (never reached the target)" if test.metric.endswith("_to_target") else ""
+            if split_metric(test.metric):
+                never = f" (no eval.json score: python -m normbench eval RUN_DIR --tasks {test.metric.split('/')[0]})"
             out.append(f"{lab}: {missing} of {len(rs)} runs have no {test.metric}{never}")
         if test.transform == "log" and (bad := sum(v <= 0 for v in vs)):
             out.append(f"{lab}: {bad} values <= 0 cannot be compared as log ratios")

@@ -4,7 +4,9 @@ A claim file holds ``claim`` (in words), ``paper``, ``scales`` (``cpu``, ``quick
 ``fixed`` overrides, ``sweeps``: a list of {key: [values]} grids, each one Hydra multirun, ``tokens_per_param``:
 the length, resolved once for every job, :mod:`.length`; a scale written ``{like: cpu, ...}`` is that
 scale with a few keys changed, :func:`_derived`) and
-``tests``: each with ``name``, ``kind`` (difference | on_par | outcome | largest_lr), ``metric``,
+``tests``: each with ``name``, ``kind`` (difference | on_par | outcome | largest_lr), ``metric`` (one of
+:data:`METRICS`, or a downstream score ``TASK/METRIC``, e.g. ``arc_easy/acc_norm``, read from each run's
+``eval.json``: ``python -m normbench eval`` writes it),
 ``group`` and ``baseline`` ({key: value} selecting runs; a difference baseline may be a number),
 ``at`` (settings both sides share), ``direction`` (higher | lower), ``threshold`` or ``band``,
 ``transform`` (log), ``target`` (a val loss, for *_to_target metrics) and ``tune`` (a key, e.g.
@@ -22,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from normbench.errors import ConfigError
+from normbench.run.eval_file import split_metric
 from normbench.runtime.precision import cpu_native_bf16
 
 KINDS = ("difference", "on_par", "outcome", "largest_lr")
@@ -139,8 +142,9 @@ def _test(cid: str, raw: dict) -> Test:
     where = f"claim {cid}, test {raw.get('name', '?')!r}"
     if raw.get("kind") not in KINDS:
         raise ConfigError(f"{where}: kind={raw.get('kind')} is not one of: {', '.join(KINDS)}")
-    if raw.get("metric") not in METRICS:
-        raise ConfigError(f"{where}: metric={raw.get('metric')} is not one of: {', '.join(METRICS)}")
+    if raw.get("metric") not in METRICS and not split_metric(str(raw.get("metric"))):
+        choices = f"{', '.join(METRICS)}, or TASK/METRIC (a downstream score in eval.json, e.g. arc_easy/acc)"
+        raise ConfigError(f"{where}: metric={raw.get('metric')} is not one of: {choices}")
     if raw.get("direction", "lower") not in ("lower", "higher"):
         raise ConfigError(f"{where}: direction must be lower or higher")
     if raw["kind"] == "on_par" and not (isinstance(raw.get("band"), list) and len(raw["band"]) == 2):

@@ -42,7 +42,7 @@ FLAGS_WITH_VALUE = (
 )
 HYDRA_FLAGS_NO_VALIDATE = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version")
 
-USAGE = """usage: python -m normbench {train,prepare,report,list,export,sample,reproduce,coordcheck} ...
+USAGE = """usage: python -m normbench {train,prepare,report,list,export,sample,eval,reproduce,coordcheck} ...
 
   train [overrides...]        one run (Hydra app; add -m for a sweep, --help for the config)
   train -m k=a,b ...          a Hydra multirun sweep
@@ -51,6 +51,7 @@ USAGE = """usage: python -m normbench {train,prepare,report,list,export,sample,r
   list [GROUP]                the options of each config group, with their papers
   export RUN_DIR OUT_DIR      the run's model as a directory Hugging Face transformers loads
   sample RUN_DIR --prompt T   text from the run's checkpoint (--hf: through transformers)
+  eval RUN_DIR ... --tasks T  downstream scores (lm-evaluation-harness) into each run's eval.json
   reproduce {--list|ID|all}   run a paper's claim and give its verdict (--help: options)
   coordcheck [--widths ...]   muP's coordinate check, SP and muP side by side (--help: options)
 """
@@ -176,7 +177,7 @@ def run_job(cfg) -> float:
     sweep_dir = _sweep_dir(hc, run_dir) if multirun else None
     STOP.hint = f"resume {'the sweep' if multirun else 'this run'} with: {resume_command(run_dir.resolve(), sweep_dir)}"
     try:
-        summary = trainer.run(cfg, run_dir)
+        summary = trainer.run(cfg, run_dir, callbacks=_callbacks(cfg))
     except ConfigError as exc:
         error(str(exc))
         if not multirun:  # callbacks.KeepHydraFiles puts the run directory's .hydra/ back
@@ -208,6 +209,15 @@ def run_job(cfg) -> float:
     if summary["status"] != "completed" or summary.get("best_val_loss") is None:
         return 1e6  # diverged: clearly worse than any real loss, not a crash
     return float(summary["best_val_loss"])
+
+
+def _callbacks(cfg) -> list:
+    """The trainer's callbacks: in-training downstream evaluation where ``eval.tasks`` names tasks."""
+    if not OmegaConf.select(cfg, "eval.tasks"):
+        return []
+    from normbench.downstream.callback import DownstreamEval  # lm-eval: the optional `eval` extra
+
+    return [DownstreamEval(cfg)]
 
 
 def _sweep_dir(hc, run_dir: Path) -> Path:
@@ -259,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         from normbench.export.cli import export_main, sample_main
 
         return export_main(rest) if cmd == "export" else sample_main(rest)
+    if cmd == "eval":
+        from normbench.downstream.cli import main as eval_main
+
+        return eval_main(rest)
     if cmd == "reproduce":
         from normbench.reproduce import main as reproduce_main
 
@@ -267,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         from normbench.diag.coordcheck import main as coordcheck_main
 
         return coordcheck_main(rest)
-    commands_ = "train, prepare, report, list, export, sample, reproduce, coordcheck"
+    commands_ = "train, prepare, report, list, export, sample, eval, reproduce, coordcheck"
     return error(f"unknown command {cmd!r}; choose one of: {commands_}")
 
 

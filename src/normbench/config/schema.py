@@ -250,6 +250,17 @@ class WandbConfig:
 
 
 @dataclass
+class EvalConfig:
+    """In-training downstream evaluation (downstream/callback.py); off while ``tasks`` is empty."""
+
+    tasks: list[str] = field(default_factory=list)  # lm-eval task names, scored with the model as it trains
+    every: int = 0  # a multiple of trainer.eval_every: score at those steps and the last; 0: the last step only
+    limit: float | None = None  # documents per task (a fraction below 1), as `normbench eval --limit`
+    include_path: str | None = None  # a folder of task YAML files of your own
+    batch_size: int = 32
+
+
+@dataclass
 class LoggerConfig:
     name: str = "jsonl"
     wandb: WandbConfig = field(default_factory=WandbConfig)
@@ -266,6 +277,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     diag: DiagConfig = field(default_factory=DiagConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = SET_BY_YAML
     device: str = SET_BY_YAML
     precision: str = SET_BY_YAML

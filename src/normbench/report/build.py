@@ -19,7 +19,7 @@ from normbench.analysis.stats import default_targets, eval_spacing
 from normbench.analysis.unstarted import unstarted_jobs
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, STUCK_MARGIN
 from normbench.errors import ConfigError, Parser, error
-from normbench.report import figures, table_files, tables, verdicts
+from normbench.report import downstream, figures, table_files, tables, verdicts
 from normbench.report.figures import curves as curve_figures
 from normbench.report.figures import layers as layer_figures
 from normbench.report.page import to_html, to_markdown
@@ -56,6 +56,7 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
         if key:
             check_key(runs, key, flag)
     base = _baseline(baseline, groups)
+    downstream.check_metric(metric, runs)
     check_formats(formats, dpi, width)
     curve_figures.check_x(x)
     out_dir = Path(out) if out is not None else dirs[0]
@@ -65,7 +66,7 @@ def build_report(dirs, target=None, steps=None, out=None, group_by=None, filters
     title = title or sweep_title(dirs, runs, groups)
     blocks = [("h", 1, title), *head, _answer(groups, chosen, metric, target, defaults)]
     blocks += _unstarted_section(missing) + _overview(dirs, runs, groups, filters, target, defaults)
-    blocks += _layer_section(groups)
+    blocks += downstream.downstream_section(groups) + _layer_section(groups)
     if base:
         blocks += _baseline_section(groups, baseline, base, target, defaults)
     sweep = tables.lr_sweep(groups)
@@ -115,12 +116,12 @@ def _answer(groups, chosen, metric: str, target, defaults) -> tuple:
         box = verdicts.verdict_box(groups, chosen, metric, target, defaults)
         bases = ", ".join(f"`{k}={v}`" for k, v in verdicts.baselines(groups, chosen).items())
         verdict = [("p", f"**{box.no_verdict}**")] if box.no_verdict else []
-        verdict += [("p", f"Effect on the **{metric}** (lower is better) of each value against the baseline "
-                          f"({bases}; `--baseline` picks another), within each setting of the other factors and "
-                          "pooled with the **seed as the unit**: per seed, the difference averaged over those "
-                          "settings, then the 95% t-interval over seeds (paired where both sides ran the same "
-                          "seeds, else Welch's over the per-seed means; `2 seeds x 2 settings`: each seed's "
-                          "difference is the mean over 2 settings). The box makes "
+        verdict += [("p", f"Effect on the **{metric}** ({verdicts.better_word(metric, groups)} is better) of each "
+                          f"value against the baseline ({bases}; `--baseline` picks another), within each setting "
+                          "of the other factors and pooled with the **seed as the unit**: per seed, the difference "
+                          "averaged over those settings, then the 95% t-interval over seeds (paired where both "
+                          "sides ran the same seeds, else Welch's over the per-seed means; `2 seeds x 2 settings`: "
+                          "each seed's difference is the mean over 2 settings). The box makes "
                           f"**{box.comparisons} comparisons** (every pair of values within a factor); a difference "
                           "is called, and ranked, only where it survives Holm's adjustment for all of them. An "
                           "interval that contains 0: **no detectable difference**."),
@@ -360,8 +361,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--style-by", metavar="KEY", help="factor drawn as line style (default: norm if grouped by it)")
     parser.add_argument("--out", type=Path, help="where to write (default: the first DIR)")
     parser.add_argument("--no-figures", action="store_true", help="tables only (fast)")
-    parser.add_argument("--metric", default="best_val_loss", help="the verdict box's metric: "
-                        f"{', '.join(verdicts.METRIC_NAMES)} (default: best_val_loss)")  # fmt: skip
+    parser.add_argument("--metric", default="best_val_loss", help="the verdict box's metric (default %(default)s): "
+                        f"{', '.join(verdicts.METRIC_NAMES)} or TASK/METRIC (eval.json)")  # fmt: skip
     parser.add_argument("--format", default=",".join(figures.FORMATS), metavar="FMT[,FMT]",
                         help=f"figure formats besides the PNG the report embeds: {', '.join(figures.ALL_FORMATS)} "
                              f"(default: {','.join(figures.FORMATS)})")  # fmt: skip

@@ -30,7 +30,8 @@ import yaml
 from normbench.analysis import numbers
 from normbench.analysis.contrasts import Cell, Contrast, contrast, disagreement, holm, per_cell
 from normbench.analysis.loading import Group, Run
-from normbench.analysis.stats import METRICS, loss_pool, outcome_counts, target_for
+from normbench.analysis.stats import METRICS, loss_pool, metric_fn, outcome_counts, target_for
+from normbench.run.eval_file import higher_is_better, split_metric
 
 METRIC_NAMES = {k.replace(" ", "_"): k for k in METRICS}  # --metric best_val_loss -> "best val loss"
 ALPHA = 0.05  # family-wise, over the box's comparisons
@@ -38,17 +39,37 @@ UNITS = {"best val loss": "nats", "final val loss": "nats", "steps to target": "
 
 
 def metric_name(text: str) -> str:
-    """``best_val_loss`` (or ``best val loss``) -> the metric's name; ConfigError naming the choices otherwise."""
+    """``best_val_loss`` (or ``best val loss``) -> the metric's name, a downstream ``TASK/METRIC`` as it is;
+    ConfigError naming the choices otherwise."""
     import difflib
 
     from normbench.errors import ConfigError
 
+    if split_metric(text.strip()):
+        return text.strip()
     key = text.strip().replace(" ", "_").replace("-", "_")
     if key in METRIC_NAMES:
         return METRIC_NAMES[key]
     near = difflib.get_close_matches(key, list(METRIC_NAMES), n=1)
     hint = f" (did you mean {near[0]}?)" if near else ""
-    raise ConfigError(f"--metric {text} is not a metric{hint}; choose one of: {', '.join(METRIC_NAMES)}")
+    choices = ", ".join(METRIC_NAMES)
+    raise ConfigError(f"--metric {text} is not a metric{hint}; choose one of: {choices}, or TASK/METRIC (eval.json)")
+
+
+def higher_better(metric: str, runs: list[Run]) -> bool:
+    """Whether a larger ``metric`` is better: only a downstream one can be (accuracies)."""
+    split = split_metric(metric)
+    return bool(split) and higher_is_better((r.downstream for r in runs), *split)
+
+
+def better_word(metric: str, groups: list[Group]) -> str:
+    """``higher`` or ``lower``: which way ``metric`` is better, for the box's words."""
+    return "higher" if higher_better(metric, [r for g in groups for r in g.runs]) else "lower"
+
+
+def unit_text(metric: str) -> str:
+    """`` (nats)``, `` (steps)``...; nothing for a metric without a unit (a downstream accuracy)."""
+    return f" ({UNITS[metric]})" if metric in UNITS else ""
 
 
 @dataclass
@@ -64,6 +85,7 @@ class Effect:
     left_out: list[str] = field(default_factory=list)  # runs without a value (diverged, not reached, ...)
     failed: bool = False  # every compared run with an outcome got stuck or diverged
     p_holm: float | None = None  # the p-value adjusted over the box's comparisons
+    higher: bool = False  # a larger value is better (a downstream accuracy); else lower (a loss)
 
     @property
     def diff(self) -> float | None:
@@ -89,6 +111,8 @@ class Effect:
             return "no detectable difference"
         if not self.called:
             return f"not detectable after Holm's adjustment (p {c.p:.2g} → {self.p_holm:.2g})"
+        if self.higher:
+            return f"{self.value} better (higher)" if c.low > 0 else f"{self.value} worse (lower)"
         return f"{self.value} better (lower)" if c.high < 0 else f"{self.value} worse (higher)"
 
 
@@ -130,7 +154,7 @@ def baselines(groups: list[Group], chosen: tuple[str, str] | None = None) -> dic
 
 
 def _value_fn(metric: str, target, defaults):
-    fn = METRICS[metric]
+    fn = metric_fn(metric)
 
     def value(run: Run):
         if run.status != "completed":  # diverged and unfinished runs have no loss to average (loss_pool)
@@ -158,6 +182,7 @@ def effect(groups: list[Group], key: str, value: str, base: str, metric: str = "
     runs = [r for c in cells for r in c.group.runs + c.base.runs]
     out.left_out = [f"{r.name} ({r.outcome_label})" for r in runs if get(r) is None]
     out.failed = _all_failed(runs)
+    out.higher = higher_better(metric, runs)
     return out
 
 
@@ -228,8 +253,7 @@ def ranking(family: dict, key: str, values: list[str], base: str) -> str | None:
 
 def verdict_box(groups: list[Group], chosen=None, metric: str = "best val loss", target=None, defaults=None) -> Box:
     """One row per factor value against its baseline, with the effect at each setting of the other factors."""
-    unit = UNITS.get(metric, "")
-    header = ["factor", "compared", f"Δ {metric} [95% CI, this comparison alone] ({unit})",
+    header = ["factor", "compared", f"Δ {metric} [95% CI, this comparison alone]{unit_text(metric)}",
               "verdict (Holm-adjusted over the box)", "per setting of the other factors", "interval"]  # fmt: skip
     family = comparisons(groups, chosen, metric, target, defaults)
     rows, ranks = [], []
@@ -288,7 +312,7 @@ def verdict_lines(groups: list[Group], metric: str = "best val loss") -> list[st
         return [box.no_verdict]
     unit = UNITS.get(metric, "")
     lines = [f"{box.comparisons} comparisons, Holm-adjusted together; the seed is the unit"]
-    lines += [f"{r[0]}: {r[1]}: {r[2]} {unit}, {r[3]} ({r[5].split('; p ')[0]})" for r in box.rows]
+    lines += [f"{r[0]}: {r[1]}: {r[2]}{' ' + unit if unit else ''}, {r[3]} ({r[5].split('; p ')[0]})" for r in box.rows]
     return lines + [r.replace("`", "") for r in box.ranks]
 
 

@@ -82,6 +82,14 @@ class RunReader:
         except (OSError, ValueError):
             return None
 
+    def downstream(self) -> dict | None:
+        """``eval.json`` (run/eval_file.py); None when there is none or it cannot be read."""
+        try:
+            data = json.loads(self.dir.eval_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
     def typed_config(self, fallback: dict | None = None):
         """The run's config over the schema (keys added since fill in with their defaults), from
         ``.hydra/config.yaml``, else from ``fallback`` (a checkpoint's flat config); None when neither

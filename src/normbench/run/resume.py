@@ -40,6 +40,7 @@ FREE_KEYS = (
     "peak_flops",
     "trainer.stop_grace_s",
     "trainer.skip_memory_check",
+    "eval",  # in-training downstream scores (downstream/callback.py): read the model, never change it
 )
 
 

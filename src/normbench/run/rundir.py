@@ -6,10 +6,10 @@ run/resume.py.
 A run directory (docs/contract.md §3) holds ``.hydra/`` (Hydra's config.yaml, overrides.yaml,
 hydra.yaml), ``metrics.jsonl``, ``summary.json``, ``checkpoints/last.pt`` (and ``checkpoints/
 replaced-<time>.pt``, one a fresh run set aside), ``train.log``, ``layer_skip.json`` (written by
-``reproduce``'s layer-skip evaluation) and, while a trainer lives, ``.lock`` (``host:pid``). Every
-module asks :class:`RunDir` for these paths, reads the summary through :meth:`RunDir.read_summary`
-and the lock's owner through :meth:`RunDir.lock_owner`; ``summary.json`` is only ever replaced
-atomically (:meth:`RunDir.write_summary`).
+``reproduce``'s layer-skip evaluation), ``eval.json`` (``normbench eval``'s downstream scores) and,
+while a trainer lives, ``.lock`` (``host:pid``). Every module asks :class:`RunDir` for these paths,
+reads the summary through :meth:`RunDir.read_summary` and the lock's owner through
+:meth:`RunDir.lock_owner`; ``summary.json`` is only ever replaced atomically (:meth:`RunDir.write_summary`).
 """
 
 from __future__ import annotations
@@ -67,6 +67,10 @@ class RunDir:
     @property
     def layer_skip_path(self) -> Path:
         return self.path / "layer_skip.json"
+
+    @property
+    def eval_path(self) -> Path:
+        return self.path / "eval.json"
 
     # ---------------------------------------------------------------------------- summary
     def read_summary(self) -> dict | None:

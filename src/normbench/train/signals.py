@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 
 from normbench.errors import first_line
+from normbench.runtime import distributed as dist_utils
 
 log = logging.getLogger("normbench")
 
@@ -253,6 +254,24 @@ def vote_due(step: int, synced: bool) -> bool:
     """Whether the stop vote is read after ``step``: at a step that syncs anyway (log, checkpoint), else every
     :data:`VOTE_EVERY` steps."""
     return synced or step % VOTE_EVERY == 0
+
+
+def stop_requested(trainer, due: bool) -> bool:
+    """Whether the trainer stops after this step: the signal flag in one process; under torchrun the ranks'
+    summed vote (:class:`StopVotes`), read only where ``due`` (:func:`vote_due`: no host read between log steps
+    but every VOTE_EVERY steps), and then the largest signal any rank caught, so every rank names the same."""
+    if trainer.world == 1:
+        stop_now = trainer.stop_signal is not None
+    elif not due:
+        return False
+    else:
+        stop_now = trainer.loop.votes.any()
+        if stop_now:
+            device = trainer.loop.c.device
+            trainer.stop_signal = dist_utils.any_rank_max(trainer.stop_signal or 0, device) or signal.SIGTERM
+    if stop_now:
+        STOP.safe_point()  # checkpoint and summary from here: the watchdog's deadline is off
+    return stop_now
 
 
 def preemption_signals() -> tuple[signal.Signals, ...]:

@@ -40,7 +40,7 @@ from normbench.runtime.throughput import Throughput
 from normbench.train import build as builder
 from normbench.train.ckpt_writer import CheckpointWriter
 from normbench.train.loop_parts import Checkpoints, DiagSchedule, Evaluation, LossWatch
-from normbench.train.signals import STOP, RunSignals, StopVotes, hand_on, last_words, vote_due
+from normbench.train.signals import RunSignals, StopVotes, hand_on, last_words, stop_requested, vote_due
 from normbench.train.state import TrainState
 from normbench.validation import prepare
 
@@ -69,8 +69,9 @@ class Loop:
 
 
 class Trainer:
-    def __init__(self, cfg, run_dir: Path):
+    def __init__(self, cfg, run_dir: Path, callbacks=()):
         self.cfg, self.run_dir, self.rundir = cfg, Path(run_dir), RunDir(run_dir)
+        self.callbacks = list(callbacks)  # at evaluation steps: f(trainer, step) -> metrics for the record
         self.rank, self.world = dist_utils.rank(), dist_utils.world_size()
         self.is_main = self.rank == 0
         self.stop_signal: int | None = None
@@ -151,7 +152,7 @@ class Trainer:
             if log_now:  # a background checkpoint that has ended is committed; a checkpoint by time is due
                 p.writer.poll()
                 ckpt_now = ckpt_now or p.ckpts.time_due(s.step, c.device)
-            stop_now = self._stop_requested(vote_due(s.step, synced=log_now or ckpt_now))
+            stop_now = stop_requested(self, vote_due(s.step, synced=log_now or ckpt_now))
             if stop_now or ckpt_now:
                 if status := self._flush_losses():
                     return self._finish("diverged", status)
@@ -283,28 +284,13 @@ class Trainer:
         if eval_now and status is None:
             t_eval = time.perf_counter()
             val = self.evaluate()
+            for callback in self.callbacks:  # e.g. downstream tasks (downstream/callback.py), timed as evaluation
+                record.update(callback(self, s.step))
             p.meter.spent("eval_s", time.perf_counter() - t_eval)
             if p.evals.record(val):
                 record["val_loss"] = p.evals.last
         p.recorder.log(record, tps)
         return status
-
-    def _stop_requested(self, vote_due: bool) -> bool:
-        """Whether to stop after this step: the signal flag in one process; under torchrun the ranks' summed
-        vote, read only where ``vote_due`` (signals.vote_due: no host read between log steps but every
-        VOTE_EVERY steps)."""
-        if self.world == 1:
-            stop_now = self.stop_signal is not None
-        elif not vote_due:
-            return False
-        else:  # every rank reads the same summed vote (signals.StopVotes)
-            stop_now = self.loop.votes.any()
-            if stop_now:  # which signal: the largest number any rank caught
-                device = self.loop.c.device
-                self.stop_signal = dist_utils.any_rank_max(self.stop_signal or 0, device) or signal.SIGTERM
-        if stop_now:
-            STOP.safe_point()  # checkpoint and summary from here: the watchdog's deadline is off
-        return stop_now
 
     def _flush_losses(self) -> str | None:
         """Before a checkpoint, the losses since the last log step get a log step's bookkeeping, so the
@@ -352,8 +338,9 @@ class Trainer:
                 self.loop.writer.close()
 
 
-def run(cfg, run_dir: Path) -> dict:
-    """Train one run into ``run_dir``; returns the summary. Raises ConfigError on bad input."""
+def run(cfg, run_dir: Path, callbacks=()) -> dict:
+    """Train one run into ``run_dir``; returns the summary. Raises ConfigError on bad input. ``callbacks``: called
+    at each evaluation step as ``f(trainer, step)``, their metrics go into its record (:class:`Trainer`)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     dist_utils.export_submitit_env()  # a multi-task submitit (SLURM) job: DDP across its tasks
@@ -364,7 +351,7 @@ def run(cfg, run_dir: Path) -> dict:
     lock = RunLock(run_dir, resume=bool(cfg.trainer.resume))
     if rank == 0:
         lock.acquire()
-    trainer = Trainer(cfg, run_dir)
+    trainer = Trainer(cfg, run_dir, callbacks)
     # stop signals (normbench.train.signals): the step in progress ends, then checkpoint and `interrupted`
     on_stop = lambda signum: setattr(trainer, "stop_signal", signum)
     signals = RunSignals(cfg.trainer.stop_grace_s, on_stop, lambda signum, why: last_words(trainer, lock, signum, why))
