@@ -268,7 +268,7 @@ def test_every_contract_claim_is_declared_with_its_scales():
         assert float(cpu.tokens_per_param or per_job[0].split("=")[1]) >= 20, cid
         assert not any(o.startswith("trainer.max_steps=") for o in cpu.fixed), cid
         assert any(o.startswith("trainer.max_steps=") for o in quick.fixed), cid
-        assert cpu["sweeps"] == quick["sweeps"] and cpu.get("seeds") == quick.get("seeds"), cid
+        assert cpu.sweeps == quick.sweeps and cpu.seeds == quick.seeds, cid
 
 
 def test_bad_claim_files_are_one_line(tmp_path):

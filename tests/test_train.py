@@ -64,6 +64,8 @@ def test_every_group_option_composes_and_validates(group, option):
     extra = {
         "files": ["data.paths=[x.txt]"],
         "hf": ["data.hf_path=some/dataset"],
+        "shards": ["data.train=x_train_*.bin", "data.val=x_val_*.bin"],
+        "mix": ["data.mix=[a:1,b:2]"],
         "batchnorm": ["norm.allow_leak=true"],  # refused without it (tests/test_scale_and_batch_norms.py)
     }.get(option, [])
     cfg = compose([f"{group}={option}", *extra])
