@@ -172,6 +172,7 @@ def test_bad_input_in_a_real_process(tmp_path, files, overrides, needles):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_wandb_online_without_credentials_falls_back_to_offline(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(
@@ -232,6 +233,7 @@ overrides_strategy = st.lists(st.sampled_from(sorted(CHOICES)), unique=True, min
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(overrides=overrides_strategy)
 def test_random_overrides_give_a_result_or_one_line(capsys, overrides):

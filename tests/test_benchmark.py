@@ -163,6 +163,7 @@ def test_loaded_spread_needs_equal_flops_and_a_spread_past_20_percent():
     assert loaded_spread(runs((1e6, 1000))) is None
 
 
+@pytest.mark.slow
 def test_a_report_flags_tokens_per_s_and_seconds_measured_on_a_loaded_machine(tmp_path):
     """Three seeds of one shape whose tokens/s range 1,000-2,100 (the machine's load, not the model) are
     flagged in the main table and the target table; so is a group within 20% that ran beside them in the

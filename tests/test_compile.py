@@ -41,7 +41,13 @@ def test_compile_matches_eager(arch, tmp_path):
         assert torch.allclose(w.norm(dim=0), torch.ones(w.shape[1]), atol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+# Pre-LN, HybridNorm (q/k norms) and nGPT (its own geometry) in the default suite, every other arch in the slow one
+COMPILE_DEFAULT = ("pre_ln", "hybridnorm", "ngpt")
+
+
+@pytest.mark.parametrize(
+    "arch", [pytest.param(a, marks=() if a in COMPILE_DEFAULT else pytest.mark.slow) for a in ARCHS]
+)
 def test_every_arch_compiles_to_one_graph_with_eager_gradients(arch):
     """compile=true for every arch: dynamo captures forward and backward whole (fullgraph: no
     graph break, so nothing falls back to Python per step) and the gradients equal eager mode.

@@ -19,6 +19,7 @@ WSD = ["model=tiny", "sched=wsd", "sched.warmup_steps=2", "sched.decay_fraction=
        "trainer.log_every=1", "trainer.eval_every=4", "trainer.eval_batches=2", "diag.every=4", "seed=3"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_branch_from_the_trunk_is_the_standalone_wsd_run(tmp_path):
     """Forked at its cooldown start (step 16 of 20), a branch of a 30-step trunk trains the very steps a
     20-step WSD run trains: same losses, LRs and val losses to the last bit (CPU is deterministic)."""

@@ -268,6 +268,7 @@ def gpt2_run(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_cli_export_and_sample_agree_on_a_trained_gpt2_run(gpt2_run, capsys):
     from normbench import cli
 

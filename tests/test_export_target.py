@@ -120,6 +120,7 @@ def test_a_parent_that_refuses_mkdir_is_one_line_even_as_root(run, tmp_path, cap
     assert listing(parent) == []
 
 
+@pytest.mark.slow
 def test_the_console_command_gives_one_line_for_an_unwritable_target(run, tmp_path):
     (tmp_path / "file").write_text("")
     proc = run_cli(["export", str(run), str(tmp_path / "file" / "out")], cwd=tmp_path)
@@ -278,6 +279,7 @@ def _on_a_terminal(code: str, timeout: float = 240) -> tuple[str, bool]:
     return out.decode(errors="replace"), asked
 
 
+@pytest.mark.slow
 def test_the_docs_loading_lines_run_on_a_terminal_without_a_prompt(run, tmp_path, capsys):
     code, _ = export(capsys, run, tmp_path / "my_model")
     assert code == 0 and (tmp_path / "my_model" / "modeling_normbench.py").is_file(), "the custom class"

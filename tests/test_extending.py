@@ -99,6 +99,7 @@ def test_the_example_norm_is_grouped_decayed_and_offset_by_its_declarations(plug
     assert out["offset"]["offset"] == 1.0 and set(out["offset"]["ln_f"]) == {0.0}  # has_gain: stored as 1 + w
 
 
+@pytest.mark.slow
 def test_the_example_norms_keys_are_checked_in_one_line(plugin):
     root, env = plugin
     proc = run_cli(["train", "norm.name=softcap", "norm.softcap_init=-1"], cwd=root, env=env)
@@ -108,6 +109,7 @@ def test_the_example_norms_keys_are_checked_in_one_line(plugin):
     assert "softcap" in proc.stdout and "choose with norm.name=softcap" in proc.stdout
 
 
+@pytest.mark.slow
 def test_the_report_flags_the_example_only_when_it_declares_a_leak(plugin, trained):
     root, env = plugin
     for plugins, leaks in (("softcap_norm", False), ("softcap_norm,softcap_leaky", True)):
@@ -118,6 +120,7 @@ def test_the_report_flags_the_example_only_when_it_declares_a_leak(plugin, train
         assert ("leaks the future" in (out / "report.md").read_text()) is leaks
 
 
+@pytest.mark.slow
 def test_export_refuses_the_example_norm_in_one_line(plugin, trained):
     root, env = plugin
     proc = run_cli(["export", str(trained), str(root / "hf")], cwd=root, env=env)

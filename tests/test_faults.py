@@ -131,6 +131,7 @@ def resume_line(out: str, what: str = "this run") -> list[str]:
     return argv[4:]
 
 
+@pytest.mark.slow
 def test_signal_during_the_final_eval_interrupts_and_the_printed_command_finishes_the_run(tmp_path, reference):
     """SIGTERM while the last step's evaluation runs: the evaluation stops (it saves nothing), the run ends
     `interrupted` with exit 143 (it used to report `completed` and exit 0); the command it prints resumes
@@ -187,6 +188,7 @@ def test_a_step_that_does_not_end_exits_at_once_keeping_the_last_checkpoint(tmp_
     assert not (run / ".lock").exists()
 
 
+@pytest.mark.slow
 def test_signal_in_a_sweep_stops_it_and_the_printed_command_resumes_the_sweep(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["-m", *RUN, "trainer.max_steps=6", "seed=0,1", "hydra.sweep.dir=sweep"]
@@ -702,6 +704,7 @@ def test_huge_lr_diverges_and_exits_zero(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------- sweeps
+@pytest.mark.slow
 def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     (tmp_path / "data").mkdir()
     docs = "".join(json.dumps({"text": f"hello, small file {i}.\n"}) + "\n" for i in range(38))

@@ -46,6 +46,7 @@ def budget(out: str) -> tuple[dict[str, tuple[int, str]], int]:
     return rows, int(steps.group(1))
 
 
+@pytest.mark.slow
 def test_dry_run_plans_all_17_archs_within_the_budget_one_gpu():
     # 10 minutes: since issue 51 each run's estimate counts its final checkpoint's write (20 s of start-up, not 15),
     # and the default 8 minutes leave the last arch or two to the measured times (or a second try)
@@ -130,6 +131,7 @@ def summary(compiled: bool, tps: float, fpt: float = 1e9, **kw) -> dict:
             **kw}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_table_compares_eager_rows_with_the_eager_pre_ln_and_goes_into_the_doc(tmp_path):
     out = tmp_path / "out"
     runs = {

@@ -56,6 +56,7 @@ def test_bench_archs_suite_reports_flops_and_memory_relative_to_pre_ln(tmp_path)
     assert "nGPT weight re-normalization" in out
 
 
+@pytest.mark.slow
 def test_bench_set_overrides_every_run_and_is_refused_for_the_baseline(tmp_path):
     args = ["--suite", "archs", "--archs", "pre_ln", "--steps", "7", "--threads", "1"]
     narrow = bench([*args, "--set", "model.d_model=32", "--set", "model.n_head=2"], tmp_path)
@@ -71,6 +72,7 @@ def test_bench_set_overrides_every_run_and_is_refused_for_the_baseline(tmp_path)
     assert proc.returncode == 2 and "--steps 5: a run's first 5 steps are untimed" in proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_paired_suite_alternates_each_arch_with_pre_ln_in_one_process(tmp_path):
     out = bench(["--suite", "paired", "--archs", "pre_ln,ngpt,rezero", "--rounds", "3", "--threads", "1"], tmp_path)
     assert "2 steps each" in out
@@ -104,6 +106,7 @@ def miniature_rows(out: str) -> dict[str, list[str]]:
     return {cells[0].strip(): [c.strip() for c in cells] for cells in lines if len(cells) == 4}
 
 
+@pytest.mark.slow
 def test_bench_miniature_suite_measures_a_mode_against_eager_fp32_and_ends_with_the_ratio(tmp_path):
     # --set reaches the claim's jobs after the claims' mode (which follows the CPU): eager bf16 with fp32 attention
     # on any CPU, no compile to wait for
@@ -175,6 +178,7 @@ def gpu_check(env: dict, cwd: Path | None = None) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_gpu_check_dry_run_plans_every_arch_and_a_ddp_smoke_run():
     proc = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "2", "OUT": "/nonexistent/gpu_check"})
     assert proc.returncode == 0, proc.stderr
@@ -223,6 +227,7 @@ def node_python(tmp_path: Path) -> Path:
     return stub
 
 
+@pytest.mark.slow
 def test_budget_plan_adds_up_and_marks_what_does_not_fit():
     # estimates chosen so that the step times vanish (a huge peak): each run is start-up + compile
     common = "model=gpt2_124m data.tokenizer=gpt2 precision=bf16 trainer.batch_size=32 trainer.grad_accum=2"
@@ -242,6 +247,7 @@ def test_budget_plan_adds_up_and_marks_what_does_not_fit():
                                          "ngpt": [15, 55, "over budget: skipped"]}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_gpu_check_setup_takes_the_offline_install_when_no_index_answers(tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -265,6 +271,7 @@ def summary(status="completed", tps=1000.0, fpt=1e9, mfu=0.5, mem=10.0, **kw) ->
             "wall_s": 100.0, "step_time_s": 1.0, "max_steps": 50, "final_loss": 7.0, **kw}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_gpu_check_table_reads_summaries(tmp_path):
     runs = {
         "pre_ln": summary(),
@@ -293,6 +300,7 @@ def test_gpu_check_table_reads_summaries(tmp_path):
 
 
 # --------------------------------------------------------------------------- profile_step.py
+@pytest.mark.slow
 def test_profile_step_sorts_a_steps_time_into_kinds(tmp_path):
     cmd = [sys.executable, str(SCRIPTS / "profile_step.py"), "--set", "model=tiny", "--steps", "2", "--warmup", "1"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)

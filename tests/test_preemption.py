@@ -46,6 +46,7 @@ def dead_pid() -> int:
 
 
 # ------------------------------------------------------------------------------------------- temp files
+@pytest.mark.slow
 def test_temp_files_of_killed_summary_and_metrics_writes_are_swept(tmp_path):
     run = tmp_path / "run"
     args = [*RUN, "hydra.run.dir=run", "trainer.resume=true"]  # what a requeued job runs, every time
@@ -107,6 +108,7 @@ def copy_of(killed, tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_stale_lock_notice_names_the_last_logged_step_and_the_step_the_resume_goes_on_from(tmp_path, killed):
     _, logged, at = killed
     run = copy_of(killed, tmp_path)
@@ -160,6 +162,7 @@ SHORT = ["trainer.max_steps=4", "trainer.eval_every=4", "trainer.ckpt_every=2", 
 SWEEP = [o for o in RUN if o.split("=")[0] not in {s.split("=")[0] for s in SHORT}] + SHORT
 
 
+@pytest.mark.slow
 def test_half_finished_sweep_report_names_the_jobs_not_started_and_the_command_that_finishes_it(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     subdir = "hydra.sweep.subdir=job${hydra.job.num}"  # a hydra override: the finishing command keeps it

@@ -258,6 +258,7 @@ def test_sweep_report_plots_and_html(sweep):
     assert layer["arch=pre_ln"]["outcomes"] == "1 learned, 1 unstable"
 
 
+@pytest.mark.slow
 def test_lr_sweep_largest_lr_where_every_seed_learned(tmp_path):
     root = tmp_path / "lr"
     lrs = (1e-3, 3e-3, 1e-2, 3e-2)
@@ -292,6 +293,7 @@ def test_lr_sweep_largest_lr_where_every_seed_learned(tmp_path):
     check_png(root / "lr_sweep.png")
 
 
+@pytest.mark.slow
 def test_resumed_job_stays_in_its_group_and_tokens_per_s_averages_the_completed_runs(tmp_path):
     """trainer.resume=true on one job is bookkeeping, not a setting; a diverged seed's early
     throughput does not enter the group's tokens/s (the table averages completed runs only)."""
@@ -312,6 +314,7 @@ def test_resumed_job_stays_in_its_group_and_tokens_per_s_averages_the_completed_
     assert row["tokens/s"] == f"{statistics.fmean([1234.0, 1235.0]):,.0f}"
 
 
+@pytest.mark.slow
 def test_optimizer_sweep_is_not_an_lr_sweep_and_lr_stability_needs_a_learned_run(tmp_path):
     root = tmp_path / "optim"
     for job, (name, lr) in enumerate((("adamw", 2e-3), ("lion", 3e-4))):
@@ -334,6 +337,7 @@ def test_optimizer_sweep_is_not_an_lr_sweep_and_lr_stability_needs_a_learned_run
     assert row["largest lr where every seed learned"] == "0.001 (1 stopped)"
 
 
+@pytest.mark.slow
 def test_depth_plot_draws_a_group_whose_runs_all_diverged(tmp_path):
     recs = fake_records(1.0, steps=60)
     make_run(tmp_path / "0", ["arch=post_ln"], config("post_ln"), recs,
@@ -344,6 +348,7 @@ def test_depth_plot_draws_a_group_whose_runs_all_diverged(tmp_path):
     check_png(tmp_path / "loss_curves.png")
 
 
+@pytest.mark.slow
 def test_single_run_and_different_depths(tmp_path):
     run = make_run(tmp_path / "run", [], config(), fake_records(1.0), summary_for(fake_records(1.0), "pre_ln", 0))
     md = report.make_report(run).read_text()
@@ -466,6 +471,7 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
     assert len(re.findall(r'src="data:image/png;base64,', (sweep / "report.html").read_text())) == len(pngs)
 
 
+@pytest.mark.slow
 def test_report_on_a_partly_failed_real_sweep(tmp_path):
     """Failed (start-up error) and diverged jobs never stop a sweep; the report shows them."""
     sweep = tmp_path / "sweep"
@@ -568,6 +574,7 @@ def _sweep(root, arch_seeds, base=1.0, best=None):
     return root
 
 
+@pytest.mark.slow
 def test_report_merges_two_sweep_dirs_filters_and_groups(tmp_path):
     a = _sweep(tmp_path / "a", [("pre_ln", 0), ("pre_ln", 1)])
     b = _sweep(tmp_path / "b", [("pre_ln", 2), ("post_ln", 0), ("post_ln", 1)])

@@ -172,6 +172,7 @@ def test_runs_draws_one_line_per_run(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ the LR and gradient-norm figure
 
 
+@pytest.mark.slow
 def test_lr_and_grad_norm_figure_with_its_caption(tmp_path, monkeypatch):
     sweep(tmp_path)
     figs = captured(monkeypatch)
@@ -231,6 +232,7 @@ def pdf_inches(path) -> tuple[float, float]:
     return float(box.group(1)) / 72, float(box.group(2)) / 72
 
 
+@pytest.mark.slow
 def test_no_figure_taller_than_a_page_at_a_single_column(tmp_path, monkeypatch):
     archs = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "hybridnorm", "deepnorm", "ngpt", "sandwich")
     sweep(tmp_path / "runs", archs=archs, seeds=(0,), diverged=False, diag_every=10)

@@ -129,6 +129,7 @@ def test_claim_takes_the_next_free_name(tmp_path):
     assert claim(want) == tmp_path / "multirun" / "12-00-00-000001-2"
 
 
+@pytest.mark.slow
 def test_simultaneous_sweeps_never_share_a_dir(tmp_path):
     """Two sweeps whose timestamp resolves to the same name (forced here) get two directories."""
     same = "hydra.sweep.dir=out/${now:%Y}-same"  # the same name in both processes
@@ -218,6 +219,7 @@ def test_the_sweep_counts_its_jobs(overrides, jobs):
     assert planned_jobs(cfg) == jobs
 
 
+@pytest.mark.slow
 def test_sweep_jobs_say_k_of_n_and_the_sweep_ends_with_its_leaderboard(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_cli(["train", "-m", "norm=layernorm,rmsnorm", "seed=0", *FAST, "trainer.max_steps=2",

@@ -234,6 +234,7 @@ def test_data_cache_is_reused(tmp_path, monkeypatch):
     assert "tokenizing" not in log_b and "cached" in log_b
 
 
+@pytest.mark.slow
 def test_multirun_makes_one_dir_per_job(tmp_path):
     proc = run_cli(
         ["train", "-m", "arch=pre_ln,post_ln", "seed=0,1", "model=tiny", "trainer.max_steps=10"], cwd=tmp_path
@@ -284,6 +285,7 @@ def test_console_script_is_installed():
     assert exe, "the normbench console script is installed with the package"
 
 
+@pytest.mark.slow
 def test_user_config_dir_overlays_conf(tmp_path):
     import yaml
 

@@ -73,6 +73,7 @@ def offline_runs(job_dir: Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- tests
+@pytest.mark.slow
 def test_offline_sweep_logs_one_run_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["train", "-m", "arch=pre_ln,post_ln", "logger=wandb", *TINY, "trainer.max_steps=6", "diag.every=2",

@@ -44,6 +44,7 @@ def offline_pip(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=wheelhouse.offline_env(), timeout=120)
 
 
+@pytest.mark.slow
 def test_offline_install_refuses_what_is_neither_in_the_wheelhouse_nor_installed(tmp_path):
     # an empty wheelhouse: normbench's build backend (hatchling, needed for the editable install) is the first thing
     # pip cannot find, and the installed one does not count (pip builds in isolation)
@@ -140,6 +141,7 @@ def node_venv_through_pth(tmp_path: Path) -> Path:
     return node / "bin" / "python"
 
 
+@pytest.mark.slow
 def test_torch_through_a_pth_file_of_a_venv_node_python_counts_as_installed(tmp_path):
     # issue 44: the node's Python is itself a venv reaching torch through a .pth; a .pth in a directory that a .pth
     # adds is not read, so the new venv has to list that directory itself
