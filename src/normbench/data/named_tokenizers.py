@@ -20,7 +20,24 @@ import numpy as np
 from normbench.errors import DataError
 
 
-class TiktokenTokenizer:
+class TiktokenEncoded:
+    """A tokenizer that is a ``tiktoken.Encoding`` (``self._enc``): GPT-2's and any named one
+    (data/named_tokenizers.py). User text is encoded as ordinary text: a literal "<|endoftext|>" in a corpus is
+    text, not an error."""
+
+    _enc = None
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode_ordinary(text)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        return self._enc.decode([int(i) for i in ids])
+
+
+class TiktokenTokenizer(TiktokenEncoded):
     def __init__(self, encoding_name: str):
         import tiktoken  # start-up cost: only for this tokenizer
 
@@ -36,15 +53,6 @@ class TiktokenTokenizer:
         self.name = f"tiktoken:{encoding_name}"
         self.vocab_size = self._enc.n_vocab
         self.eot_id = self._enc.eot_token
-
-    def encode(self, text: str) -> list[int]:
-        return self._enc.encode_ordinary(text)
-
-    def encode_array(self, text: str) -> np.ndarray:
-        return np.asarray(self.encode(text), dtype=np.int64)
-
-    def decode(self, ids) -> str:
-        return self._enc.decode([int(i) for i in ids])
 
 
 class HfTokenizer:

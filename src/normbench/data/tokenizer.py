@@ -37,6 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
+from normbench.data.named_tokenizers import TiktokenEncoded, named_tokenizer
 from normbench.errors import DataError
 
 GPT2_VOCAB_SIZE = 50257
@@ -130,8 +131,8 @@ class BpeTokenizer:
         return self._tok.decode([int(i) for i in ids])
 
 
-class Gpt2Tokenizer:
-    """The real GPT-2 BPE through tiktoken; user text is encoded as ordinary text (no special tokens)."""
+class Gpt2Tokenizer(TiktokenEncoded):
+    """The real GPT-2 BPE through tiktoken."""
 
     name = "gpt2"
     vocab_size = GPT2_VOCAB_SIZE
@@ -139,16 +140,6 @@ class Gpt2Tokenizer:
 
     def __init__(self):
         self._enc = _gpt2_encoding()
-
-    def encode(self, text: str) -> list[int]:
-        # encode_ordinary: a literal "<|endoftext|>" in a corpus is text, not an error
-        return self._enc.encode_ordinary(text)
-
-    def encode_array(self, text: str) -> np.ndarray:
-        return np.asarray(self.encode(text), dtype=np.int64)
-
-    def decode(self, ids) -> str:
-        return self._enc.decode([int(i) for i in ids])
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -221,8 +212,6 @@ def build_tokenizer(name: str, vocab_size: int | None, train_text, cache_dir: Pa
     if name == "gpt2":
         return Gpt2Tokenizer()
     if name.startswith(("tiktoken:", "hf:")):
-        from normbench.data.named_tokenizers import named_tokenizer
-
         return named_tokenizer(name)
     if name != "bpe":  # validation.check_data allows byte, gpt2, bpe, tiktoken:NAME and hf:NAME only
         raise ValueError(f"unknown tokenizer {name!r}")
