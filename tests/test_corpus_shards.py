@@ -365,3 +365,21 @@ def test_prepare_command_prints_what_it_made(tmp_path, capsys):
     assert "'model=tiny' is not a data override" in capsys.readouterr().err
     assert cli.main(["prepare", "data=kjv"]) == 2
     assert "data=kjv needs no preparing" in capsys.readouterr().err
+
+
+def test_a_jsonl_is_read_as_datasets_reads_it(tmp_path):
+    """The .jsonl reader (json module: the reader feeds the workers, so its CPU caps their scaling) gives the
+    documents datasets' json reader gives: non-ASCII and escaped text, a blank line and a null field skipped;
+    a line that is not JSON is one line naming the file and the line."""
+    import datasets
+
+    from normbench.data.pipeline.documents import _rows
+
+    rows = [{"text": "Zoë's café, ελληνικά, 漢字 🙂\n\tend"}, {"text": None}, {"text": 'a "quoted" \\ line'}]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=i % 2 == 0) for i, r in enumerate(rows)) + "\n\n")
+    want = [r["text"] for r in datasets.load_dataset("json", data_files=[str(path)], split="train") if r["text"]]
+    assert list(_rows(path, "text")) == want == [rows[0]["text"], rows[2]["text"]]
+    path.write_text('{"text": "fine"}\n{"text": broken}\n')
+    with pytest.raises(DataError, match=r"docs.jsonl line 2 is not JSON"):
+        list(_rows(path, "text"))
