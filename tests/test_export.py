@@ -250,12 +250,10 @@ def test_a_reserved_end_of_text_id_is_the_exported_eos(tmp_path):
     from normbench.data.tokenizer import ByteTokenizer
     from normbench.export.tokenizer import eos_id, hf_tokenizer
 
-    class ByteWithEot(ByteTokenizer):
-        vocab_size, eot_id = 257, 256
-
-    hf_tokenizer(ByteWithEot(), 64).save_pretrained(tmp_path / "tok")
+    with_eot = ByteTokenizer(eot=True)
+    hf_tokenizer(with_eot, 64).save_pretrained(tmp_path / "tok")
     hf = AutoTokenizer.from_pretrained(tmp_path / "tok")
-    assert eos_id(ByteWithEot()) == hf.eos_token_id == hf.bos_token_id == 256 and hf.eos_token == "<|endoftext|>"
+    assert eos_id(with_eot) == hf.eos_token_id == hf.bos_token_id == 256 and hf.eos_token == "<|endoftext|>"
     assert len(hf) == 257 and hf("a\nb")["input_ids"] == [97, 10, 98] and hf.decode([97, 10, 98]) == "a\nb"
 
 

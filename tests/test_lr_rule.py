@@ -89,7 +89,9 @@ def test_a_run_prints_and_records_its_resolved_lrs(tmp_path):
     s = json.loads((run / "summary.json").read_text())
     assert s["lr"] == 7.2e-3 and s["lr_source"] == "optim.lr=auto (0.0006 x 768/64)"
     assert s["lr_resolved"]["matrix"] == s["lr_resolved"]["embed"] == 7.2e-3
-    assert s["spec"] == {"lr": 7.2e-3, "lr_source": "optim.lr=auto (0.0006 x 768/64)", "matrix_lr": 7.2e-3}
+    lr_part = {k: s["spec"][k] for k in ("lr", "lr_source", "matrix_lr")}
+    assert lr_part == {"lr": 7.2e-3, "lr_source": "optim.lr=auto (0.0006 x 768/64)", "matrix_lr": 7.2e-3}
+    assert s["spec"]["precision"] == "fp32" and s["spec"]["compile"] is False  # the other resolved values beside it
 
 
 def test_the_claim_dry_run_shows_the_carried_hidden_matrix_lr(tmp_path, capsys):
