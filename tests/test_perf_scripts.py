@@ -183,7 +183,9 @@ def test_gpu_check_dry_run_plans_every_arch_and_a_ddp_smoke_run():
     proc = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "2", "OUT": "/nonexistent/gpu_check"})
     assert proc.returncode == 0, proc.stderr
     planned = dict(re.findall(r"^gpu_check: \[(\w+)\] would run: (.*)$", proc.stdout, re.M))
-    assert set(planned) == {*ARCHS, "pre_ln_eager", "ddp_smoke", "claim_smoke"}  # the registry: later archs too
+    # the registry's archs (later ones too), and the checkpoint-cost measurement (issue 51)
+    assert set(planned) == {*ARCHS, "pre_ln_eager", "ddp_smoke", "claim_smoke", "ckpt_cost"}
+    assert planned["ckpt_cost"].split()[1:] == ["scripts/gpu_ckpt_check.py", "--out", "/nonexistent/gpu_check"]
     # the reference, its eager twin and the claim first: they fit the budget whatever the archs that follow
     assert list(planned)[:3] == ["pre_ln", "pre_ln_eager", "claim_smoke"]
     claim = planned["claim_smoke"].split()
