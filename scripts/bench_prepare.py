@@ -68,9 +68,9 @@ def make_corpus(path: Path, mb: float, seed: int = 0) -> int:
 
 NANOGPT_CHILD = r"""
 import json, sys, numpy as np, datasets
-from normbench.data.tokenizer import _gpt2_encoding
+from normbench.data.tokenizer import gpt2_encoding
 corpus, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
-enc = _gpt2_encoding()
+enc = gpt2_encoding()
 def process(example):
     ids = enc.encode_ordinary(example["text"])
     ids.append(enc.eot_token)

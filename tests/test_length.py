@@ -139,11 +139,11 @@ def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path
     assert pin_compile(claim, "cpu", ["compile=auto", "compile=false"]) is None  # the last one wins
     assert pin_compile(claim, "cpu") is not None  # the claims' mode (registry.cpu_mode) asks for compile=auto
     assert pin_compile(load_claim("peri_variance"), "quick") is None  # quick has no mode: nothing asks for it
-    from normbench.reproduce.length import _asks_auto
+    from normbench.reproduce.length import asks_auto
 
     (tmp_path / "swept").mkdir()
     swept = _claim(tmp_path / "swept", [{"arch": ["pre_ln", "simplenorm"], "compile": ["auto"]}], ["model=tiny"])
-    assert _asks_auto(swept, "cpu", []) and not _asks_auto(swept, "cpu", ["compile=false"])  # the user's wins
+    assert asks_auto(swept, "cpu", []) and not asks_auto(swept, "cpu", ["compile=false"])  # the user's wins
     jobs = {v["arch"]: cfg for v, cfg in compose_jobs(claim, "cpu", ["compile=auto"])}
     pre, simple = _saved_seconds(jobs["pre_ln"]), _saved_seconds(jobs["simplenorm"])
     assert simple > pre  # SimpleNorm's untied head: more FLOPs per step, a larger estimated saving

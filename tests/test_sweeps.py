@@ -16,7 +16,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from normbench.cli.overrides import _expand, prevalidate
+from normbench.cli.overrides import expand_sweep, prevalidate
 from normbench.config import files
 from normbench.config.schema import register_configs
 from normbench.run.sweeps import claim
@@ -99,7 +99,7 @@ def test_glob_sweeps_see_only_the_options():
     assert expanded == {"arch": sorted(ARCHS), "norm": sorted(NORMS)}
     assert len(expanded["arch"]) == len(ARCHS)
     # the CLI's pre-validation expands glob() the same way, and checks every architecture once
-    variants = _expand(["arch=glob(*)", "model=tiny"])
+    variants = expand_sweep(["arch=glob(*)", "model=tiny"])
     assert sorted(v[0] for v in variants) == [f"arch={a}" for a in sorted(ARCHS)]
     prevalidate(["arch=glob(*)", "norm=choice(layernorm,rmsnorm)", "model=tiny"])
 

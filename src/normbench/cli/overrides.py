@@ -85,7 +85,7 @@ def _explain(exc: Exception, override: str | None, base_keys: list[str], base_cf
     return f"{override}: {first}" if override and override.split("=", 1)[0] not in first else first
 
 
-def _expand(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[list[str]]:
+def expand_sweep(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[list[str]]:
     """Override lists to compose: the first value of every sweep, then each other sweep value once."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import Glob
@@ -134,7 +134,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
                     raise ConfigError(not_an_option(key, v, allowed))
     searchpath = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in extra_dirs)}]"] if extra_dirs else []
     try:
-        variants = [searchpath + v for v in _expand(user, extra_dirs)]
+        variants = [searchpath + v for v in expand_sweep(user, extra_dirs)]
     except OverrideParseException as exc:
         raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
     GlobalHydra.instance().clear()

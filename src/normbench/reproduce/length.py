@@ -56,13 +56,13 @@ def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None, jobs
     ratio = ratio if ratio is not None else claim.sweep(scale).tokens_per_param
     if ratio is None or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return None
-    values, cfg = _baseline_job(claim, scale, overrides, jobs)
+    values, cfg = baseline_job(claim, scale, overrides, jobs)
     n = length.length_params(cfg)
     steps = max(1, round(float(ratio) * n / length.tokens_per_step(cfg)))
     return Pinned(float(ratio), steps, steps * length.tokens_per_step(cfg), n, dict(values))
 
 
-def _baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict, object]:
+def baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict, object]:
     """(swept values, composed config) of the baseline side of the first test that gives the verdict."""
     from normbench.reproduce.shared import compose_jobs, test_sides
     from normbench.run.resume import flat_config
@@ -74,7 +74,7 @@ def _baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict,
     return values, next(c for v, c in jobs if v == values)
 
 
-def _asks_auto(claim: Claim, scale: str, overrides) -> str | None:
+def asks_auto(claim: Claim, scale: str, overrides) -> str | None:
     """``given`` where some job gets ``compile=auto`` from the claim's fixed overrides or the user's (the last
     ``compile=`` of them, or a swept value), ``default`` where none gives ``compile`` (conf/config.yaml's
     default, auto), None where it is given as true/false. Read from the overrides: composing every job to find
@@ -108,11 +108,11 @@ def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | Non
     from normbench.runtime.compiling import decide
     from normbench.train.build import resolve_device
 
-    asked = _asks_auto(claim, scale, overrides)
+    asked = asks_auto(claim, scale, overrides)
     if asked is None or (asked == "default" and not torch.cuda.is_available()):
         return None  # the default on CPU: every job resolves it alike, eager (config/spec.resolve_compile)
     jobs = jobs if jobs is not None else compose_jobs(claim, scale, overrides)
-    _, cfg = _baseline_job(claim, scale, overrides, jobs)
+    _, cfg = baseline_job(claim, scale, overrides, jobs)
     if asked == "default" and resolve_device(cfg).type != "cuda":
         return None
     with torch.device("meta"):
@@ -139,7 +139,7 @@ def check_corpus(claim: Claim, scale: str, overrides=(), jobs=None) -> None:
 
     if scale != "gpu" or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return
-    _, cfg = _baseline_job(claim, scale, overrides, jobs)
+    _, cfg = baseline_job(claim, scale, overrides, jobs)
     need = CHINCHILLA * length.length_params(cfg)
     have, exact = train_tokens(cfg.data)
     data = f"data={cfg.data.name}"

@@ -20,7 +20,7 @@ import numpy as np
 from normbench.data.cache import fmt
 from normbench.data.pipeline.prepare import read_manifest
 from normbench.data.pipeline.shards import concatenated, read_shard
-from normbench.data.texts import _abspath, _get
+from normbench.data.texts import abs_path, cfg_value
 from normbench.data.tokenizer import build_tokenizer
 from normbench.errors import DataError
 
@@ -84,14 +84,14 @@ def parse_mix(items) -> list[tuple[Path, float]]:
             raise DataError(f"data.mix: {item!r} is not DIR:WEIGHT (a weight such as 0.7)") from None
         if not w > 0:
             raise DataError(f"data.mix: the weight of {item!r} must be > 0")
-        out.append((_abspath(path), w))
+        out.append((abs_path(path), w))
     return out
 
 
 def open_mix(cfg: Any, log: Callable[[str], Any]) -> tuple:
     """TokenData's fields for a mixture of prepared corpora, all made with the config's tokenizer."""
-    name = _get(cfg, "tokenizer")
-    sources = parse_mix(_get(cfg, "mix"))
+    name = cfg_value(cfg, "tokenizer")
+    sources = parse_mix(cfg_value(cfg, "mix"))
     splits: dict[str, list] = {"train": [], "val": []}
     manifests = []
     for entry, _ in sources:

@@ -101,7 +101,7 @@ def run_duration(claim: Claim, req: Request, log=print) -> dict | None:
 
 
 def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: float | None = None) -> dict:
-    from normbench.reproduce.ladders.scale import _rung as rung_tests
+    from normbench.reproduce.ladders.scale import ladder_rung as rung_tests
 
     entry = {"tokens_per_param": ratio, "steps": (result.get("length") or {}).get("steps"),
              "verdict_json": str(where / claim.id / "verdict.json"), **rung_tests(result)}  # fmt: skip

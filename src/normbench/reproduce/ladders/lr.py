@@ -67,7 +67,7 @@ def _factor(f: float) -> str:
 def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
     """The claim's sweep at each rung's LR (the request's scale, seeds and overrides); lr_ladder.json and its
     figure (None on a dry run)."""
-    from normbench.reproduce.ladders.scale import _rung, write_ladder
+    from normbench.reproduce.ladders.scale import ladder_rung, write_ladder
     from normbench.reproduce.plan import start as start_plan
     from normbench.reproduce.runner import reproduce
 
@@ -89,7 +89,7 @@ def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
         result = reproduce(claim, req.rung(extra, where), log=log, base=base)
         if result is not None:
             rungs.append({"lr": lr, "factor": round(factor, 4), "overrides": extra,
-                          "verdict_json": str(where / claim.id / "verdict.json"), **_rung(result)})  # fmt: skip
+                          "verdict_json": str(where / claim.id / "verdict.json"), **ladder_rung(result)})  # fmt: skip
     if req.dry_run:
         return None
     ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "lr": center, "lr_source": source,

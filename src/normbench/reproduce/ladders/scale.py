@@ -80,7 +80,7 @@ def run_ladder(claim: Claim, req: Request, log=print) -> dict | None:
         result = reproduce(claim, req.rung(rung, where), log=log, base=plan)
         if result is not None:
             steps.append({**size, "overrides": rung, "verdict_json": str(where / claim.id / "verdict.json"),
-                          **_rung(result)})  # fmt: skip
+                          **ladder_rung(result)})  # fmt: skip
     if req.dry_run:
         return None
     ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "param": param, "rungs": steps,
@@ -95,7 +95,7 @@ def ladder_name(param: str) -> str:
     return "ladder" if param == "mup" else f"ladder_{param}"
 
 
-def _rung(result: dict) -> dict:
+def ladder_rung(result: dict) -> dict:
     tests = [
         {k: t.get(k) for k in ("name", "kind", "verdict", "effect", "ci", "threshold", "direction", "transform",
                                "interval", "n_seeds", "informative", "reason")}
