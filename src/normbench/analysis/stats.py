@@ -358,5 +358,9 @@ def curve(runs: list[Run], key: str) -> tuple[list[int], list[float], list[float
         for s, v in finite_series(r.records, key):
             by_step.setdefault(s, []).append(v)
     steps = sorted(by_step)
-    return (steps, [statistics.fmean(by_step[s]) for s in steps], [min(by_step[s]) for s in steps],
-            [max(by_step[s]) for s in steps])  # fmt: skip
+    return (
+        steps,
+        [statistics.fmean(by_step[s]) for s in steps],
+        [min(by_step[s]) for s in steps],
+        [max(by_step[s]) for s in steps],
+    )

@@ -28,8 +28,10 @@ class Unstarted:
     command: str  # the command that finishes the sweep (and resumes its stopped and interrupted jobs)
 
     def line(self) -> str:
-        return (f"sweep {self.sweep}: {len(self.jobs)} of its {self.total} jobs never started "
-                f"({', '.join(self.jobs)}); finish the sweep with: {self.command}")  # fmt: skip
+        return (
+            f"sweep {self.sweep}: {len(self.jobs)} of its {self.total} jobs never started "
+            f"({', '.join(self.jobs)}); finish the sweep with: {self.command}"
+        )
 
 
 def sweep_jobs(multirun) -> list[list[str]] | None:

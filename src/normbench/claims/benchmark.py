@@ -154,8 +154,12 @@ def measure(cfg_group, cfg_baseline, plan: Plan) -> dict:
     seconds = interleave(steps, plan, sync)
     after = machine_load()
     tokens = cfg_group.trainer.batch_size * cfg_group.model.seq_len
-    load = {"loadavg_before": before["loadavg"], "loadavg_after": after["loadavg"],
-            "cpu_count": after["cpu_count"], "torch_threads": after["torch_threads"]}  # fmt: skip
+    load = {
+        "loadavg_before": before["loadavg"],
+        "loadavg_after": after["loadavg"],
+        "cpu_count": after["cpu_count"],
+        "torch_threads": after["torch_threads"],
+    }
     compiled = {"compile": False, "runs_compile": [c.compile for c in (cfg_group, cfg_baseline)]}
     return {**summarize(seconds, tokens), "plan": asdict(plan), "device": device.type, **compiled, "load": load}
 

@@ -54,10 +54,22 @@ def cpu_mode() -> tuple[str, ...]:
 
 
 METRICS = (
-    "best_val_loss", "final_val_loss", "tokens_per_s", "var_growth", "grad_spread", "grad_cv",
-    "massive_ratio_peak", "massive_onset_frac", "steps_to_target", "tokens_to_target", "seconds_to_target",
-    "skip_cost_deep", "learned", "attn_logit_peak", "attn_logit_peak_tau",
-)  # fmt: skip
+    "best_val_loss",
+    "final_val_loss",
+    "tokens_per_s",
+    "var_growth",
+    "grad_spread",
+    "grad_cv",
+    "massive_ratio_peak",
+    "massive_onset_frac",
+    "steps_to_target",
+    "tokens_to_target",
+    "seconds_to_target",
+    "skip_cost_deep",
+    "learned",
+    "attn_logit_peak",
+    "attn_logit_peak_tau",
+)
 
 
 @dataclass

@@ -80,9 +80,9 @@ def train_cli(argv: list[str]) -> int:
     from omegaconf import DictConfig
 
     from normbench.cli.overrides import (
-        _check_output_dir_writable,
-        _check_override_syntax,
-        _check_run_dir_free,
+        check_output_dir_writable,
+        check_override_syntax,
+        check_run_dir_free,
         prevalidate,
     )
     from normbench.config.schema import register_configs
@@ -93,7 +93,7 @@ def train_cli(argv: list[str]) -> int:
     overrides = [a for a in argv if not a.startswith("-") and "=" in a]
     _ARGV[:] = argv
     try:
-        _check_override_syntax(overrides)
+        check_override_syntax(overrides)
         argv = argv + _torchrun_overrides(argv)
         for prev, a in zip(["-"] + argv, argv):
             if not info_only and "=" not in a and not a.startswith("-") and prev not in FLAGS_WITH_VALUE:
@@ -101,8 +101,8 @@ def train_cli(argv: list[str]) -> int:
         if not info_only:
             prevalidate(overrides, user_config_dirs(argv))
         if not info_only and not show_cfg:
-            _check_output_dir_writable(argv)
-            _check_run_dir_free(argv)
+            check_output_dir_writable(argv)
+            check_run_dir_free(argv)
     except ConfigError as exc:
         return error(str(exc))
 

@@ -218,7 +218,7 @@ def _first_bad(variant: list[str]) -> str | None:
     return None
 
 
-def _check_override_syntax(overrides: list[str]) -> None:
+def check_override_syntax(overrides: list[str]) -> None:
     """Hydra's override grammar, checked for every override (``hydra.*`` ones too) before Hydra parses
     them: an unquoted non-ASCII or special character is one line with the quoting that works."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -253,7 +253,7 @@ def sweep_without_m(message: str) -> str | None:
     return f"{sweep}; for one value that is a list write {key}=[{value}], for a string quote it: \"{key}='{value}'\""
 
 
-def _check_output_dir_writable(argv: list[str]) -> None:
+def check_output_dir_writable(argv: list[str]) -> None:
     """The run (or sweep) directory, or the nearest existing directory above it, must be writable:
     Hydra would otherwise fail with a traceback while creating it."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
@@ -273,7 +273,7 @@ def _check_output_dir_writable(argv: list[str]) -> None:
         ) from None
 
 
-def _check_run_dir_free(argv: list[str]) -> None:
+def check_run_dir_free(argv: list[str]) -> None:
     """A single run into an explicit ``hydra.run.dir`` that a live run holds is refused before Hydra
     rewrites that directory's ``.hydra/`` (the lock itself is taken in ``trainer.run``)."""
     if any(a in ("-m", "--multirun") for a in argv) or int(os.environ.get("WORLD_SIZE", 1)) > 1:

@@ -89,8 +89,16 @@ def size_overrides(size: int, depth: bool, head_dim: int) -> list[str]:
     return [f"model.n_layer={size}"] if depth else [f"model.d_model={size}", f"model.n_head={size // head_dim}"]
 
 
-def coord_check(overrides: list[str], sizes: list[int], seeds: int = 3, steps: int = 10, lr: float = 1e-2,
-                depth: bool = False, params: tuple[str, ...] | None = None, first_seed: int = 0) -> dict:  # fmt: skip
+def coord_check(
+    overrides: list[str],
+    sizes: list[int],
+    seeds: int = 3,
+    steps: int = 10,
+    lr: float = 1e-2,
+    depth: bool = False,
+    params: tuple[str, ...] | None = None,
+    first_seed: int = 0,
+) -> dict:
     """Values and slopes for each parametrization: {param: {"values": {size: {q: [per step]}}, "slopes": ...}}."""
     from normbench.config.files import compose_config
     from normbench.data.corpus import load_data
@@ -99,13 +107,24 @@ def coord_check(overrides: list[str], sizes: list[int], seeds: int = 3, steps: i
     head_dim = int(base.model.mup_head_dim)
     data = load_data(base.data, log=lambda *_: None)
     params = params or (("sp", "completep") if depth else ("sp", "mup"))
-    result: dict = {"sizes": sizes, "axis": "n_layer" if depth else "d_model", "seeds": seeds, "steps": steps,
-                    "lr": lr, "band": BAND, "overrides": overrides}  # fmt: skip
+    result: dict = {
+        "sizes": sizes,
+        "axis": "n_layer" if depth else "d_model",
+        "seeds": seeds,
+        "steps": steps,
+        "lr": lr,
+        "band": BAND,
+        "overrides": overrides,
+    }
     for param in params:
         per_size = {}
         for size in sizes:
-            runs = [measure([*overrides, *size_overrides(size, depth, head_dim), f"model.param={param}"], steps,
-                            seed, lr, data) for seed in range(first_seed, first_seed + seeds)]  # fmt: skip
+            runs = [
+                measure(
+                    [*overrides, *size_overrides(size, depth, head_dim), f"model.param={param}"], steps, seed, lr, data
+                )
+                for seed in range(first_seed, first_seed + seeds)
+            ]
             per_size[size] = {q: [sum(r[q][t] for r in runs) / seeds for t in range(steps)] for q in QUANTITIES}
         slopes = {q: [slope(sizes, [per_size[s][q][t] for s in sizes]) for t in range(steps)] for q in QUANTITIES}
         result[param] = {"values": per_size, "slopes": slopes}
@@ -120,8 +139,9 @@ def plot(result: dict, path: Path) -> Path:
 
     params = [p for p in ("sp", "mup", "completep") if p in result]
     sizes, steps = result["sizes"], result["steps"]
-    fig, axes = plt.subplots(len(params), len(QUANTITIES), figsize=(3.0 * len(QUANTITIES), 2.6 * len(params)),
-                             squeeze=False, sharex=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(params), len(QUANTITIES), figsize=(3.0 * len(QUANTITIES), 2.6 * len(params)), squeeze=False, sharex=True
+    )
     cmap = plt.get_cmap("viridis")
     for row, param in zip(axes, params):
         for ax, q in zip(row, QUANTITIES):
@@ -138,8 +158,11 @@ def plot(result: dict, path: Path) -> Path:
     for ax in axes[-1]:
         ax.set_xlabel(result["axis"], fontsize=8)
     axes[0][-1].legend(fontsize=6, ncol=2)
-    fig.suptitle(f"coordinate check: {result['seeds']} seeds, AdamW lr {result['lr']:g}, steps 1-{steps} "
-                 f"(slope: log2 mean|x| vs log2 {result['axis']}; flat = transfers)", fontsize=9)  # fmt: skip
+    fig.suptitle(
+        f"coordinate check: {result['seeds']} seeds, AdamW lr {result['lr']:g}, steps 1-{steps} "
+        f"(slope: log2 mean|x| vs log2 {result['axis']}; flat = transfers)",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

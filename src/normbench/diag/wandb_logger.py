@@ -48,9 +48,26 @@ log = logging.getLogger("normbench")
 DEPTH_KEYS = ("var_resid", "grad_norm_layer", "maxabs_resid")
 DEPTH_LINES = 6  # diag steps per chart: first, last and evenly spaced between
 # summary.json fields copied into the W&B run summary at finish()
-SUMMARY_KEYS = ("status", "reason", "best_val_loss", "final_val_loss", "final_loss", "tokens_per_s", "spikes",
-                "n_params", "wall_s", "outcome", "baseline_loss", "n_spikes", "var_growth", "grad_spread",
-                "grad_cv", "massive_ratio_peak", "massive_ratio_step", "logit_maxabs")  # fmt: skip
+SUMMARY_KEYS = (
+    "status",
+    "reason",
+    "best_val_loss",
+    "final_val_loss",
+    "final_loss",
+    "tokens_per_s",
+    "spikes",
+    "n_params",
+    "wall_s",
+    "outcome",
+    "baseline_loss",
+    "n_spikes",
+    "var_growth",
+    "grad_spread",
+    "grad_cv",
+    "massive_ratio_peak",
+    "massive_ratio_step",
+    "logit_maxabs",
+)
 
 
 def flatten_record(record: dict) -> dict:

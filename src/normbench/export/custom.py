@@ -52,11 +52,15 @@ _SPECS = (
     (
         PowerNorm,
         lambda m, has: {
-            "kind": "powernorm", "eps": m.eps, "groups": int(m.groups), "affine": has("weight"), "bias": has("bias"),
+            "kind": "powernorm",
+            "eps": m.eps,
+            "groups": int(m.groups),
+            "affine": has("weight"),
+            "bias": has("bias"),
         },
     ),
     (nn.Identity, lambda m, has: {"kind": "none"}),
-)  # fmt: skip
+)
 # what the template's build_norm computes; a norm class outside this list is refused naming its ``norm=``
 EXPORTED_NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
 # training-only state that the evaluation form does not read: not shipped

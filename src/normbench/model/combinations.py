@@ -216,8 +216,11 @@ def _check_norm_sites(cfg) -> list[str]:
     no_gain = f"norm={norm}{' with norm.affine=false' if has_gain else ''} has no gain vector"
     gains = f"({'/'.join(gain_norms())} with norm.affine=true)"
     if a.gain_offset and not (has_gain and cfg.norm.affine):
-        why = f"arch={arch} stores each norm gain as 1 + w" if _arch_default(arch, "gain_offset") else (
-            "arch.gain_offset=true stores each norm gain as 1 + w")  # fmt: skip
+        why = (
+            f"arch={arch} stores each norm gain as 1 + w"
+            if _arch_default(arch, "gain_offset")
+            else ("arch.gain_offset=true stores each norm gain as 1 + w")
+        )
         raise ConfigError(f"{why}; {no_gain} {gains}; arch.gain_offset=false keeps plain gains and is accepted")
     if traits.gain_init and not (has_gain and cfg.norm.affine):
         raise ConfigError(f"arch={arch} {traits.gain_init}; {no_gain} {gains}")

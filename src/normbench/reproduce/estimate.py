@@ -116,8 +116,13 @@ def _calibrate() -> dict:
 
     before = machine_load()
     rates = [_measure_once() for _ in range(CALIBRATION_REPEATS)]
-    return {"flops": statistics.median(rates), "repeats": rates, "measured": time.strftime("%Y-%m-%d %H:%M"),
-            "loadavg": before["loadavg"], "cpu_count": before["cpu_count"]}  # fmt: skip
+    return {
+        "flops": statistics.median(rates),
+        "repeats": rates,
+        "measured": time.strftime("%Y-%m-%d %H:%M"),
+        "loadavg": before["loadavg"],
+        "cpu_count": before["cpu_count"],
+    }
 
 
 @functools.lru_cache(maxsize=1)

@@ -154,8 +154,11 @@ def compose(claim: Claim, scale: str, overrides=()) -> list[Job]:
     """Every job of the claim's sweeps at ``scale`` composed once, in grid order."""
     from normbench.reproduce.shared import compose_jobs
 
-    sweeps = [i for i, grid in enumerate(claim.grids(scale, overrides))
-              for _ in itertools.product(*(v for k, v in grid.items() if k != "seed"))]  # fmt: skip
+    sweeps = [
+        i
+        for i, grid in enumerate(claim.grids(scale, overrides))
+        for _ in itertools.product(*(v for k, v in grid.items() if k != "seed"))
+    ]
     return [Job(i, values, cfg) for i, (values, cfg) in zip(sweeps, compose_jobs(claim, scale, overrides))]
 
 
@@ -232,9 +235,18 @@ def layout(claim: Claim, scale: str, seeds: int | None, overrides: list[str], ou
     for i, grid in enumerate(claim.grids(scale, overrides)):  # a user override wins over a swept key
         if "seed" not in {override_key(o) for o in overrides}:  # seed=K: one seed, the user's
             grid["seed"] = [str(x) for x in range(n_seeds)]
-        argvs.append(["-m", *settings, *[f"{k}={','.join(v)}" for k, v in grid.items()], "trainer.resume=true",
-                      f"hydra.sweep.dir={root / f'sweep{i}'}", "hydra.sweep.subdir=${hydra.job.override_dirname}",
-                      f"hydra.job.config.override_dirname.exclude_keys=[{','.join(exclude)}]", *launch])  # fmt: skip
+        argvs.append(
+            [
+                "-m",
+                *settings,
+                *[f"{k}={','.join(v)}" for k, v in grid.items()],
+                "trainer.resume=true",
+                f"hydra.sweep.dir={root / f'sweep{i}'}",
+                "hydra.sweep.subdir=${hydra.job.override_dirname}",
+                f"hydra.job.config.override_dirname.exclude_keys=[{','.join(exclude)}]",
+                *launch,
+            ]
+        )
         jobs.append([dict(zip(grid, combo)) for combo in itertools.product(*grid.values())])
     return root, argvs, jobs
 

@@ -90,11 +90,18 @@ def reproduce(
     timing = benchmark.timing(req.bench, None if req.launch else "no paired benchmark ran (--no-run)", log)
     result = judge_claim(claim, runs, scale, req.min_seeds, claim.sweep(scale).at, timing=timing)
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
-    result.update(length=_length(p.pinned, runs), runs_dir=str(root), n_runs=len(runs),
-                  compile=_compiled(p.mode, runs), mode=_mode(p), seconds=round(time.perf_counter() - start, 1),
-                  run_time_s=round(run_time, 1),
-                  commit=_commit(), settings=[*claim.sweep(scale).fixed, *p.overrides],
-                  protocol=protocol(claim, req))  # fmt: skip
+    result.update(
+        length=_length(p.pinned, runs),
+        runs_dir=str(root),
+        n_runs=len(runs),
+        compile=_compiled(p.mode, runs),
+        mode=_mode(p),
+        seconds=round(time.perf_counter() - start, 1),
+        run_time_s=round(run_time, 1),
+        commit=_commit(),
+        settings=[*claim.sweep(scale).fixed, *p.overrides],
+        protocol=protocol(claim, req),
+    )
     claim_dir = out / claim.id
     claim_dir.mkdir(parents=True, exist_ok=True)
     (claim_dir / "verdict.json").write_text(json.dumps(result, indent=1, default=str))
@@ -196,7 +203,11 @@ def protocol(claim: Claim, req: Request) -> dict:
 def _commit() -> str | None:
     try:
         here = Path(__file__).resolve().parent
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None  # fmt: skip
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -133,8 +133,10 @@ def check_claim(claim: Claim, scale: str, overrides=(), jobs=None) -> dict[str, 
     from normbench.run.resume import flat_config
 
     declared = set((claim.part_of_claim or {}).keys())
-    jobs = [(values, flat_config(cfg), weight_init_std(cfg), run_tokens(cfg))
-            for values, cfg in (jobs if jobs is not None else compose_jobs(claim, scale, overrides))]  # fmt: skip
+    jobs = [
+        (values, flat_config(cfg), weight_init_std(cfg), run_tokens(cfg))
+        for values, cfg in (jobs if jobs is not None else compose_jobs(claim, scale, overrides))
+    ]
     inits: dict[str, dict[str, list[float]]] = {}
     for test in claim.tests:
         about = {*test.group, *(test.baseline if isinstance(test.baseline, dict) else {}), *test.at}

@@ -44,8 +44,14 @@ TRAJECTORY_FREE = (
     "trainer.skip_memory_check",
     "peak_flops",
 )
-MEASURED = ("trainer.log_every", "trainer.eval_every", "diag.every", "diag.batch", "diag.spike_factor",
-            "diag.spike_window")  # fmt: skip
+MEASURED = (
+    "trainer.log_every",
+    "trainer.eval_every",
+    "diag.every",
+    "diag.batch",
+    "diag.spike_factor",
+    "diag.spike_window",
+)
 DIAG_RANK = {"off": 0, "default": 1, "full": 2}
 TIMED = ("tokens_per_s", "seconds_to_target")
 STORE = "_runs"
@@ -194,6 +200,8 @@ def tally_line(tally: list[tuple[str, float, bool, str]]) -> str:
     cadence = len(distinct) - len({t for *_, t in tally})  # distinct runs that differ only in the cadence
     shared = f"{len(tally) - len(distinct)} shared between claims; distinct only by their records' cadence: {cadence}"
     cores = os.cpu_count() or 1
-    return (f"{len(tally)} runs, {len(distinct)} distinct ({shared}), "
-            f"{len(todo)} to train: {sum(todo) / 3600:.1f} CPU-hours (one thread a run), {spoken(sum(todo) / cores)} "
-            f"of this machine's {cores} cores at jobs={cores} (estimate)")  # fmt: skip
+    return (
+        f"{len(tally)} runs, {len(distinct)} distinct ({shared}), "
+        f"{len(todo)} to train: {sum(todo) / 3600:.1f} CPU-hours (one thread a run), {spoken(sum(todo) / cores)} "
+        f"of this machine's {cores} cores at jobs={cores} (estimate)"
+    )

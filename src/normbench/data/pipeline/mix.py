@@ -106,6 +106,10 @@ def open_mix(cfg: Any, log: Callable[[str], Any]) -> tuple:
     names, weights = [str(e) for e, _ in sources], [w for _, w in sources]
     train, val = (Mixed(splits[s], weights, names) for s in ("train", "val"))
     tokenizer = build_tokenizer(name, manifests[0]["vocab_size"], None, sources[0][0], eot=True)
-    log("mix: " + ", ".join(f"{Path(n).name} x{w:.3g} ({fmt(len(p))} tokens)" for n, w, p in
-                            zip(names, train.weights, train.parts)))  # fmt: skip
+    log(
+        "mix: "
+        + ", ".join(
+            f"{Path(n).name} x{w:.3g} ({fmt(len(p))} tokens)" for n, w, p in zip(names, train.weights, train.parts)
+        )
+    )
     return train, val, tokenizer.vocab_size, tokenizer, sources[0][0], True, 0

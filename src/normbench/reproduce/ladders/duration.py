@@ -88,23 +88,34 @@ def run_duration(claim: Claim, req: Request, log=print) -> dict | None:
     if req.dry_run:
         return None
     mode, scale, out = req.duration, req.scale, req.out
-    duration = {"claim": claim.id, "statement": claim.claim, "scale": scale, "mode": mode, "rungs": rungs,
-                "seconds": round(time.perf_counter() - start, 1),
-                "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1)}  # fmt: skip
+    duration = {
+        "claim": claim.id,
+        "statement": claim.claim,
+        "scale": scale,
+        "mode": mode,
+        "rungs": rungs,
+        "seconds": round(time.perf_counter() - start, 1),
+        "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1),
+    }
     from normbench.reproduce.ladders.scale import write_ladder
 
     title = "effect against training length" + (" (WSD branches)" if mode == "branch" else "")
     name = "duration" if mode == "ladder" else "duration_branch"
-    write_ladder(duration, out / claim.id, name, x="tokens_per_param", xlabel="tokens per parameter", log_base=10,
-                 title=title)  # fmt: skip
+    write_ladder(
+        duration, out / claim.id, name, x="tokens_per_param", xlabel="tokens per parameter", log_base=10, title=title
+    )
     return duration
 
 
 def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: float | None = None) -> dict:
     from normbench.reproduce.ladders.scale import ladder_rung as rung_tests
 
-    entry = {"tokens_per_param": ratio, "steps": (result.get("length") or {}).get("steps"),
-             "verdict_json": str(where / claim.id / "verdict.json"), **rung_tests(result)}  # fmt: skip
+    entry = {
+        "tokens_per_param": ratio,
+        "steps": (result.get("length") or {}).get("steps"),
+        "verdict_json": str(where / claim.id / "verdict.json"),
+        **rung_tests(result),
+    }
     if run_time_s is not None:
         entry["run_time_s"] = round(run_time_s, 1)
     return entry
@@ -147,8 +158,10 @@ def _branched(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
     save_at = f"trainer.save_at=[{','.join(map(str, forks.values()))}]"
     trunk_extra = [*wsd, f"trainer.max_steps={steps[rs[-1]]}", save_at]
     trunk_out = out / claim.id / "duration" / "branch" / f"tpp{rs[-1]:g}"
-    log(f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
-        + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items()))  # fmt: skip
+    log(
+        f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
+        + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items())
+    )
     top = reproduce(claim, req.rung(trunk_extra, trunk_out), log=log, base=base)
     trunk_ov = [*overrides, *trunk_extra]
     trunk = build(claim, scale, seeds, trunk_ov, trunk_out, log=lambda *a: None, base=base)  # where it trained: pinned

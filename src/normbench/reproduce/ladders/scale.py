@@ -34,8 +34,12 @@ WIDTHS = (64, 128, 256)
 
 def mup_overrides(width: int, base_width: int, head_dim: int) -> list[str]:
     """A rung's muP keys: d_base is the claim's own width, d_head its own (model/mup.py's rule)."""
-    return [f"model.n_head={width // head_dim}", "model.param=mup", f"model.mup_base_width={base_width}",
-            f"model.mup_head_dim={head_dim}"]  # fmt: skip
+    return [
+        f"model.n_head={width // head_dim}",
+        "model.param=mup",
+        f"model.mup_base_width={base_width}",
+        f"model.mup_head_dim={head_dim}",
+    ]
 
 
 def rungs(claim: Claim, scale: str, base_width: int) -> list[list[str]]:
@@ -79,13 +83,25 @@ def run_ladder(claim: Claim, req: Request, log=print) -> dict | None:
         log(f"normbench: {claim.id}: ladder rung d_model {size['d_model']}, {size['n_layer']} blocks")
         result = reproduce(claim, req.rung(rung, where), log=log, base=plan)
         if result is not None:
-            steps.append({**size, "overrides": rung, "verdict_json": str(where / claim.id / "verdict.json"),
-                          **ladder_rung(result)})  # fmt: skip
+            steps.append(
+                {
+                    **size,
+                    "overrides": rung,
+                    "verdict_json": str(where / claim.id / "verdict.json"),
+                    **ladder_rung(result),
+                }
+            )
     if req.dry_run:
         return None
-    ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "param": param, "rungs": steps,
-              "seconds": round(time.perf_counter() - start, 1),
-              "run_time_s": round(sum(s["run_time_s"] for s in steps), 1)}  # fmt: skip
+    ladder = {
+        "claim": claim.id,
+        "statement": claim.claim,
+        "scale": scale,
+        "param": param,
+        "rungs": steps,
+        "seconds": round(time.perf_counter() - start, 1),
+        "run_time_s": round(sum(s["run_time_s"] for s in steps), 1),
+    }
     write_ladder(ladder, out / claim.id, ladder_name(param))
     return ladder
 
@@ -97,14 +113,34 @@ def ladder_name(param: str) -> str:
 
 def ladder_rung(result: dict) -> dict:
     tests = [
-        {k: t.get(k) for k in ("name", "kind", "verdict", "effect", "ci", "threshold", "direction", "transform",
-                               "interval", "n_seeds", "informative", "reason")}
+        {
+            k: t.get(k)
+            for k in (
+                "name",
+                "kind",
+                "verdict",
+                "effect",
+                "ci",
+                "threshold",
+                "direction",
+                "transform",
+                "interval",
+                "n_seeds",
+                "informative",
+                "reason",
+            )
+        }
         for t in result["tests"]
-    ]  # fmt: skip
+    ]
     length = result.get("length") or {}
     reached = length.get("reached") or [None]
-    return {"verdict": result["verdict"], "tests": tests, "run_time_s": result.get("run_time_s") or 0.0,
-            "steps": length.get("steps"), "tokens_per_param": reached[0]}  # fmt: skip
+    return {
+        "verdict": result["verdict"],
+        "tests": tests,
+        "run_time_s": result.get("run_time_s") or 0.0,
+        "steps": length.get("steps"),
+        "tokens_per_param": reached[0],
+    }
 
 
 def write_ladder(ladder: dict, claim_dir: Path, name: str, **plot) -> None:
@@ -114,8 +150,14 @@ def write_ladder(ladder: dict, claim_dir: Path, name: str, **plot) -> None:
     plot_ladder(ladder, claim_dir / f"{name}.png", **plot)
 
 
-def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_model", log_base: int = 2,
-                title: str = "effect against model width") -> Path:  # fmt: skip
+def plot_ladder(
+    ladder: dict,
+    path: Path,
+    x: str = "d_model",
+    xlabel: str = "d_model",
+    log_base: int = 2,
+    title: str = "effect against model width",
+) -> Path:
     """One panel per test: the effect against ``x`` (d_model; the duration ladder: tokens per parameter), log
     x, with its 95% interval, the threshold (or the on-par band) and zero; each point labelled with its verdict."""
     import matplotlib
@@ -136,12 +178,23 @@ def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_m
                 continue
             ci = t.get("ci") or [None, None]
             if ci[0] is not None:
-                ax.errorbar([px], [t["effect"]], yerr=[[t["effect"] - ci[0]], [ci[1] - t["effect"]]], fmt="o",
-                            color="C0", capsize=4)  # fmt: skip
+                ax.errorbar(
+                    [px],
+                    [t["effect"]],
+                    yerr=[[t["effect"] - ci[0]], [ci[1] - t["effect"]]],
+                    fmt="o",
+                    color="C0",
+                    capsize=4,
+                )
             else:
                 ax.plot([px], [t["effect"]], "o", color="C0")
-            ax.annotate(t["verdict"].replace("DOES NOT HOLD", "NOT"), (px, t["effect"]), textcoords="offset points",
-                        xytext=(6, 4), fontsize=7)  # fmt: skip
+            ax.annotate(
+                t["verdict"].replace("DOES NOT HOLD", "NOT"),
+                (px, t["effect"]),
+                textcoords="offset points",
+                xytext=(6, 4),
+                fontsize=7,
+            )
         line = [(px, t["effect"]) for px, t in pts if t["effect"] is not None]
         ax.plot([px for px, _ in line], [y for _, y in line], color="C0", alpha=0.4)
         ax.axhline(0, color="k", lw=0.8)
