@@ -8,7 +8,7 @@
   own) over 12 modules or 16% of ``src/normbench``'s lines: a package is one concern a newcomer can
   name, and the loop, the optimizers, the diagnostics and the runtime each have their own.
 - Code as ``ruff format`` writes it (``# fmt: skip`` only on a literal table of numbers) and no import of
-  another module's ``_private`` name.
+  another module's ``_private`` name; an import inside a function says why it is not at the top.
 
 Each check is a function of a source tree, so the tests below also run it on a small made-up tree
 that breaks every rule and assert that it is caught.
@@ -360,3 +360,33 @@ def test_the_style_checks_catch_a_private_import_and_a_skipped_statement(tmp_pat
     (tmp_path / "b.py").write_text("TABLE = {\n    1: 2, 3: 4,\n}  # fmt: skip\n")
     assert private_imports([tmp_path]) == ["a.py:1: normbench.data.texts._hidden"]
     assert format_skips([tmp_path]) == ["a.py:2: x = {1: 2}  # fmt: skip"]
+
+
+def unexplained_local_imports(root: Path) -> list[str]:
+    """Imports inside a function without a comment saying why they are not at the top (an optional
+    dependency, start-up time, a failure handled there)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                said = isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    "#" in line for line in lines[node.lineno - 1 : node.end_lineno]
+                )
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and not said:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(found))
+
+
+def test_an_import_inside_a_function_says_why_it_is_not_at_the_top():
+    assert unexplained_local_imports(SRC) == []
+
+
+def test_the_import_check_catches_an_unexplained_local_import(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "def f():\n    import json\n    import torch  # deferred (start-up time): torch\n    return json, torch\n"
+    )
+    assert unexplained_local_imports(tmp_path) == ["a.py:2: import json"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from pathlib import Path
 
 METRIC_WORDS = {  # a claim metric in words, for axes and the page (the keys are conf/claims' spellings)
@@ -119,9 +120,9 @@ def caption(result: dict, also: str) -> str:
 
 def plot_claim(result: dict, runs, claim, path: Path) -> Path:
     """The claim's figure at ``path`` (PNG) with PDF and SVG copies beside it."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred (start-up time): matplotlib
 
-    from normbench.report.figures import SINGLE, grid, rc, set_log
+    from normbench.report.figures import SINGLE, grid, rc, set_log  # deferred (start-up time): torch, hydra, omegaconf
 
     tests = result["tests"]
     colors = side_colors(runs)
@@ -150,7 +151,6 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
 
 
 def _wrap(text: str, chars: float) -> str:
-    import textwrap
 
     return textwrap.fill(text, width=max(20, int(chars)))
 
@@ -158,8 +158,8 @@ def _wrap(text: str, chars: float) -> str:
 def side_colors(runs) -> dict:
     """{setting: colour} as the report colours its groups (report.figures.Styles over the claim's runs), so a
     side has one colour on the claim's figure and in the report below it."""
-    from normbench.analysis.loading import group_runs
-    from normbench.report.figures import Styles
+    from normbench.analysis.loading import group_runs  # deferred (start-up time): hydra, omegaconf, numpy
+    from normbench.report.figures import Styles  # deferred (start-up time): torch, hydra, omegaconf
 
     groups = group_runs(list(runs)) if runs else []
     if not groups:
@@ -288,9 +288,8 @@ def _draw_rule(ax, t: dict, test, sides: list[dict], log: bool) -> None:
 def save_figure(fig, path: Path, title: str, formats=("png",), dpi: int = 110) -> Path:
     """Title, tight layout, the figure saved as ``path`` (PNG) and in ``formats`` beside it; the figure is
     closed. The title is wrapped to the figure's width."""
-    import textwrap
 
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred (start-up time): matplotlib
 
     fig.suptitle(textwrap.fill(title, width=max(40, int(fig.get_figwidth() * 12))), fontsize=9)
     if fig.get_layout_engine() is None:

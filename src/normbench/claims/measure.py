@@ -8,6 +8,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from omegaconf import OmegaConf
+
 from normbench.analysis.loading import Run, canonical_value, norm_value, setting
 from normbench.analysis.stats import (  # seed_pairs: the pairing rule, shared with report
     FINISHED,
@@ -27,6 +29,7 @@ from normbench.claims.registry import Claim, Test
 from normbench.claims.skip_eval import read_skip
 from normbench.claims.timing import round_tps, timing_of, timing_record, value_of
 from normbench.diag.outcomes import finite
+from normbench.model import weight_init_std
 from normbench.run.eval_file import downstream_value, split_metric
 
 
@@ -65,9 +68,6 @@ def run_init(run: Run) -> float | None:
     """The weight init a run started from: the ``init_std`` its summary recorded; for a run from before
     that key, ``model.weight_init_std`` of its config (an old ``norm.width_init`` read as what it
     computed, d^-0.5)."""
-    from omegaconf import OmegaConf
-
-    from normbench.model import weight_init_std
 
     if (run.summary or {}).get("init_std") is not None:
         return float(run.summary["init_std"])

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from normbench.config.files import config_dir
 from normbench.errors import ConfigError
 from normbench.run.eval_file import split_metric
 from normbench.runtime.precision import cpu_native_bf16
@@ -141,7 +142,6 @@ def override_key(override: str) -> str:
 
 
 def claims_dir() -> Path:
-    from normbench.config.files import config_dir
 
     return config_dir() / "claims"
 

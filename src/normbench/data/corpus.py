@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from normbench.data.cache import cache_root, entry_lock, fmt
+from normbench.data.checks import check_data
 from normbench.data.pipeline.mix import open_mix
 from normbench.data.pipeline.prepared import open_external, open_prepared
 from normbench.data.texts import cfg_value, corpus_identity, corpus_text, split_text
@@ -86,7 +87,6 @@ def _open_entry(entry: Path) -> tuple[dict, np.ndarray, np.ndarray] | None:
 def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible;
     else tokenized into a temp dir that is renamed into place, so a parallel job never reads it half-written."""
-    from normbench.data.checks import check_data
 
     check_data(cfg)  # the data keys, checked where the whole config is (normbench/validation.py)
     if cfg_value(cfg, "name") in ("files", "hf"):  # documents: prepared as shards (data/pipeline/prepare.py)

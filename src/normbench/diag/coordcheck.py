@@ -22,6 +22,9 @@ from pathlib import Path
 
 import torch
 
+from normbench.config.files import compose_config
+from normbench.errors import ConfigError, error
+
 QUANTITIES = ("embed", "attn", "mlp", "resid", "logits")
 BAND = 0.15  # |slope| under muP at the last steps: well under SP's logits slope (~0.5-1) at these widths
 USAGE = """usage: python -m normbench coordcheck [--widths 32 64 128 256] [--depths 2 4 8 16] [--seeds N]
@@ -34,13 +37,12 @@ USAGE = """usage: python -m normbench coordcheck [--widths 32 64 128 256] [--dep
 
 def measure(overrides: list[str], steps: int, seed: int, lr: float, data=None) -> dict[str, list[float]]:
     """quantity -> mean |x| at steps 1..``steps`` (before each step's update) for one config and seed."""
-    from normbench.config.files import compose_config
-    from normbench.data.batches import Batches
-    from normbench.data.corpus import load_data
-    from normbench.model import build_model, padded_vocab
-    from normbench.model.gpt import Sublayer
-    from normbench.optim.optimizers import build_optimizer
-    from normbench.validation import prepare
+    from normbench.data.batches import Batches  # deferred (start-up time): numpy
+    from normbench.data.corpus import load_data  # deferred (start-up time): hydra, omegaconf, numpy
+    from normbench.model import build_model, padded_vocab  # deferred (start-up time): hydra, omegaconf
+    from normbench.model.gpt import Sublayer  # deferred (start-up time): hydra, omegaconf
+    from normbench.optim.optimizers import build_optimizer  # deferred (start-up time): hydra, omegaconf
+    from normbench.validation import prepare  # deferred (start-up time): hydra, omegaconf, numpy
 
     cfg, _ = prepare(compose_config([*overrides, f"optim.lr={lr}", f"seed={seed}", "sched=constant"]))
     data = data if data is not None else load_data(cfg.data, log=lambda *_: None)
@@ -100,8 +102,7 @@ def coord_check(
     first_seed: int = 0,
 ) -> dict:
     """Values and slopes for each parametrization: {param: {"values": {size: {q: [per step]}}, "slopes": ...}}."""
-    from normbench.config.files import compose_config
-    from normbench.data.corpus import load_data
+    from normbench.data.corpus import load_data  # deferred (start-up time): hydra, omegaconf, numpy
 
     base = compose_config(overrides)
     head_dim = int(base.model.mup_head_dim)
@@ -132,10 +133,10 @@ def coord_check(
 
 
 def plot(result: dict, path: Path) -> Path:
-    import matplotlib
+    import matplotlib  # deferred (start-up time): matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred (start-up time): matplotlib
 
     params = [p for p in ("sp", "mup", "completep") if p in result]
     sizes, steps = result["sizes"], result["steps"]
@@ -182,7 +183,6 @@ def _ints(args: list[str], flag: str, default: list[int]) -> list[int]:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.errors import ConfigError, error
 
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE)

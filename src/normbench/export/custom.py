@@ -243,7 +243,7 @@ def write_code(out_dir: Path) -> None:
 
 def template_classes():
     """The template's (config class, model class), imported from normbench's copy (same code as shipped)."""
-    from normbench.hf_template.configuration_normbench import NormbenchConfig
-    from normbench.hf_template.modeling_normbench import NormbenchForCausalLM
+    from normbench.hf_template.configuration_normbench import NormbenchConfig  # deferred (start-up time): transformers
+    from normbench.hf_template.modeling_normbench import NormbenchForCausalLM  # deferred (start-up time): transformers
 
     return NormbenchConfig, NormbenchForCausalLM

@@ -7,7 +7,10 @@ already applied when these checks run.
 
 from __future__ import annotations
 
+from omegaconf import OmegaConf
+
 from normbench.config.arch_traits import ARCH_TRAITS, arch_traits
+from normbench.config.files import config_dir
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model.simplegpt import SIMPLENORM_NORMS
@@ -196,9 +199,6 @@ MODEL_CHECKS = {"ngpt": _check_ngpt, "simplegpt": _check_simplenorm, "normfree":
 
 def _arch_default(arch: str, key: str):
     """``key`` as conf/arch/<arch>.yaml sets it (None where it does not): what a user did not set themselves."""
-    from omegaconf import OmegaConf
-
-    from normbench.config.files import config_dir
 
     path = config_dir() / "arch" / f"{arch}.yaml"
     return OmegaConf.load(path).get(key) if path.is_file() else None

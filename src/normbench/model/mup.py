@@ -120,7 +120,7 @@ def check(cfg: Any, own_model: bool) -> list[str]:
         raise ConfigError(f"{key} gives vectors and scalars no weight decay: set optim.{vectors[0]}=false")
     notes = [f"{key}: width x{width_mult(m):g} of d_base {m.mup_base_width} (docs/mup.md)"]
     if m.param == "completep":
-        from normbench.model.placement import block_specs
+        from normbench.model.placement import block_specs  # deferred (start-up time): hydra, omegaconf
 
         if a.tiny_init or not residual_side_free(block_specs(a, m.n_layer)):
             raise ConfigError(

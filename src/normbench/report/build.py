@@ -3,6 +3,7 @@ figures (the command line: :mod:`.cli`; the sections: :mod:`.sections`, :mod:`.g
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 
@@ -142,7 +143,6 @@ def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list, list
 def _baseline(baseline: str | None, groups) -> tuple | None:
     """``--baseline KEY=VALUE`` parsed, once it names a grouping key and a value some group has; a near miss
     (``arch=preln``) is one line with the closest name and the allowed ones."""
-    import difflib
 
     base = parse_assignment(baseline, "--baseline") if baseline else None
     if base and base[0] not in groups[0].settings:

@@ -41,7 +41,7 @@ code{background:#f2f2f2;padding:0 .2em;border-radius:3px;font-size:.92em}
 
 
 def _inline(text: str) -> str:
-    from markdown_it import MarkdownIt
+    from markdown_it import MarkdownIt  # deferred (start-up time): markdown_it
 
     return MarkdownIt("commonmark").renderInline(str(text))
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from normbench.analysis.loading import Group, Run, setting
+from normbench.config.recipes import recipe_values
+from normbench.config.schema import init_std_of
+from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, fixed_vocab
 from normbench.diag.outcomes import finite
 
 DASH = "—"
@@ -56,7 +59,6 @@ def _tokens_per_param(r: Run) -> str | None:
 
 def _forced(r: Run, key: str):
     """The value the run's arch forces for ``key`` whatever the config said (nGPT: no warmup, no decay)."""
-    from normbench.config.recipes import recipe_values
 
     return recipe_values(setting(r, "arch")).get(key)
 
@@ -142,7 +144,6 @@ INIT_MEANS = {"auto": "0.02 x sqrt(768 / d_model), GPT-2's gain at this width", 
 def _init(r: Run) -> str | None:
     """The std the run recorded, with what ``model.init_std`` says (``auto``: GPT-2's gain at this width) and
     whether the arch's own rule replaced it."""
-    from normbench.config.schema import init_std_of
 
     std, given, d = _num(r, "init_std"), setting(r, "model.init_std"), _int(setting(r, "model.d_model"))
     if std is None:
@@ -172,7 +173,6 @@ def _embeddings(r: Run) -> str | None:
 def _vocab(r: Run) -> str | None:
     """The embedding rows the model was built with: the tokenizer's vocabulary (or model.vocab_size), padded
     to a multiple of model.pad_vocab_to (normbench.model.padded_vocab)."""
-    from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, fixed_vocab
 
     tok, pad = setting(r, "data.tokenizer"), _int(setting(r, "model.pad_vocab_to"))
     if tok is None or pad is None:

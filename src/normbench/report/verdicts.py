@@ -21,6 +21,7 @@ nothing that learned: the box says no verdict can be made.
 
 from __future__ import annotations
 
+import difflib
 import statistics
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -31,6 +32,8 @@ from normbench.analysis import numbers
 from normbench.analysis.contrasts import Cell, Contrast, contrast, disagreement, holm, per_cell
 from normbench.analysis.loading import Group, Run
 from normbench.analysis.stats import METRICS, loss_pool, metric_fn, outcome_counts, target_for
+from normbench.config.files import config_dir
+from normbench.errors import ConfigError
 from normbench.run.eval_file import higher_is_better, split_metric
 
 METRIC_NAMES = {k.replace(" ", "_"): k for k in METRICS}  # --metric best_val_loss -> "best val loss"
@@ -41,9 +44,6 @@ UNITS = {"best val loss": "nats", "final val loss": "nats", "steps to target": "
 def metric_name(text: str) -> str:
     """``best_val_loss`` (or ``best val loss``) -> the metric's name, a downstream ``TASK/METRIC`` as it is;
     ConfigError naming the choices otherwise."""
-    import difflib
-
-    from normbench.errors import ConfigError
 
     if split_metric(text.strip()):
         return text.strip()
@@ -118,7 +118,6 @@ class Effect:
 
 def config_defaults() -> dict[str, str]:
     """The config groups' defaults (``arch: pre_ln``, ...), from conf/config.yaml's defaults list."""
-    from normbench.config.files import config_dir
 
     try:
         raw = yaml.safe_load((config_dir() / "config.yaml").read_text(encoding="utf-8")) or {}

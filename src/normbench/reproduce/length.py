@@ -25,7 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from normbench.claims.registry import LENGTH_KEYS, Claim, override_key
+from normbench.errors import ConfigError
+from normbench.runtime import length
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,6 @@ class Pinned:
 def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None, jobs=None) -> Pinned | None:
     """The scale's ``tokens_per_param`` (or ``ratio``: a duration rung's) as steps for every job, or None (no
     ratio, or the user set a length). ``jobs``: the claim's jobs composed for ``overrides`` already."""
-    from normbench.runtime import length
 
     ratio = ratio if ratio is not None else claim.sweep(scale).tokens_per_param
     if ratio is None or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
@@ -64,8 +67,8 @@ def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None, jobs
 
 def baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict, object]:
     """(swept values, composed config) of the baseline side of the first test that gives the verdict."""
-    from normbench.reproduce.shared import compose_jobs, test_sides
-    from normbench.run.resume import flat_config
+    from normbench.reproduce.shared import compose_jobs, test_sides  # deferred (start-up time): hydra, numpy
+    from normbench.run.resume import flat_config  # deferred (start-up time): hydra
 
     jobs = jobs if jobs is not None else compose_jobs(claim, scale, overrides)
     test = next(t for t in claim.tests if not t.informative)
@@ -100,13 +103,11 @@ def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | Non
     """``compile=auto`` decided once against the baseline job (its model built on the meta device), as one
     ``compile=true|false`` for every job; None where no job would get ``compile=auto``. ``jobs``: the
     claim's jobs composed for ``overrides`` already."""
-    import torch
 
-    from normbench.model import build_model
-    from normbench.reproduce.shared import compose_jobs
-    from normbench.runtime import length
-    from normbench.runtime.compiling import decide
-    from normbench.train.build import resolve_device
+    from normbench.model import build_model  # deferred (start-up time): hydra
+    from normbench.reproduce.shared import compose_jobs  # deferred (start-up time): hydra, numpy
+    from normbench.runtime.compiling import decide  # deferred (start-up time): hydra
+    from normbench.train.build import resolve_device  # deferred (start-up time): hydra, numpy
 
     asked = asks_auto(claim, scale, overrides)
     if asked is None or (asked == "default" and not torch.cuda.is_available()):
@@ -133,9 +134,7 @@ def check_corpus(claim: Claim, scale: str, overrides=(), jobs=None) -> None:
     """At ``scale=gpu``: refuse (one line) a corpus that 20 tokens per parameter of the baseline model would
     pass over more than ``MAX_PASSES`` times (Muennighoff et al. 2023), naming how to prepare one. A length the
     user gives (a smoke run's ``trainer.max_steps=100``) is theirs: the run's start-up line warns instead."""
-    from normbench.data.pipeline.prepared import train_tokens
-    from normbench.errors import ConfigError
-    from normbench.runtime import length
+    from normbench.data.pipeline.prepared import train_tokens  # deferred (start-up time): hydra, numpy
 
     if scale != "gpu" or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return

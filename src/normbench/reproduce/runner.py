@@ -21,12 +21,15 @@ from pathlib import Path
 
 from normbench.analysis.loading import find_runs, norm_value, setting
 from normbench.claims import benchmark
+from normbench.claims.figure import plot_claim
 from normbench.claims.measure import FINISHED, judge_claim
 from normbench.claims.registry import Claim, cpu_mode_name
 from normbench.claims.skip_eval import read_skip, skip_losses
+from normbench.claims.summary import write_report
 from normbench.config.spec import spec_of
 from normbench.errors import ConfigError
 from normbench.reproduce import dryrun, store
+from normbench.reproduce.estimate import spoken
 from normbench.reproduce.plan import Plan, build, layout, threads_env
 from normbench.reproduce.request import Request
 from normbench.reproduce.shared import check_claim
@@ -105,8 +108,6 @@ def reproduce(
     claim_dir = out / claim.id
     claim_dir.mkdir(parents=True, exist_ok=True)
     (claim_dir / "verdict.json").write_text(json.dumps(result, indent=1, default=str))
-    from normbench.claims.figure import plot_claim
-    from normbench.claims.summary import write_report
 
     plot_claim(result, runs, claim, claim_dir / "claim.png")
     write_report(result, root, claim_dir)
@@ -140,8 +141,6 @@ def execute(p: Plan, dry_run: bool = False, launch: bool = True, log=print, tall
     if tally is not None:
         tally.extend(store.estimates(p))
     if dry_run and len(planned) > 1:
-        from normbench.reproduce.estimate import spoken
-
         total = sum(n for n, _ in planned)
         log(f"normbench: {cid}: {total} runs in {len(planned)} sweeps, {spoken(sum(s for _, s in planned))}")
     return not dry_run

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 
 from normbench.errors import ConfigError
 from normbench.runtime.distributed import effective_parallel
@@ -37,7 +38,6 @@ from normbench.train import ckpt_store, sharded
 
 def check_async_available() -> None:
     """``trainer.ckpt_async=true`` on a torch without ``torch.distributed.checkpoint.async_save``: one line."""
-    import torch.distributed.checkpoint as dcp
 
     if not hasattr(dcp, "async_save"):
         raise ConfigError(

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from normbench.data.cache import fmt
+from normbench.data.pipeline.documents import known_size
 from normbench.data.pipeline.prepare import entry_path, prepare, read_manifest
 from normbench.data.pipeline.shards import concatenated, read_shard
 from normbench.data.texts import abs_path, cfg_value
@@ -101,7 +102,6 @@ def train_tokens(cfg: Any) -> tuple[int | None, bool]:
     """(the training tokens of ``cfg``'s corpus, exact?) without tokenizing anything: a prepared corpus'
     manifest, the shards' headers, else an estimate from its characters (a byte per token for ``byte``,
     four for the others); None where nothing tells (a hub dataset not prepared yet)."""
-    from normbench.data.pipeline.documents import known_size
 
     name, tok = cfg_value(cfg, "name"), cfg_value(cfg, "tokenizer")
     share = 1.0 - float(cfg_value(cfg, "val_fraction"))

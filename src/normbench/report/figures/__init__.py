@@ -24,6 +24,7 @@ and in any of PDF and SVG, at ``dpi``.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,8 +97,8 @@ def rc_for(width: float) -> dict:
 
 def font_pt(name: str = "xtick.labelsize") -> float:
     """An rc font size in points (inside :func:`rc`: the sizes :func:`rc_for` set)."""
-    import matplotlib
-    from matplotlib.font_manager import FontProperties
+    import matplotlib  # deferred (start-up time): matplotlib
+    from matplotlib.font_manager import FontProperties  # deferred (start-up time): matplotlib
 
     return FontProperties(size=matplotlib.rcParams[name]).get_size_in_points()
 
@@ -136,7 +137,7 @@ def set_log(ax, which: str = "y", scale: bool = True) -> None:
     """A logarithmic axis with plain tick labels (``100``, ``600``, ``0.01``): the default's superscripts
     (``6×10²``) are set at 70% of the tick size, under :data:`MIN_PT` at a single column. ``scale=False``:
     the labels only, on an axis already logarithmic (a colour bar's)."""
-    from matplotlib.ticker import LogFormatter
+    from matplotlib.ticker import LogFormatter  # deferred (start-up time): matplotlib
 
     class Plain(LogFormatter):  # which ticks get a label: LogFormatter's choice; the label: the number
         def _num_to_string(self, x, vmin, vmax):
@@ -236,8 +237,8 @@ class Styles:
         return "; ".join(parts)
 
     def handles(self, extras: tuple[str, ...] = ()) -> list:
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
+        from matplotlib.lines import Line2D  # deferred (start-up time): matplotlib
+        from matplotlib.patches import Patch  # deferred (start-up time): matplotlib
 
         h = [Line2D([], [], color=c, lw=2.5, label=f"{self.color_key} = {v}") for v, c in self.colors.items()]
         if self.style_key and len(self.linestyles) > 1:
@@ -286,7 +287,7 @@ def new_figure(n: int, width: float, max_cols: int = 4, spare_legend: bool = Tru
     ``height`` per row (default: the grid's). Returns (figure, the n axes, the legend's axes): a slot the
     panels leave empty holds the legend when ``spare_legend``; else (None) the legend goes below, with room
     added for it. Other empty slots are switched off."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred (start-up time): matplotlib
 
     rows, cols, h = grid(n, width, max_cols=max_cols)
     below = lambda r, c: 0.0 if spare_legend and r * c > n else 0.7  # the legend's room when no slot is left
@@ -312,7 +313,7 @@ def finish_figure(fig, styles: Styles, extras, path: Path, out: Output, legend_a
 
 def _fitted_legend(fig, handles) -> None:
     """The legend below the axes in as many columns as fit the figure's width (measured, not guessed)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # deferred (start-up time): matplotlib
 
     renderer = FigureCanvasAgg(fig).get_renderer()  # a canvas to measure text with (savefig picks its own)
     for ncols in range(min(len(handles), 4), 0, -1):
@@ -329,7 +330,6 @@ def panel_title(ax, text: str, bold: bool = True, size: float | None = None) -> 
     its panel, and wrapped onto a second line where even that does not fit. Width estimate: a DejaVu Sans
     character is about 0.62 em wide (0.66 bold); a panel gets its column's share of the figure less 0.45 in
     of tick labels."""
-    import textwrap
 
     size = size or font_pt("axes.titlesize")
     cols = ax.get_gridspec().ncols if ax.get_gridspec() is not None else 1
@@ -342,6 +342,6 @@ def panel_title(ax, text: str, bold: bool = True, size: float | None = None) -> 
 
 
 def rc(width: float = WIDTH):
-    import matplotlib
+    import matplotlib  # deferred (start-up time): matplotlib
 
     return matplotlib.rc_context(rc_for(width))

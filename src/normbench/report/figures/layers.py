@@ -13,6 +13,8 @@ import math
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from normbench.analysis.loading import Group, Run, series
 from normbench.analysis.stats import healthy, run_layer_series
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
@@ -116,9 +118,8 @@ def plot_heatmap(groups: list[Group], key: str, path: Path, out: Output = DEFAUL
 
 
 def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
-    import numpy as np
-    from matplotlib.colors import LogNorm
-    from matplotlib.figure import Figure
+    from matplotlib.colors import LogNorm  # deferred (start-up time): matplotlib
+    from matplotlib.figure import Figure  # deferred (start-up time): matplotlib
 
     _, clabel, ylabel, first, *_ = HEATMAPS[key]
     room = out.width - 0.6  # 0.6 in: the colour bar

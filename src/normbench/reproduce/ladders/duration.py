@@ -33,9 +33,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from normbench.analysis.loading import find_runs
 from normbench.claims.registry import Claim, override_key
 from normbench.errors import ConfigError
+from normbench.reproduce.ladders.scale import ladder_rung as rung_tests
+from normbench.reproduce.ladders.scale import write_ladder
 from normbench.reproduce.length import pin
+from normbench.reproduce.plan import start
+from normbench.reproduce.runner import reproduce
+from normbench.run.metrics import read_jsonl
 
 if TYPE_CHECKING:
     from normbench.reproduce.request import Request
@@ -97,7 +103,6 @@ def run_duration(claim: Claim, req: Request, log=print) -> dict | None:
         "seconds": round(time.perf_counter() - start, 1),
         "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1),
     }
-    from normbench.reproduce.ladders.scale import write_ladder
 
     title = "effect against training length" + (" (WSD branches)" if mode == "branch" else "")
     name = "duration" if mode == "ladder" else "duration_branch"
@@ -108,7 +113,6 @@ def run_duration(claim: Claim, req: Request, log=print) -> dict | None:
 
 
 def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: float | None = None) -> dict:
-    from normbench.reproduce.ladders.scale import ladder_rung as rung_tests
 
     entry = {
         "tokens_per_param": ratio,
@@ -122,8 +126,6 @@ def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: flo
 
 
 def _standalone(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
-    from normbench.reproduce.plan import start
-    from normbench.reproduce.runner import reproduce
 
     scale, out, overrides = req.scale, req.out, list(req.overrides)
     base = start(claim, scale, req.seeds, overrides, out)  # every rung's plan from these jobs: composed once
@@ -139,8 +141,8 @@ def _standalone(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
 
 
 def _branched(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
-    from normbench.reproduce.plan import build, start
-    from normbench.reproduce.runner import plan, reproduce
+    from normbench.reproduce.plan import build, start  # local: the module binds this name otherwise
+    from normbench.reproduce.runner import plan, reproduce  # local: the module binds this name otherwise
 
     scale, seeds, out, overrides = req.scale, req.seeds, req.out, list(req.overrides)
     if _per_job_ratio(claim, scale, overrides) is not None:
@@ -201,8 +203,6 @@ def seed_branches(trunk_root: Path, root: Path, step: int, log=print) -> float:
     """Each trunk run's checkpoint at ``step`` as the start of the same job under ``root`` (a branch run dir
     with the trunk's metrics up to the fork and ``branch.json``); skipped where the branch exists. Returns
     the trunk seconds up to the forks of the branches there are (the branches' shared, not own, time)."""
-    from normbench.analysis.loading import find_runs
-    from normbench.run.metrics import read_jsonl
 
     shared = 0.0
     for run in find_runs(trunk_root) if trunk_root.is_dir() else []:
@@ -224,6 +224,5 @@ def seed_branches(trunk_root: Path, root: Path, step: int, log=print) -> float:
 
 
 def _branch_seconds(root: Path) -> float:
-    from normbench.analysis.loading import find_runs
 
     return sum(float((r.summary or {}).get("wall_s") or 0) for r in (find_runs(root) if root.is_dir() else []))

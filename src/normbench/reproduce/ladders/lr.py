@@ -51,7 +51,7 @@ def refusal(claim: Claim, scale: str, overrides=()) -> str | None:
 def claim_lr(claim: Claim, scale: str, overrides=(), cfg=None) -> tuple[float, str]:
     """(the LR the claim's jobs train at, where it came from), from a composed job of the claim (``cfg``: one
     of its plan's, else its fixed settings composed)."""
-    from normbench.reproduce.shared import compose
+    from normbench.reproduce.shared import compose  # deferred (start-up time): hydra, numpy
 
     if cfg is None:
         cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")
@@ -71,9 +71,9 @@ def _factor(f: float) -> str:
 def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
     """The claim's sweep at each rung's LR (the request's scale, seeds and overrides); lr_ladder.json and its
     figure (None on a dry run)."""
-    from normbench.reproduce.ladders.scale import ladder_rung, write_ladder
-    from normbench.reproduce.plan import start as start_plan
-    from normbench.reproduce.runner import reproduce
+    from normbench.reproduce.ladders.scale import ladder_rung, write_ladder  # deferred (start-up time): hydra, numpy
+    from normbench.reproduce.plan import start as start_plan  # deferred (start-up time): hydra, numpy
+    from normbench.reproduce.runner import reproduce  # deferred (start-up time): hydra, numpy
 
     scale, out, overrides = req.scale, req.out, list(req.overrides)
     if why := refusal(claim, scale, overrides):

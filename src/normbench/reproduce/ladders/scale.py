@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from normbench.claims.figure import save_figure
 from normbench.claims.registry import Claim
 
 if TYPE_CHECKING:
@@ -64,9 +65,9 @@ def _size(overrides: list[str], base: dict) -> dict:
 def run_ladder(claim: Claim, req: Request, log=print) -> dict | None:
     """The claim's sweep at each rung (the request's scale, seeds and overrides, ``req.ladder_param``'s
     parametrization); ladder.json and its figure (None on a dry run)."""
-    from normbench.reproduce.plan import start
-    from normbench.reproduce.runner import reproduce
-    from normbench.reproduce.shared import compose
+    from normbench.reproduce.plan import start  # deferred (start-up time): hydra, numpy
+    from normbench.reproduce.runner import reproduce  # deferred (start-up time): hydra, numpy
+    from normbench.reproduce.shared import compose  # deferred (start-up time): hydra, numpy
 
     scale, out, param = req.scale, req.out, req.ladder_param
     plan = start(claim, scale, req.seeds, list(req.overrides), out)  # every rung's plan from these jobs: composed once
@@ -160,12 +161,10 @@ def plot_ladder(
 ) -> Path:
     """One panel per test: the effect against ``x`` (d_model; the duration ladder: tokens per parameter), log
     x, with its 95% interval, the threshold (or the on-par band) and zero; each point labelled with its verdict."""
-    import matplotlib
+    import matplotlib  # deferred (start-up time): matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from normbench.claims.figure import save_figure
+    import matplotlib.pyplot as plt  # deferred (start-up time): matplotlib
 
     rungs_ = ladder["rungs"]
     names = [t["name"] for t in rungs_[0]["tests"]] if rungs_ else []
