@@ -31,8 +31,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORDS = ("the of and to in is that for it with as was on be by this are from at or an have not which but all "
-         "data model norm layer token train value".split())  # fmt: skip
+WORDS = (
+    "the of and to in is that for it with as was on be by this are from at or an have not which but all "
+    "data model norm layer token train value".split()
+)
 FOREIGN = [
     "café",
     "naïve",
@@ -56,8 +58,10 @@ def make_corpus(path: Path, mb: float, seed: int = 0) -> int:
     target, size, n = int(mb * 1e6), 0, 0
     with open(path, "w", encoding="utf-8") as f:
         while size < target:
-            words = [rng.choice(FOREIGN) if rng.random() < 0.08 else rng.choice(WORDS)
-                     for _ in range(int(rng.lognormvariate(6.0, 0.8)))]  # fmt: skip
+            words = [
+                rng.choice(FOREIGN) if rng.random() < 0.08 else rng.choice(WORDS)
+                for _ in range(int(rng.lognormvariate(6.0, 0.8)))
+            ]
             text = " ".join(words).capitalize() + ".\n"
             line = json.dumps({"text": text}, ensure_ascii=False) + "\n"
             f.write(line)
@@ -68,9 +72,9 @@ def make_corpus(path: Path, mb: float, seed: int = 0) -> int:
 
 NANOGPT_CHILD = r"""
 import json, sys, numpy as np, datasets
-from normbench.data.tokenizer import _gpt2_encoding
+from normbench.data.tokenizer import gpt2_encoding
 corpus, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
-enc = _gpt2_encoding()
+enc = gpt2_encoding()
 def process(example):
     ids = enc.encode_ordinary(example["text"])
     ids.append(enc.eot_token)
@@ -123,8 +127,17 @@ def child_env(tmp: Path) -> dict:
 
 def bench_normbench(corpus: Path, workers: int, tmp: Path) -> dict:
     cache = tempfile.mkdtemp(dir=tmp, prefix="nb-")
-    cmd = [sys.executable, "-m", "normbench", "prepare", "data=files", f"data.paths=[{corpus}]",
-           "data.tokenizer=gpt2", f"data.workers={workers}", f"data.cache_dir={cache}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "normbench",
+        "prepare",
+        "data=files",
+        f"data.paths=[{corpus}]",
+        "data.tokenizer=gpt2",
+        f"data.workers={workers}",
+        f"data.cache_dir={cache}",
+    ]
     wall, cpu, rss, _ = run_child(cmd, child_env(tmp))
     manifest = json.loads(next(Path(cache).glob("*/manifest.json")).read_text())
     tokens = manifest["tokens"]["train"] + manifest["tokens"]["val"]
@@ -136,8 +149,14 @@ def bench_nanogpt(corpus: Path, workers: int, tmp: Path) -> dict:
     cmd = [sys.executable, "-c", NANOGPT_CHILD, str(corpus), str(out), str(workers)]
     wall, cpu, rss, stdout = run_child(cmd, child_env(tmp))
     tokens = json.loads(stdout.strip().splitlines()[-1])["tokens"]
-    return {"method": "nanoGPT (datasets.map)", "workers": workers, "tokens": tokens, "wall": wall, "cpu": cpu,
-            "rss": rss}  # fmt: skip
+    return {
+        "method": "nanoGPT (datasets.map)",
+        "workers": workers,
+        "tokens": tokens,
+        "wall": wall,
+        "cpu": cpu,
+        "rss": rss,
+    }
 
 
 def table(rows: list[dict], title: str) -> str:
@@ -162,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(d)
         corpus = tmp / "corpus.jsonl"
         n_docs = make_corpus(corpus, args.mb)
-        print(f"corpus: {corpus.stat().st_size / 1e6:.1f} MB, {n_docs:,} documents, {os.cpu_count()} CPUs, "
-              f"load {os.getloadavg()[0]:.1f}\n")  # fmt: skip
+        print(
+            f"corpus: {corpus.stat().st_size / 1e6:.1f} MB, {n_docs:,} documents, {os.cpu_count()} CPUs, "
+            f"load {os.getloadavg()[0]:.1f}\n"
+        )
         rows = []
         for w in (int(x) for x in args.workers.split(",")):
             rows.append(bench_normbench(corpus, w, tmp))

@@ -75,18 +75,24 @@ def verdict_row(path: Path) -> str:
 
 def duration_rows(path: Path) -> list[str]:
     d = json.loads(path.read_text())
-    rows = [f"| {r['tokens_per_param']:g} | {r['steps']} | **{r['verdict']}** | "
-            + "<br>".join(_test_short(t) for t in r["tests"]) + f" | {g(r['run_time_s'], '.0f')} |"
-            for r in d["rungs"]]  # fmt: skip
+    rows = [
+        f"| {r['tokens_per_param']:g} | {r['steps']} | **{r['verdict']}** | "
+        + "<br>".join(_test_short(t) for t in r["tests"])
+        + f" | {g(r['run_time_s'], '.0f')} |"
+        for r in d["rungs"]
+    ]
     head = ["| tokens per parameter | steps | verdict | each test | CPU s |", "|---:|---:|---|---|---:|"]
     return [f"#### {d['claim']} ({d['mode']}, {g(d['run_time_s'], '.0f')} s of runs)", "", *head, *rows]
 
 
 def lr_rows(path: Path) -> list[str]:
     d = json.loads(path.read_text())
-    rows = [f"| {r['lr']:.4g} ({r['factor']:.3g}×) | {r['steps']} | **{r['verdict']}** | "
-            + "<br>".join(_test_short(t) for t in r["tests"]) + f" | {g(r['run_time_s'], '.0f')} |"
-            for r in d["rungs"]]  # fmt: skip
+    rows = [
+        f"| {r['lr']:.4g} ({r['factor']:.3g}×) | {r['steps']} | **{r['verdict']}** | "
+        + "<br>".join(_test_short(t) for t in r["tests"])
+        + f" | {g(r['run_time_s'], '.0f')} |"
+        for r in d["rungs"]
+    ]
     head = ["| peak LR (× the claim's) | steps | verdict | each test | CPU s |", "|---:|---:|---|---|---:|"]
     runs = f"{g(d['run_time_s'], '.0f')} s of runs"
     title = f"#### {d['claim']} (LR ladder around {d['lr']:.4g}, {d['lr_source']}; {runs})"
@@ -100,8 +106,10 @@ def _test_short(t: dict) -> str:
 
 def compare_rows(a_path: Path, b_path: Path) -> list[str]:
     a, b = json.loads(a_path.read_text()), json.loads(b_path.read_text())
-    rows = ["| test | A: effect [95% CI], verdict | B: effect [95% CI], verdict | per seed, B − A, each group |",
-            "|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| test | A: effect [95% CI], verdict | B: effect [95% CI], verdict | per seed, B − A, each group |",
+        "|---|---|---|---|",
+    ]
     for ta, tb in zip(a["tests"], b["tests"]):
         diffs = []
         for name, va in ta["groups"].items():
@@ -116,10 +124,13 @@ def compare_rows(a_path: Path, b_path: Path) -> list[str]:
 def ladder_rows(path: Path) -> list[str]:
     d = json.loads(path.read_text())
     rungs = d["rungs"]
-    verdicts = [json.loads(Path(r["verdict_json"]).read_text()) if Path(r["verdict_json"]).exists() else None
-                for r in rungs]  # fmt: skip
-    cols = [f"d {r['d_model']}, {r['n_layer']} blocks ({max(t.get('n_seeds') or 0 for t in r['tests'])} seeds)"
-            for r in rungs]  # fmt: skip
+    verdicts = [
+        json.loads(Path(r["verdict_json"]).read_text()) if Path(r["verdict_json"]).exists() else None for r in rungs
+    ]
+    cols = [
+        f"d {r['d_model']}, {r['n_layer']} blocks ({max(t.get('n_seeds') or 0 for t in r['tests'])} seeds)"
+        for r in rungs
+    ]
     rows = [f"| test ({d.get('param')}) | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for i, t in enumerate(rungs[0]["tests"]):
         cells = [_effect(r["tests"][i]) for r in rungs]
@@ -167,8 +178,10 @@ def record(path: Path) -> dict:
         }
         for t in v["tests"]
     ]
-    rec["source"] = (f"copied from {path} by scripts/claims_table.py record (commit {v.get('commit')}, "
-                     f"{v.get('n_runs')} runs, scale={v.get('scale')})")  # fmt: skip
+    rec["source"] = (
+        f"copied from {path} by scripts/claims_table.py record (commit {v.get('commit')}, "
+        f"{v.get('n_runs')} runs, scale={v.get('scale')})"
+    )
     return rec
 
 
@@ -181,8 +194,9 @@ def _where(v: dict) -> str:
     lr = "the claim's own LR or grid" if not lrs else "recipe's LR" if lrs[-1] == "auto" else f"lr {lrs[-1]}"
     parts = [size, lr]
     if mode := v.get("mode"):
-        form = mode["precision"] + (" with fp32 attention" if mode.get("attn_fp32") and mode["precision"] != "fp32"
-                                    else "")  # fmt: skip
+        form = mode["precision"] + (
+            " with fp32 attention" if mode.get("attn_fp32") and mode["precision"] != "fp32" else ""
+        )
         form += {True: ", compiled", False: ", eager"}.get(mode.get("compile"), "")
         parts.append(f"claims' mode ({form})" if mode.get("cpu_mode") == mode["precision"] else form)
     return ", ".join(parts)
@@ -278,8 +292,10 @@ def answer_lines(directory: Path, ids: list[str] | None = None) -> list[str]:
     if missing := [cid for cid in ids if cid not in records]:
         raise ValueError(f"no record in {directory} for: {', '.join(missing)}")
     order = ids + sorted(set(records) - set(ids))
-    head = ["| claim | paper | verdict, where measured | deciding test: effect [95% CI] | as the miniature grows |",
-            "|---|---|---|---|---|"]  # fmt: skip
+    head = [
+        "| claim | paper | verdict, where measured | deciding test: effect [95% CI] | as the miniature grows |",
+        "|---|---|---|---|---|",
+    ]
     return [*head, *(answer_row(records[cid]) for cid in order), "", ANSWER_NOTE]
 
 

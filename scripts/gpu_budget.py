@@ -78,15 +78,27 @@ def plan(a: argparse.Namespace) -> tuple[list[tuple[str, float, str, bool]], flo
     f0 = flops_per_token(common, a.first, a.standard_flops)
     step = tokens * f0 / (peak * a.mfu)
     eager = tokens * f0 / (peak * a.eager_mfu)
-    rows = [(a.first, a.start + a.compile + a.steps * step,
-             f"start {a.start:.0f} + compile {a.compile:.0f} + {a.steps} x {step:.2f} s", True)]  # fmt: skip
+    rows = [
+        (
+            a.first,
+            a.start + a.compile + a.steps * step,
+            f"start {a.start:.0f} + compile {a.compile:.0f} + {a.steps} x {step:.2f} s",
+            True,
+        )
+    ]
     if a.claim:
         c = CLAIM_TOKENS * f0 / (peak * a.eager_mfu)  # the claim's own settings: eager
         how = f"2 runs x (start {a.start:.0f} + {a.claim_steps} x {c:.3f} s + evals {EVAL_S})"
         rows.append((f"claim {a.claim}", 2 * (a.start + a.claim_steps * c + EVAL_S), how, True))
     if a.ddp:  # 2 processes: each takes half of a step's micro-batches
-        rows.append(("ddp_smoke", a.start + DDP_STEPS * eager / 2, f"start {a.start:.0f} + {DDP_STEPS} x "
-                     f"{eager / 2:.2f} s, eager, 2 GPUs", True))  # fmt: skip
+        rows.append(
+            (
+                "ddp_smoke",
+                a.start + DDP_STEPS * eager / 2,
+                f"start {a.start:.0f} + {DDP_STEPS} x {eager / 2:.2f} s, eager, 2 GPUs",
+                True,
+            )
+        )
     compiled = a.sweep == "compiled"
     sweep = [("pre_ln_eager", eager, "eager", True)] if a.eager else []
     for arch in a.rest.split():
@@ -119,17 +131,29 @@ def main() -> None:
     )
     p.add_argument("--fit-steps", action="store_true", help="the sweep's steps: as many as fit the budget")
     p.add_argument("--standard-flops", action="store_true", help="every arch costed as a standard GPT block")
-    for name, kind, default in [("budget", int, 480), ("steps", int, 50), ("min-steps", int, 15), ("batch", int, 32),
-                                ("accum", int, 2), ("nproc", int, 1), ("claim-steps", int, 300), ("start", float, 15.0),
-                                ("compile", float, 60.0), ("compile-next", float, 35.0), ("mfu", float, 0.40),
-                                ("eager-mfu", float, 0.25)]:  # fmt: skip
+    for name, kind, default in [
+        ("budget", int, 480),
+        ("steps", int, 50),
+        ("min-steps", int, 15),
+        ("batch", int, 32),
+        ("accum", int, 2),
+        ("nproc", int, 1),
+        ("claim-steps", int, 300),
+        ("start", float, 15.0),
+        ("compile", float, 60.0),
+        ("compile-next", float, 35.0),
+        ("mfu", float, 0.40),
+        ("eager-mfu", float, 0.25),
+    ]:
         p.add_argument(f"--{name}", type=kind, default=default)
     a = p.parse_args()
     rows, peak, n = plan(a)
     how = "every arch costed as a standard GPT block (normbench not installed here)" if a.standard_flops else ""
-    print(f"gpu_check: budget plan, BUDGET_S={a.budget} s on {a.gpu} ({peak / 1e12:.0f} TFLOP/s bf16; estimates: "
-          f"compiled MFU {a.mfu:.0%}, eager {a.eager_mfu:.0%}, compile {a.compile:.0f} s cold / {a.compile_next:.0f} s "
-          f"next{'; ' + how if how else ''}; measured times decide)")  # fmt: skip
+    print(
+        f"gpu_check: budget plan, BUDGET_S={a.budget} s on {a.gpu} ({peak / 1e12:.0f} TFLOP/s bf16; estimates: "
+        f"compiled MFU {a.mfu:.0%}, eager {a.eager_mfu:.0%}, compile {a.compile:.0f} s cold / {a.compile_next:.0f} s "
+        f"next{'; ' + how if how else ''}; measured times decide)"
+    )
     total, over = 0.0, 0
     for name, sec, how, always in rows:
         total += sec
@@ -140,8 +164,10 @@ def main() -> None:
     verdict = "fits" if total <= a.budget else f"does not fit: {over} run(s) skipped by this estimate"
     print(f"gpu_check: budget plan: {total:.0f} s for {len(rows)} runs, {verdict} (BUDGET_S={a.budget} s)")
     if a.fit_steps:
-        print(f"gpu_check: budget plan: the arch sweep {a.sweep} at sweep_steps={n} (of STEPS={a.steps}, at least "
-              f"{a.min_steps}), the first arch compiled at {a.steps}")  # fmt: skip
+        print(
+            f"gpu_check: budget plan: the arch sweep {a.sweep} at sweep_steps={n} (of STEPS={a.steps}, at least "
+            f"{a.min_steps}), the first arch compiled at {a.steps}"
+        )
 
 
 if __name__ == "__main__":

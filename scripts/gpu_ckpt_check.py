@@ -40,8 +40,13 @@ class _State:
         self.model, self.optimizer = model, optimizer
 
     def _extra(self) -> dict:
-        return {"step": 2, "tokens": 0, "sampler_rng": torch.get_rng_state(), "torch_rng": torch.get_rng_state(),
-                "summary": {}}  # fmt: skip
+        return {
+            "step": 2,
+            "tokens": 0,
+            "sampler_rng": torch.get_rng_state(),
+            "torch_rng": torch.get_rng_state(),
+            "summary": {},
+        }
 
     def state_dict(self) -> dict:
         model_state, optim_state = du.full_state_dicts(self.model, self.optimizer)
@@ -72,17 +77,30 @@ def measure(model_name: str, device: torch.device, repeats: int, interval_s: flo
             for background in (False, True):
                 ckpt_dir = root / f"{fmt}-{int(background)}"
                 blocked = []
-                writer = CheckpointWriter(ckpt_dir, sharded=fmt == "dcp", background=background, keep=(),
-                                          device=device, spent=lambda what, s, acc=blocked: acc.append(s))  # fmt: skip
+                writer = CheckpointWriter(
+                    ckpt_dir,
+                    sharded=fmt == "dcp",
+                    background=background,
+                    keep=(),
+                    device=device,
+                    spent=lambda what, s, acc=blocked: acc.append(s),
+                )
                 for step in range(1, repeats + 1):
                     blocked.clear()
                     t0 = time.perf_counter()
                     writer.save(state, step)
                     blocking = sum(blocked)
                     writer.wait()
-                    rows.append({"format": fmt, "background": background, "step": step, "blocking_s": blocking,
-                                 "total_s": time.perf_counter() - t0,
-                                 "share_of_interval": blocking / interval_s})  # fmt: skip
+                    rows.append(
+                        {
+                            "format": fmt,
+                            "background": background,
+                            "step": step,
+                            "blocking_s": blocking,
+                            "total_s": time.perf_counter() - t0,
+                            "share_of_interval": blocking / interval_s,
+                        }
+                    )
                 writer.close()
                 size = sum(p.stat().st_size for p in ckpt_dir.rglob("*") if p.is_file())
                 for row in rows[-repeats:]:

@@ -56,9 +56,20 @@ def row(name: str, s: dict, ref: dict, est: float | None) -> str:
     if s.get("wall_s") and s.get("step_time_s") and s.get("max_steps"):
         setup = f"{s['wall_s'] - s['max_steps'] * s['step_time_s']:.0f}"
     mode = {True: "compiled", False: "eager"}.get(s.get("compiled"), "-")
-    return FMT.format(name, str(s.get("status")), cell(s, "tokens_per_s", ",.0f"), ratio(flops(s), flops(ref)), mfu,
-                      cell(s, "peak_mem_gb", ".1f"), ratio(s.get("peak_mem_gb"), ref.get("peak_mem_gb")), mem_est,
-                      setup, cell(s, "step_time_s", ".3f"), cell(s, "final_loss", ".3f"), mode)  # fmt: skip
+    return FMT.format(
+        name,
+        str(s.get("status")),
+        cell(s, "tokens_per_s", ",.0f"),
+        ratio(flops(s), flops(ref)),
+        mfu,
+        cell(s, "peak_mem_gb", ".1f"),
+        ratio(s.get("peak_mem_gb"), ref.get("peak_mem_gb")),
+        mem_est,
+        setup,
+        cell(s, "step_time_s", ".3f"),
+        cell(s, "final_loss", ".3f"),
+        mode,
+    )
 
 
 def table(out: Path, common: list[str], archs: list[str], skipped: set[str]) -> tuple[list[str], bool]:
@@ -69,10 +80,26 @@ def table(out: Path, common: list[str], archs: list[str], skipped: set[str]) -> 
     if load(out, "pre_ln_eager") and "pre_ln" in names:
         names.insert(names.index("pre_ln") + 1, "pre_ln_eager")
     ref, eager = load(out, "pre_ln") or {}, load(out, "pre_ln_eager")
-    lines = ["", FMT.format("arch", "status", "tokens/s", "FLOP/s/x", "MFU", "mem (GB)", "mem/x", "mem/est",
-                            "setup s", "step (s)", "loss", "mode"),  # fmt: skip
-             "(x = pre_ln run the same way, compiled or eager; setup s = wall time - steps x steady step time: "
-             "start-up, and compiling for a compiled run)", "-" * 120]  # fmt: skip
+    lines = [
+        "",
+        FMT.format(
+            "arch",
+            "status",
+            "tokens/s",
+            "FLOP/s/x",
+            "MFU",
+            "mem (GB)",
+            "mem/x",
+            "mem/est",
+            "setup s",
+            "step (s)",
+            "loss",
+            "mode",
+        ),
+        "(x = pre_ln run the same way, compiled or eager; setup s = wall time - steps x steady step time: "
+        "start-up, and compiling for a compiled run)",
+        "-" * 120,
+    ]
     bad = False
     for name in names:
         s = load(out, name) or {"status": "skipped" if name in skipped else "no summary"}
@@ -82,20 +109,27 @@ def table(out: Path, common: list[str], archs: list[str], skipped: set[str]) -> 
         bad |= s.get("status") not in ("completed", "skipped")
     if eager and ref.get("tokens_per_s") and eager.get("tokens_per_s"):
         speedup = ref["tokens_per_s"] / eager["tokens_per_s"]
-        lines += ["", f"compile speed-up, pre_ln: {speedup:.2f}x (eager {eager['tokens_per_s']:,.0f} tokens/s, MFU "
-                  f"{100 * (eager.get('mfu') or 0):.1f}%): the 'saving' of compile=auto's CUDA profile is "
-                  f"{1 - 1 / speedup:.0%}"]  # fmt: skip
+        lines += [
+            "",
+            f"compile speed-up, pre_ln: {speedup:.2f}x (eager {eager['tokens_per_s']:,.0f} tokens/s, MFU "
+            f"{100 * (eager.get('mfu') or 0):.1f}%): the 'saving' of compile=auto's CUDA profile is "
+            f"{1 - 1 / speedup:.0%}",
+        ]
     if ref.get("mfu") is not None:
         verdict = "met" if ref["mfu"] >= TARGET else "NOT met"
         lines.append(f"target MFU >= {TARGET:.0%} for pre_ln: {verdict} ({100 * ref['mfu']:.1f}%)")
     for path in sorted(out.glob("claims/*/verdict.json")):
         v = json.loads(path.read_text())
-        lines.append(f"claim smoke run {path.parent.name}: {v.get('verdict')} with {v.get('n_seeds')} seed(s) "
-                     "(the claim machinery ran end to end on this GPU; one seed decides nothing)")  # fmt: skip
+        lines.append(
+            f"claim smoke run {path.parent.name}: {v.get('verdict')} with {v.get('n_seeds')} seed(s) "
+            "(the claim machinery ran end to end on this GPU; one seed decides nothing)"
+        )
     ddp = load(out, "ddp_smoke")
     if ddp is not None:
-        lines.append(f"DDP 2-process smoke run: {ddp.get('status')} (world size {ddp.get('world_size')}, "
-                     f"loss {ddp.get('final_loss')})")  # fmt: skip
+        lines.append(
+            f"DDP 2-process smoke run: {ddp.get('status')} (world size {ddp.get('world_size')}, "
+            f"loss {ddp.get('final_loss')})"
+        )
         bad |= ddp.get("status") != "completed"
     return lines, bad
 

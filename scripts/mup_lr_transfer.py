@@ -24,8 +24,15 @@ from pathlib import Path
 D_HEAD = 16
 BASE_WIDTH = 64  # model.mup_base_width's default
 TOP = 2.1  # the figure's loss ceiling: worse (and diverged) points are drawn on it
-FIXED = ["model=tiny", "model.n_layer=4", "norm=layernorm", "trainer.max_steps=200", "trainer.eval_every=50",
-         "diag.every=1000", "trainer.ckpt_every=1000"]  # fmt: skip
+FIXED = [
+    "model=tiny",
+    "model.n_layer=4",
+    "norm=layernorm",
+    "trainer.max_steps=200",
+    "trainer.eval_every=50",
+    "diag.every=1000",
+    "trainer.ckpt_every=1000",
+]
 
 
 def run_dir(out: Path, arch: str, param: str, width: int, lr: float, seed: int) -> Path:
@@ -36,9 +43,17 @@ def run_point(out: Path, arch: str, param: str, width: int, lr: float, seed: int
     where = run_dir(out, arch, param, width, lr, seed)
     summary = where / "summary.json"
     if not summary.exists():
-        args = [*FIXED, f"arch={arch}", f"model.param={param}", f"model.d_model={width}",
-                f"model.n_head={width // D_HEAD}", f"optim.lr={lr}", f"seed={seed}", *extra,
-                f"hydra.run.dir={where}"]  # fmt: skip
+        args = [
+            *FIXED,
+            f"arch={arch}",
+            f"model.param={param}",
+            f"model.d_model={width}",
+            f"model.n_head={width // D_HEAD}",
+            f"optim.lr={lr}",
+            f"seed={seed}",
+            *extra,
+            f"hydra.run.dir={where}",
+        ]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "normbench", "train", *args], capture_output=True, check=False)
@@ -85,8 +100,13 @@ def collect(out: Path, prior: Path | None = None) -> dict:
         else:
             point_[0] = losses[0]
             reused += 1
-    table = {a: {p: {w: {lr: [v for _, v in sorted(by_seed.items())] for lr, by_seed in ws.items()}
-                     for w, ws in ps.items()} for p, ps in t.items()} for a, t in seeds.items()}  # fmt: skip
+    table = {
+        a: {
+            p: {w: {lr: [v for _, v in sorted(by_seed.items())] for lr, by_seed in ws.items()} for w, ws in ps.items()}
+            for p, ps in t.items()
+        }
+        for a, t in seeds.items()
+    }
     return {"table": table, "cpu_s": round(cpu, 1), "prior_points": reused, "rerun": rerun}
 
 
@@ -161,13 +181,18 @@ def plot(out: Path, png: Path, json_path: Path, prior: Path | None = None) -> di
     for row in grid:
         row[0].set_ylabel(f"best val loss (>{TOP}: at {TOP})")
     seeds = "-".join(map(str, sorted({b["seeds"] for bests in result["best"].values() for b in bests.values()})))
-    fig.suptitle("LR transfer: LayerNorm, 4 blocks, d_head 16, 200 steps x 16 x 64 tokens at every width; "
-                 f"mean of {seeds} seed(s), band: their range (star: best)", fontsize=9)  # fmt: skip
+    fig.suptitle(
+        "LR transfer: LayerNorm, 4 blocks, d_head 16, 200 steps x 16 x 64 tokens at every width; "
+        f"mean of {seeds} seed(s), band: their range (star: best)",
+        fontsize=9,
+    )
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
-    result["table"] = {a: {p: {str(w): {f"{lr:g}": v for lr, v in c.items()} for w, c in ps.items()}
-                           for p, ps in t.items()} for a, t in table.items()}  # fmt: skip
+    result["table"] = {
+        a: {p: {str(w): {f"{lr:g}": v for lr, v in c.items()} for w, c in ps.items()} for p, ps in t.items()}
+        for a, t in table.items()
+    }
     json_path.write_text(json.dumps(result, indent=1))
     return result
 
@@ -195,8 +220,10 @@ def main() -> None:
         for width in a.widths:
             for lr in a.lrs:
                 p = run_point(a.out, a.arch, a.param, width, lr, seed, a.extra)
-                print(f"{a.arch} {a.param} d{width} lr {lr:.3g} seed {seed}: {p['loss']:.4f} ({p['cpu_s']:.0f} s)",
-                      flush=True)  # fmt: skip
+                print(
+                    f"{a.arch} {a.param} d{width} lr {lr:.3g} seed {seed}: {p['loss']:.4f} ({p['cpu_s']:.0f} s)",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -95,8 +95,10 @@ def main() -> None:
     tokens = cfg.trainer.batch_size * cfg.model.seq_len
     model_flops = model_flops_per_token(model, cfg.model) * tokens
     peak = peak_matmul()
-    print(f"## step profile: {' '.join(a.set) or 'defaults'}, {a.threads} thread(s), {a.steps} steps, batch "
-          f"{cfg.trainer.batch_size} x {cfg.model.seq_len}")  # fmt: skip
+    print(
+        f"## step profile: {' '.join(a.set) or 'defaults'}, {a.threads} thread(s), {a.steps} steps, batch "
+        f"{cfg.trainer.batch_size} x {cfg.model.seq_len}"
+    )
     print("| kind | ms per step | share |\n|---|---:|---:|")
     for k in KINDS:
         print(f"| {k} | {1e3 * by_kind[k]:.1f} | {100 * by_kind[k] / total:.0f}% |")
@@ -106,15 +108,21 @@ def main() -> None:
         ms = e.self_cpu_time_total / 1e3 / a.steps
         print(f"| `{e.key}` | {kind(e.key)} | {e.count / a.steps:.0f} | {ms:.1f} |")
     mm_rate = mm_flops / by_kind["matmul"] if by_kind["matmul"] else float("nan")
-    print(f"\nstep wall time: {1e3 * wall:.1f} ms ({1e3 * profiled:.1f} ms under the profiler, whose per-operator "
-          "overhead inflates the many small operators' rows)")  # fmt: skip
+    print(
+        f"\nstep wall time: {1e3 * wall:.1f} ms ({1e3 * profiled:.1f} ms under the profiler, whose per-operator "
+        "overhead inflates the many small operators' rows)"
+    )
     print(f"model FLOPs per step {model_flops / 1e9:.2f} G")
-    print(f"the products take {1e3 * by_kind['matmul']:.1f} ms = {100 * by_kind['matmul'] / wall:.0f}% of the "
-          f"unprofiled step; everything else {1e3 * (wall - by_kind['matmul']):.1f} ms")  # fmt: skip
+    print(
+        f"the products take {1e3 * by_kind['matmul']:.1f} ms = {100 * by_kind['matmul'] / wall:.0f}% of the "
+        f"unprofiled step; everything else {1e3 * (wall - by_kind['matmul']):.1f} ms"
+    )
     print(f"model FLOP/s: {model_flops / wall / 1e9:.1f} G = {100 * model_flops / wall / peak:.0f}% of the matmul peak")
     print(f"matmul peak (1024^3 fp32 product, {a.threads} thread(s)): {peak / 1e9:.1f} GFLOP/s")
-    print(f"the products themselves: {mm_flops / 1e9:.2f} GFLOP per step at {mm_rate / 1e9:.1f} GFLOP/s "
-          f"({100 * mm_rate / peak:.0f}% of the peak)")  # fmt: skip
+    print(
+        f"the products themselves: {mm_flops / 1e9:.2f} GFLOP per step at {mm_rate / 1e9:.1f} GFLOP/s "
+        f"({100 * mm_rate / peak:.0f}% of the peak)"
+    )
 
 
 if __name__ == "__main__":

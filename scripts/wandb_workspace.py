@@ -83,29 +83,67 @@ def panel_spec(group: str, varying: list[str], n_layer: int, lr_sweep: bool = Fa
     chart, ``table`` (the logged table key) and ``chart`` (its Vega spec).
     """
     sections = [
-        {"name": "loss curves",
-         "panels": [{"kind": "line", "title": title, "x": "step", "y": key, "log_y": log}
-                    for title, key, log in LOSS_PANELS]},
-        {"name": "val loss",
-         "panels": [{"kind": "bar", "title": "best val loss", "metrics": ["best_val_loss"]},
-                    {"kind": "bar", "title": "final val loss", "metrics": ["final_val_loss"]}]
-         + ([{"kind": "scatter", "title": "best val loss vs learning rate", "x": "optim.lr",
-              "y": "best_val_loss", "log_x": True}] if lr_sweep else [])},
-        {"name": "depth profiles",
-         "panels": [{"kind": "custom", "title": f"{key} vs depth", "table": f"depth/{key}_table",
-                     "chart": "wandb/lineseries/v0",
-                     "fields": {"step": "step", "lineKey": "lineKey", "lineVal": "lineVal"},
-                     "strings": {"title": f"{key} vs depth",
-                                 "xname": "block" if key == "grad_norm_layer" else "depth (0 = embedding)"}}
-                    for key in DEPTH_KEYS]},
-    ]  # fmt: skip
+        {
+            "name": "loss curves",
+            "panels": [
+                {"kind": "line", "title": title, "x": "step", "y": key, "log_y": log} for title, key, log in LOSS_PANELS
+            ],
+        },
+        {
+            "name": "val loss",
+            "panels": [
+                {"kind": "bar", "title": "best val loss", "metrics": ["best_val_loss"]},
+                {"kind": "bar", "title": "final val loss", "metrics": ["final_val_loss"]},
+            ]
+            + (
+                [
+                    {
+                        "kind": "scatter",
+                        "title": "best val loss vs learning rate",
+                        "x": "optim.lr",
+                        "y": "best_val_loss",
+                        "log_x": True,
+                    }
+                ]
+                if lr_sweep
+                else []
+            ),
+        },
+        {
+            "name": "depth profiles",
+            "panels": [
+                {
+                    "kind": "custom",
+                    "title": f"{key} vs depth",
+                    "table": f"depth/{key}_table",
+                    "chart": "wandb/lineseries/v0",
+                    "fields": {"step": "step", "lineKey": "lineKey", "lineVal": "lineVal"},
+                    "strings": {
+                        "title": f"{key} vs depth",
+                        "xname": "block" if key == "grad_norm_layer" else "depth (0 = embedding)",
+                    },
+                }
+                for key in DEPTH_KEYS
+            ],
+        },
+    ]
     for metric, offset, log in LAYER_SECTIONS:
         n = n_layer + offset
-        sections.append({
-            "name": metric,
-            "panels": [{"kind": "line", "title": f"{metric}/layer_{i:02d}", "x": "step", "y": f"{metric}/layer_{i:02d}",
-                        "log_y": log} for i in range(n)],
-        })  # fmt: skip
+        sections.append(
+            {
+                "name": metric,
+                "panels": [
+                    {
+                        "kind": "line",
+                        "title": f"{metric}/layer_{i:02d}",
+                        "x": "step",
+                        "y": f"{metric}/layer_{i:02d}",
+                        "log_y": log,
+                    }
+                    for i in range(n)
+                ],
+            }
+        )
     return {
         "filter": {"group": group},
         "groupby": [wandb_key(k) for k in varying if k != "seed"],
@@ -123,11 +161,18 @@ def _panels(section: dict):
         elif p["kind"] == "bar":
             out.append(wr.BarPlot(title=p["title"], metrics=[wr.SummaryMetric(m) for m in p["metrics"]]))
         elif p["kind"] == "scatter":
-            out.append(wr.ScatterPlot(title=p["title"], x=wr.Config(p["x"]), y=wr.SummaryMetric(p["y"]),
-                                      log_x=p["log_x"]))  # fmt: skip
+            out.append(
+                wr.ScatterPlot(title=p["title"], x=wr.Config(p["x"]), y=wr.SummaryMetric(p["y"]), log_x=p["log_x"])
+            )
         elif p["kind"] == "custom":
-            out.append(wr.CustomChart(query={"summaryTable": {"tableKey": p["table"]}}, chart_name=p["chart"],
-                                      chart_fields=p["fields"], chart_strings=p["strings"]))  # fmt: skip
+            out.append(
+                wr.CustomChart(
+                    query={"summaryTable": {"tableKey": p["table"]}},
+                    chart_name=p["chart"],
+                    chart_fields=p["fields"],
+                    chart_strings=p["strings"],
+                )
+            )
         else:
             raise ValueError(f"unknown panel kind {p['kind']!r}")
     return out
@@ -206,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 sort_keys=False,
             )
         )
-        return 0  # fmt: skip
+        return 0
     obj.save()
     print(f"wandb_workspace: {'report' if args.report else 'workspace'} saved: {obj.url}")
     return 0

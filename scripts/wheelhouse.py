@@ -149,9 +149,21 @@ def resolve(reqs: list[str], flags: list[str], out: Path, constraints: Path | No
     with tempfile.TemporaryDirectory() as tmp:
         report, target = Path(tmp) / "report.json", Path(tmp) / "target"
         while True:
-            args = ["install", "--dry-run", "--ignore-installed", "--report", str(report),
-                    "--target", str(target), "--find-links", str(out), "--only-binary=:all:", *flags,
-                    "-r", str(req_file)]  # fmt: skip
+            args = [
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                str(report),
+                "--target",
+                str(target),
+                "--find-links",
+                str(out),
+                "--only-binary=:all:",
+                *flags,
+                "-r",
+                str(req_file),
+            ]
             if constraints:
                 args += ["-c", str(constraints)]
             proc = pip(sys.executable, args)
@@ -173,8 +185,10 @@ def build_pure_wheel(spec: str, out: Path) -> None:
             fail(f"cannot build a wheel of {spec}: {last_error(proc)}")
         for whl in Path(tmp).glob("*.whl"):
             if not whl.name.endswith("-none-any.whl"):
-                fail(f"{spec} has no wheel for the target and is not pure Python ({whl.name}): build it on a machine "
-                     "like the target and put it in the wheelhouse")  # fmt: skip
+                fail(
+                    f"{spec} has no wheel for the target and is not pure Python ({whl.name}): build it on a machine "
+                    "like the target and put it in the wheelhouse"
+                )
             shutil.copy(whl, out / whl.name)
 
 
@@ -211,24 +225,45 @@ def build(args: argparse.Namespace) -> None:
         pin = f"{canonical(item['metadata']['name'])}=={item['metadata']['version']}"
         keep += [pin] if pin not in keep else []
     left_out = [pin for pin in left_out if pin not in keep]
-    proc = pip(sys.executable, ["download", "--no-deps", "--quiet", "-d", str(out), "--find-links", str(out),
-                                "--only-binary=:all:", *flags, *keep])  # fmt: skip
+    proc = pip(
+        sys.executable,
+        [
+            "download",
+            "--no-deps",
+            "--quiet",
+            "-d",
+            str(out),
+            "--find-links",
+            str(out),
+            "--only-binary=:all:",
+            *flags,
+            *keep,
+        ],
+    )
     if proc.returncode != 0:
         fail(f"pip download failed: {last_error(proc)}")
     wanted = {canonical(k.split("==")[0]) for k in keep}
     wheels = sorted(p for p in out.glob("*.whl") if canonical(p.name.split("-")[0]) in wanted)
     size = sum(p.stat().st_size for p in wheels)
-    meta = {"python_version": args.python_version or f"{sys.version_info[0]}.{sys.version_info[1]}",
-            "platform": args.platform or node_facts(sys.executable)["platform"], "extras": extras,
-            "packages": sorted(keep), "left_out": sorted(left_out), "have": args.have, "bytes": size}  # fmt: skip
+    meta = {
+        "python_version": args.python_version or f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "platform": args.platform or node_facts(sys.executable)["platform"],
+        "extras": extras,
+        "packages": sorted(keep),
+        "left_out": sorted(left_out),
+        "have": args.have,
+        "bytes": size,
+    }
     (out / "wheelhouse.json").write_text(json.dumps(meta, indent=1) + "\n")
     (out / "requirements.txt").write_text("".join(f"{k}\n" for k in sorted(keep)))
     for tmp in (out / ".requirements.in", constraints):
         if tmp:
             tmp.unlink(missing_ok=True)
     also = ", and what --have lists" if have else ""
-    print(f"wheelhouse: {len(wheels)} wheels, {size / 1e6:.1f} MB in {out} (Python {meta['python_version']}, "
-          f"platform {meta['platform']}; left out: torch and its CUDA wheels{also})")  # fmt: skip
+    print(
+        f"wheelhouse: {len(wheels)} wheels, {size / 1e6:.1f} MB in {out} (Python {meta['python_version']}, "
+        f"platform {meta['platform']}; left out: torch and its CUDA wheels{also})"
+    )
 
 
 def offline_env() -> dict:
@@ -285,9 +320,11 @@ def check_target(wheels: Path, python: str, node: dict) -> dict | None:
     # a wheelhouse.json of before the platform was recorded says "this machine's": nothing to compare
     plat_ok = not want_plat or "_" not in want_plat or not node["platforms"] or want_plat in node["platforms"]
     if not (py_ok and plat_ok):
-        fail(f"wheelhouse {wheels} was built for Python {want_py} on {want_plat}, but {python} is Python "
-             f"{node['version']} on {node['platform']}: build one for this node where an index is reachable "
-             f"(make wheelhouse WHEEL_PYTHON={minor(node['version'])} WHEEL_PLATFORM={node['platform']})")  # fmt: skip
+        fail(
+            f"wheelhouse {wheels} was built for Python {want_py} on {want_plat}, but {python} is Python "
+            f"{node['version']} on {node['platform']}: build one for this node where an index is reachable "
+            f"(make wheelhouse WHEEL_PYTHON={minor(node['version'])} WHEEL_PLATFORM={node['platform']})"
+        )
     return {"python_version": want_py, "platform": want_plat}
 
 
@@ -315,8 +352,10 @@ def venv_for(python: str, venv: Path, node: dict) -> None:
     refused in one line when it was not made by this install at all (nothing records its Python)."""
     stamp = venv / STAMP
     if venv.exists() and not stamp.exists():
-        fail(f"{venv} exists but was not made by the offline install (it has no {STAMP} saying which Python made "
-             f"it): remove it (rm -rf {venv}) and re-run, or give another VENV=")  # fmt: skip
+        fail(
+            f"{venv} exists but was not made by the offline install (it has no {STAMP} saying which Python made "
+            f"it): remove it (rm -rf {venv}) and re-run, or give another VENV="
+        )
     if stamp.exists():
         made = json.loads(stamp.read_text())
         same = (made.get("executable"), made.get("version")) == (node["executable"], node["version"])
@@ -325,16 +364,25 @@ def venv_for(python: str, venv: Path, node: dict) -> None:
         if same:
             print(f"wheelhouse: {venv} has no bin/python (a try cut short): rebuilding it")
         else:
-            print(f"wheelhouse: {venv} was made by {made.get('python')} ({made.get('executable')}, Python "
-                  f"{made.get('version')}), not by {python} ({node['executable']}, Python {node['version']}): "
-                  "rebuilding it")  # fmt: skip
+            print(
+                f"wheelhouse: {venv} was made by {made.get('python')} ({made.get('executable')}, Python "
+                f"{made.get('version')}), not by {python} ({node['executable']}, Python {node['version']}): "
+                "rebuilding it"
+            )
         shutil.rmtree(venv)
     make_venv(python, venv, node)
 
 
 def write_stamp(venv: Path, python: str, node: dict, wheels: Path, target: dict | None, extras, done: bool) -> None:
-    made = {"python": python, "executable": node["executable"], "version": node["version"],
-            "wheelhouse": str(wheels), "wheelhouse_target": target, "extras": extras, "complete": done}  # fmt: skip
+    made = {
+        "python": python,
+        "executable": node["executable"],
+        "version": node["version"],
+        "wheelhouse": str(wheels),
+        "wheelhouse_target": target,
+        "extras": extras,
+        "complete": done,
+    }
     (venv / STAMP).write_text(json.dumps(made, indent=1) + "\n")
 
 
@@ -350,8 +398,19 @@ def install(args: argparse.Namespace) -> None:
     write_stamp(venv, args.python, node, wheels, target, extras, False)
     py = venv / "bin" / "python"
     target_dir = f"{REPO}[{','.join(extras)}]" if extras else str(REPO)
-    cmd = ["install", "--isolated", "--no-index", "--find-links", str(wheels), "--disable-pip-version-check",
-           "--progress-bar", "off", "--no-input", "-e", target_dir]  # fmt: skip
+    cmd = [
+        "install",
+        "--isolated",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        "--no-input",
+        "-e",
+        target_dir,
+    ]
     proc = pip(str(py), cmd, env=offline_env())
     if proc.returncode != 0:
         gone = missing(proc.stdout + proc.stderr)
@@ -375,9 +434,11 @@ def stale(args: argparse.Namespace) -> None:
     venv = Path(args.venv)
     made = json.loads((venv / STAMP).read_text())
     extras = ",".join(made.get("extras") or [])
-    fail(f"{venv} was installed offline and pyproject.toml has changed since; `make install` would reach for a "
-         f"package index: re-run the offline install instead: make install-offline WHEELS={made['wheelhouse']} "
-         f"PY={made['python']} VENV={args.venv} WHEEL_EXTRAS={extras}")  # fmt: skip
+    fail(
+        f"{venv} was installed offline and pyproject.toml has changed since; `make install` would reach for a "
+        f"package index: re-run the offline install instead: make install-offline WHEELS={made['wheelhouse']} "
+        f"PY={made['python']} VENV={args.venv} WHEEL_EXTRAS={extras}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

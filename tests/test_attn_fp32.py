@@ -72,8 +72,16 @@ def test_attn_fp32_reaches_every_attention_kernel_and_keeps_the_products_bf16(ar
 
 
 def test_a_bf16_run_with_fp32_attention_learns_and_records_its_mode(tmp_path):
-    cfg = compose([*TINY, "precision=bf16", "attn_fp32=true", "trainer.batch_size=4", "trainer.max_steps=8",
-                   "trainer.log_every=1"])  # fmt: skip
+    cfg = compose(
+        [
+            *TINY,
+            "precision=bf16",
+            "attn_fp32=true",
+            "trainer.batch_size=4",
+            "trainer.max_steps=8",
+            "trainer.log_every=1",
+        ]
+    )
     summary = trainer.run(cfg, tmp_path)
     seq = [json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert summary["status"] == "completed" and summary["precision"] == "bf16" and summary["attn_fp32"] is True

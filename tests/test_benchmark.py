@@ -142,8 +142,10 @@ def test_a_real_benchmark_of_two_tiny_models_records_its_rounds_and_the_load():
     from normbench.config.files import compose_config
     from normbench.validation import to_config
 
-    cfgs = [to_config(compose_config(["model=tiny", "model.n_layer=1", f"norm={n}", "trainer.batch_size=2",
-                                      "device=cpu"])) for n in ("rmsnorm", "layernorm")]  # fmt: skip
+    cfgs = [
+        to_config(compose_config(["model=tiny", "model.n_layer=1", f"norm={n}", "trainer.batch_size=2", "device=cpu"]))
+        for n in ("rmsnorm", "layernorm")
+    ]
     res = B.measure(*cfgs, B.Plan(rounds=3, steps=1, warmup=1))
     assert [len(v) for v in res["seconds_per_step"].values()] == [3, 3]
     assert res["tokens_per_step"] == 2 * cfgs[0].model.seq_len and res["device"] == "cpu" and not res["compile"]

@@ -63,26 +63,50 @@ def test_the_page_holds_the_table_the_records_give(table, tmp_path):
 
 def _test(name, verdict, effect, ci, ratio=None, kind="difference", interval="paired"):
     """A test as measure.judge_test writes it into verdict.json (the keys the record reads, and some it does not)."""
-    return {"name": name, "verdict": verdict, "effect": effect, "ci": ci, "interval": interval, "kind": kind,
-            "metric": "best_val_loss", "transform": "log" if ratio else None, "ratio": ratio, "threshold": 0.02,
-            "direction": "lower", "informative": False, "target": None, "n_seeds": 3, "reason": None,
-            "groups": {"norm=a": {"values": [1.0, 1.1, 1.2], "mean": 1.1, "runs": 3, "outcomes": {"learned": 3},
-                                  "init_std": 0.069}}}  # fmt: skip
+    return {
+        "name": name,
+        "verdict": verdict,
+        "effect": effect,
+        "ci": ci,
+        "interval": interval,
+        "kind": kind,
+        "metric": "best_val_loss",
+        "transform": "log" if ratio else None,
+        "ratio": ratio,
+        "threshold": 0.02,
+        "direction": "lower",
+        "informative": False,
+        "target": None,
+        "n_seeds": 3,
+        "reason": None,
+        "groups": {
+            "norm=a": {"values": [1.0, 1.1, 1.2], "mean": 1.1, "runs": 3, "outcomes": {"learned": 3}, "init_std": 0.069}
+        },
+    }
 
 
 def _verdict(**extra) -> dict:
     """A made-up verdict.json in runner.reproduce's structure."""
     return {
-        "claim": "madeup", "statement": "A is lower than B",
+        "claim": "madeup",
+        "statement": "A is lower than B",
         "paper": "Doe et al. 2030, Madeup, arXiv:3001.00001 (Fig. 2)",
-        "verdict": V.FAILS, "scale": "cpu", "n_seeds": 3, "reason": "second: on the other side",
-        "tests": [_test("first", V.HOLDS, -0.52, [-0.7, -0.34], ratio=0.595),
-                  _test("second", V.FAILS, 0.0421, [0.0113, 0.0729])],
+        "verdict": V.FAILS,
+        "scale": "cpu",
+        "n_seeds": 3,
+        "reason": "second: on the other side",
+        "tests": [
+            _test("first", V.HOLDS, -0.52, [-0.7, -0.34], ratio=0.595),
+            _test("second", V.FAILS, 0.0421, [0.0113, 0.0729]),
+        ],
         "length": {"tokens_per_param": 20, "steps": 4480, "reference_params": 229_000, "reached": [19.6, 20.0]},
         "mode": {"precision": "bf16", "attn_fp32": True, "compile": True, "cpu_mode": "bf16", "native_bf16": True},
-        "commit": "abc1234", "settings": ["model=tiny", "optim.lr=auto", "compile=true"], "n_runs": 6,
-        "run_time_s": 1200.0, **extra,
-    }  # fmt: skip
+        "commit": "abc1234",
+        "settings": ["model=tiny", "optim.lr=auto", "compile=true"],
+        "n_runs": 6,
+        "run_time_s": 1200.0,
+        **extra,
+    }
 
 
 def test_a_verdict_json_becomes_a_record_the_table_renders(table, tmp_path, capsys):
@@ -98,9 +122,17 @@ def test_a_verdict_json_becomes_a_record_the_table_renders(table, tmp_path, caps
     assert table.check_record(rec) == []
     assert rec["where"] == "20 tokens per parameter, recipe's LR, claims' mode (bf16 with fp32 attention, compiled)"
     assert "pending" not in rec and rec["ladders"] == {"lr": "0.9 tpp: grows with the LR"}
-    assert rec["tests"][1] == {"name": "second", "verdict": V.FAILS, "effect": 0.0421, "ci": [0.0113, 0.0729],
-                               "interval": "paired", "seeds": 3, "steps": 4480, "commit": "abc1234",
-                               "informative": False}  # fmt: skip
+    assert rec["tests"][1] == {
+        "name": "second",
+        "verdict": V.FAILS,
+        "effect": 0.0421,
+        "ci": [0.0113, 0.0729],
+        "interval": "paired",
+        "seeds": 3,
+        "steps": 4480,
+        "commit": "abc1234",
+        "informative": False,
+    }
     assert "abc1234" in rec["source"] and str(path) in rec["source"]
     capsys.readouterr()
     assert table.main(["record", str(path)]) == 0  # without --into: the record on stdout, no ladders
@@ -118,9 +150,14 @@ def test_a_quick_verdict_is_marked_pending_and_a_grid_test_has_no_interval(table
     """A verdict short of 20 tokens per parameter is the claim's latest, pending the papers' length; a
     largest-LR test's effect is grid steps, with no interval; holding, every judged test decides."""
     lr_test = _test("largest LR", V.HOLDS, 1, None, kind="largest_lr", interval=None)
-    quick = _verdict(verdict=V.HOLDS, tests=[lr_test, _test("loss", V.HOLDS, -0.2, [-0.3, -0.1])],
-                     length={"tokens_per_param": None, "steps": 200}, scale="quick", mode=None,
-                     settings=["model=tiny"])  # fmt: skip
+    quick = _verdict(
+        verdict=V.HOLDS,
+        tests=[lr_test, _test("loss", V.HOLDS, -0.2, [-0.3, -0.1])],
+        length={"tokens_per_param": None, "steps": 200},
+        scale="quick",
+        mode=None,
+        settings=["model=tiny"],
+    )
     (tmp_path / "verdict.json").write_text(json.dumps(quick))
     rec = table.record(tmp_path / "verdict.json")
     assert rec["pending"] == table.PENDING and rec["tests"][0]["interval"] == "grid"

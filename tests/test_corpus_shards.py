@@ -14,7 +14,7 @@ from normbench.config.schema import DataConfig
 from normbench.data.corpus import load_data
 from normbench.data.pipeline import prepare as prep
 from normbench.data.pipeline.shards import HEADER_BYTES, Concatenated, ShardWriter, read_shard
-from normbench.data.tokenizer import _gpt2_encoding
+from normbench.data.tokenizer import gpt2_encoding
 from normbench.errors import DataError
 
 WORDS = ["héllo", "wörld", "naïve", "café", "日本語", "the", "of", "and", "Ωmega", "data", "🙂", "line\n", "  "]
@@ -85,7 +85,7 @@ def test_every_document_once_eot_delimited_as_gpt2_encodes_it(tmp_path):
     docs[5] = docs[6]  # a duplicate: both copies land on the same side
     cfg = cfg_for(tmp_path, paths=[str(write_jsonl(tmp_path / "docs.jsonl", docs))], val_fraction=0.1)
     data = load_data(cfg, log=quiet)
-    enc = _gpt2_encoding()
+    enc = gpt2_encoding()
     train, val = split_docs(data.train, 50256), split_docs(data.val, 50256)
     expected_val = [d for d in docs if prep.is_val(d, 0.1)]
     assert 0 < len(expected_val) < len(docs)
@@ -373,13 +373,13 @@ def test_a_jsonl_is_read_as_datasets_reads_it(tmp_path):
     a line that is not JSON is one line naming the file and the line."""
     import datasets
 
-    from normbench.data.pipeline.documents import _rows
+    from normbench.data.pipeline.documents import row_texts
 
     rows = [{"text": "Zoë's café, ελληνικά, 漢字 🙂\n\tend"}, {"text": None}, {"text": 'a "quoted" \\ line'}]
     path = tmp_path / "docs.jsonl"
     path.write_text("\n".join(json.dumps(r, ensure_ascii=i % 2 == 0) for i, r in enumerate(rows)) + "\n\n")
     want = [r["text"] for r in datasets.load_dataset("json", data_files=[str(path)], split="train") if r["text"]]
-    assert list(_rows(path, "text")) == want == [rows[0]["text"], rows[2]["text"]]
+    assert list(row_texts(path, "text")) == want == [rows[0]["text"], rows[2]["text"]]
     path.write_text('{"text": "fine"}\n{"text": broken}\n')
     with pytest.raises(DataError, match=r"docs.jsonl line 2 is not JSON"):
-        list(_rows(path, "text"))
+        list(row_texts(path, "text"))

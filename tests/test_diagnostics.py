@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from normbench.diag import diagnostics as diag_mod
-from normbench.diag.diagnostics import Diagnostics, SpikeDetector, _Gather, residual_stats
+from normbench.diag.diagnostics import Diagnostics, Gather, SpikeDetector, residual_stats
 from normbench.diag.wandb_logger import flatten_record
 from normbench.model import build_model
 from normbench.model.attention import apply_rope, record_attention_stats
@@ -55,7 +55,7 @@ def test_residual_stats_hand_values():
     # h0 tokens (1,-1), (3,-3); h1 = (1,1), (-3,3); h2 = 2 * h1.  Worked out by hand:
     h0 = torch.tensor([[[1.0, -1.0], [3.0, -3.0]]])
     h1 = torch.tensor([[[1.0, 1.0], [-3.0, 3.0]]])
-    g = _Gather()
+    g = Gather()
     residual_stats([h0, h1, 2 * h1], full=True, g=g)
     r = g.result()
     assert approx(r["var_resid"], [5.0, 4.75, 19.0])  # mean 0 / 0.5 / 1: E[x^2] - mean^2
@@ -86,7 +86,7 @@ def test_residual_stats_match_plain_python_on_random_states():
     gen = torch.Generator().manual_seed(3)
     hidden = [torch.randn(2, 3, 4, generator=gen) * (i + 1) + i for i in range(4)]
     hidden[2][0, 1, 2] = 50.0  # one massive activation
-    g = _Gather()
+    g = Gather()
     residual_stats(hidden, full=True, g=g)
     r = g.result()
     for i, h in enumerate(hidden):

@@ -154,8 +154,9 @@ def torchrun(args: list[str], cwd: Path, module: bool = True, timeout: float = 1
     cmd = [*launcher, "-m", "normbench", "train", *args] if module else [*launcher, *args]
     env = {**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": "1"}
     # a hung launch is killed with every worker (none left holding a run dir or the CPU)
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -300,8 +301,10 @@ def test_fsdp_checkpoints_are_sharded_and_a_background_one_resumes_bit_for_bit(t
     fsdp = [*BASE, "parallel=fsdp", "model.dropout=0.1"]
     whole, part = tmp_path / "whole", tmp_path / "part"
     torchrun([*fsdp, f"trainer.max_steps={STEPS}", f"hydra.run.dir={whole}"], tmp_path)
-    torchrun([*fsdp, "trainer.max_steps=2", "trainer.ckpt_every=1", "trainer.ckpt_async=true",
-              f"hydra.run.dir={part}"], tmp_path)  # fmt: skip
+    torchrun(
+        [*fsdp, "trainer.max_steps=2", "trainer.ckpt_every=1", "trainer.ckpt_async=true", f"hydra.run.dir={part}"],
+        tmp_path,
+    )
     ckpts = part / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["step_2.dcp"], "step 1's is superseded; no full file"
     assert sorted(p.name for p in (ckpts / "step_2.dcp").iterdir()) == [
@@ -492,9 +495,9 @@ READS_WORKER = WORKER_HEAD + textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("mode", "extra"), [("ddp", []), ("fsdp", []), ("ddp", ["trainer.skip_nonfinite=true"]),
-                        ("fsdp", ["trainer.skip_nonfinite=true"])]
-)  # fmt: skip
+    ("mode", "extra"),
+    [("ddp", []), ("fsdp", []), ("ddp", ["trainer.skip_nonfinite=true"]), ("fsdp", ["trainer.skip_nonfinite=true"])],
+)
 def test_no_host_read_between_log_steps_but_the_stop_vote_every_ten(mode, extra, tmp_path):
     """Issue 51: a host read of a tensor is a device sync on a GPU. Between log steps normbench's step reads
     nothing but the stop vote every VOTE_EVERY (10) steps: at most 0.1 reads per step (1.04 before, under DDP),
@@ -502,8 +505,16 @@ def test_no_host_read_between_log_steps_but_the_stop_vote_every_ten(mode, extra,
     script = tmp_path / "reads_worker.py"
     script.write_text(READS_WORKER)
     out = tmp_path / "out"
-    args = [*BASE, "trainer.max_steps=50", "trainer.log_every=25", "trainer.eval_every=25", "trainer.ckpt_every=1000",
-            "diag=off", f"parallel={mode}", *extra]  # fmt: skip
+    args = [
+        *BASE,
+        "trainer.max_steps=50",
+        "trainer.log_every=25",
+        "trainer.eval_every=25",
+        "trainer.ckpt_every=1000",
+        "diag=off",
+        f"parallel={mode}",
+        *extra,
+    ]
     torchrun([str(script), str(out), *args], tmp_path, module=False)
     for rank in (0, 1):
         got = json.loads((out / f"reads{rank}.json").read_text())

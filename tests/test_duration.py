@@ -15,8 +15,18 @@ from normbench.run.metrics import read_jsonl
 
 from conftest import run_cli
 
-WSD = ["model=tiny", "sched=wsd", "sched.warmup_steps=2", "sched.decay_fraction=0.2", "trainer.batch_size=4",
-       "trainer.log_every=1", "trainer.eval_every=4", "trainer.eval_batches=2", "diag.every=4", "seed=3"]  # fmt: skip
+WSD = [
+    "model=tiny",
+    "sched=wsd",
+    "sched.warmup_steps=2",
+    "sched.decay_fraction=0.2",
+    "trainer.batch_size=4",
+    "trainer.log_every=1",
+    "trainer.eval_every=4",
+    "trainer.eval_batches=2",
+    "diag.every=4",
+    "seed=3",
+]
 
 
 @pytest.mark.slow
@@ -25,8 +35,9 @@ def test_a_branch_from_the_trunk_is_the_standalone_wsd_run(tmp_path):
     20-step WSD run trains: same losses, LRs and val losses to the last bit (CPU is deterministic)."""
     alone, trunk, branch = tmp_path / "alone" / "job", tmp_path / "trunk" / "job", tmp_path / "branch" / "job"
     run_cli(["train", *WSD, "trainer.max_steps=20", f"hydra.run.dir={alone}"], tmp_path, check=True)
-    run_cli(["train", *WSD, "trainer.max_steps=30", "trainer.save_at=[16]", f"hydra.run.dir={trunk}"],
-            tmp_path, check=True)  # fmt: skip
+    run_cli(
+        ["train", *WSD, "trainer.max_steps=30", "trainer.save_at=[16]", f"hydra.run.dir={trunk}"], tmp_path, check=True
+    )
     assert (trunk / "checkpoints" / "step_16.pt").is_file()
     seed_branches(tmp_path / "trunk", tmp_path / "branch", 16, log=lambda *_: None)
     info = json.loads((branch / "branch.json").read_text())
@@ -79,14 +90,34 @@ def test_duration_ladder_end_to_end(tmp_path):
     from normbench.reproduce.ladders.duration import run_duration
 
     raw = {
-        "claim": "made up", "paper": "nobody",
-        "scales": {"cpu": {"seeds": 2, "tokens_per_param": 0.1, "duration": [0.05, 0.1],
-                           "fixed": ["model=tiny", "trainer.batch_size=4", "trainer.eval_every=10",
-                                     "trainer.eval_batches=2", "diag.every=10"],
-                           "sweeps": [{"norm": ["layernorm", "rmsnorm"]}]}},
-        "tests": [{"name": "parity", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
-                   "baseline": {"norm": "layernorm"}, "band": [-0.5, 0.5]}],
-    }  # fmt: skip
+        "claim": "made up",
+        "paper": "nobody",
+        "scales": {
+            "cpu": {
+                "seeds": 2,
+                "tokens_per_param": 0.1,
+                "duration": [0.05, 0.1],
+                "fixed": [
+                    "model=tiny",
+                    "trainer.batch_size=4",
+                    "trainer.eval_every=10",
+                    "trainer.eval_batches=2",
+                    "diag.every=10",
+                ],
+                "sweeps": [{"norm": ["layernorm", "rmsnorm"]}],
+            }
+        },
+        "tests": [
+            {
+                "name": "parity",
+                "kind": "on_par",
+                "metric": "best_val_loss",
+                "group": {"norm": "rmsnorm"},
+                "baseline": {"norm": "layernorm"},
+                "band": [-0.5, 0.5],
+            }
+        ],
+    }
     (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
     claim, out = load_claim("madeup", tmp_path), tmp_path / "out"
     res = run_duration(claim, Request(out=out, min_seeds=2, duration="branch"), log=lambda *_: None)
@@ -109,20 +140,33 @@ def test_claims_table_rows_from_written_files(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("claims_table", REPO / "scripts" / "claims_table.py")
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
-    test = {"name": "var", "verdict": "HOLDS", "effect": -1.05, "ci": [-1.2, -0.9], "interval": "paired",
-            "ratio": 0.35, "groups": {"arch=peri_ln": {"mean": 3.2, "values": [3.0, 3.2, 3.4],
-                                                        "outcomes": {"learned": 3}},
-                                       "arch=pre_ln": {"mean": 9.4, "values": [9.0, 9.4, 9.8],
-                                                       "outcomes": {"learned": 3}}}}  # fmt: skip
-    verdict = {"claim": "peri_variance", "verdict": "HOLDS", "tests": [test], "length": {"steps": 4480},
-               "run_time_s": 1800.4}  # fmt: skip
+    test = {
+        "name": "var",
+        "verdict": "HOLDS",
+        "effect": -1.05,
+        "ci": [-1.2, -0.9],
+        "interval": "paired",
+        "ratio": 0.35,
+        "groups": {
+            "arch=peri_ln": {"mean": 3.2, "values": [3.0, 3.2, 3.4], "outcomes": {"learned": 3}},
+            "arch=pre_ln": {"mean": 9.4, "values": [9.0, 9.4, 9.8], "outcomes": {"learned": 3}},
+        },
+    }
+    verdict = {
+        "claim": "peri_variance",
+        "verdict": "HOLDS",
+        "tests": [test],
+        "length": {"steps": 4480},
+        "run_time_s": 1800.4,
+    }
     (tmp_path / "a.json").write_text(json.dumps(verdict))
     other = json.loads(json.dumps(verdict))
     other["tests"][0]["groups"]["arch=pre_ln"]["values"] = [9.5, 9.4, 9.3]
     (tmp_path / "b.json").write_text(json.dumps(other))
     rung = {"tokens_per_param": 20.0, "steps": 4480, "verdict": "HOLDS", "tests": [test], "run_time_s": 10}
-    (tmp_path / "d.json").write_text(json.dumps({"claim": "peri_variance", "mode": "ladder", "rungs": [rung],
-                                                 "run_time_s": 10}))  # fmt: skip
+    (tmp_path / "d.json").write_text(
+        json.dumps({"claim": "peri_variance", "mode": "ladder", "rungs": [rung], "run_time_s": 10})
+    )
     assert table.main(["verdict", str(tmp_path / "a.json")]) == 0
     row = capsys.readouterr().out
     assert row.startswith("| `peri_variance` | **HOLDS** | var: **HOLDS** -1.05 (×0.35) [-1.2, -0.9] (paired)")

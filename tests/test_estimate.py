@@ -64,5 +64,6 @@ def test_two_dry_runs_print_the_same_estimate_with_the_load_it_was_measured_at(c
         printed.append(next(ln for ln in lines if "(estimate;" in ln))
         E.calibration.cache_clear()  # the second call reads the file, as a second process would
     assert printed[0] == printed[1]
-    assert re.search(r"\(estimate; CPU speed calibrated \d{4}-\d\d-\d\d \d\d:\d\d at load \d+\.\d on \d+ cores\)",
-                     printed[0]), printed[0]  # fmt: skip
+    assert re.search(
+        r"\(estimate; CPU speed calibrated \d{4}-\d\d-\d\d \d\d:\d\d at load \d+\.\d on \d+ cores\)", printed[0]
+    ), printed[0]

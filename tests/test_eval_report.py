@@ -27,8 +27,13 @@ def scored_sweep(root):
     make_sweep(root, archs=tuple(ACC), seeds=SEEDS)
     for run in sorted(root.iterdir()):
         arch, norm, seed = (part.split("=")[1] for part in run.name.split("_", 1)[1].split(","))
-        task = {"metrics": {"acc": {"value": acc(arch, norm, int(seed)), "stderr": 0.01}}, "n": 100,
-                "higher_is_better": {"acc": True}, "config_hash": "abc", "limit": None}  # fmt: skip
+        task = {
+            "metrics": {"acc": {"value": acc(arch, norm, int(seed)), "stderr": 0.01}},
+            "n": 100,
+            "higher_is_better": {"acc": True},
+            "config_hash": "abc",
+            "limit": None,
+        }
         write_eval(run, "0.4.13", 150, {"arc_easy": task})
     return root
 
@@ -84,8 +89,15 @@ def test_a_claim_test_may_name_a_downstream_metric(tmp_path):
     from normbench.claims.measure import judge_claim
     from test_reproduce import fake_run, write_claim
 
-    test = {"name": "acc", "kind": "difference", "metric": "arc_easy/acc", "group": {"arch": "peri_ln"},
-            "baseline": {"arch": "pre_ln"}, "direction": "higher", "threshold": 0.02}  # fmt: skip
+    test = {
+        "name": "acc",
+        "kind": "difference",
+        "metric": "arc_easy/acc",
+        "group": {"arch": "peri_ln"},
+        "baseline": {"arch": "pre_ln"},
+        "direction": "higher",
+        "threshold": 0.02,
+    }
     claim = write_claim(tmp_path / "claims", [test])
     runs = tmp_path / "runs"
     for seed, (pre, peri) in enumerate([(0.40, 0.46), (0.42, 0.49), (0.39, 0.45)]):
@@ -104,7 +116,13 @@ def test_a_claim_metric_is_a_known_one_or_task_slash_metric(tmp_path):
     from normbench.errors import ConfigError
     from test_reproduce import write_claim
 
-    test = {"name": "acc", "kind": "difference", "metric": "arc_easy", "group": {"arch": "peri_ln"},
-            "baseline": {"arch": "pre_ln"}, "threshold": 0.02}  # fmt: skip
+    test = {
+        "name": "acc",
+        "kind": "difference",
+        "metric": "arc_easy",
+        "group": {"arch": "peri_ln"},
+        "baseline": {"arch": "pre_ln"},
+        "threshold": 0.02,
+    }
     with pytest.raises(ConfigError, match=r"metric=arc_easy is not one of: .*, or TASK/METRIC"):
         write_claim(tmp_path / "claims", [test])

@@ -163,8 +163,11 @@ def test_every_arch_norm_and_option_exports_and_loads_without_normbench(tmp_path
     assert {n.split("-")[1] for n in names if n.startswith("pre_ln-")} == set(NORMS)
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(tmp_path), json.dumps(names)],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     bad = {}

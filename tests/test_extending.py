@@ -86,8 +86,14 @@ def test_the_example_norm_trains_and_records_its_diagnostic_scalar(trained):
 
 def test_the_example_norm_is_grouped_decayed_and_offset_by_its_declarations(plugin):
     root, env = plugin
-    proc = subprocess.run([sys.executable, "-c", GROUPS_SCRIPT], cwd=root, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", GROUPS_SCRIPT],
+        cwd=root,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     plain = out["plain"]
@@ -114,8 +120,11 @@ def test_the_report_flags_the_example_only_when_it_declares_a_leak(plugin, train
     root, env = plugin
     for plugins, leaks in (("softcap_norm", False), ("softcap_norm,softcap_leaky", True)):
         out = root / f"report-{leaks}"
-        proc = run_cli(["report", str(trained), "--no-figures", "--out", str(out)], cwd=root,
-                       env={**env, "NORMBENCH_PLUGINS": plugins})  # fmt: skip
+        proc = run_cli(
+            ["report", str(trained), "--no-figures", "--out", str(out)],
+            cwd=root,
+            env={**env, "NORMBENCH_PLUGINS": plugins},
+        )
         assert proc.returncode == 0, proc.stderr
         assert ("leaks the future" in (out / "report.md").read_text()) is leaks
 
@@ -160,6 +169,9 @@ def test_a_norms_own_linear_keeps_its_init_and_the_norms_groups(monkeypatch):
     assert gates and all(g.weight.abs().sum() == 0 and (g.bias == 0.25).all() for g in gates)
     kinds = param_kinds(model)
     assert kinds["ln_f.gate.weight"] == "scalar" and kinds["ln_f.gate.bias"] == "norm_in"
-    wd = {id(p): g["weight_decay"] for g in build_optimizer(model, cfg, log=lambda *a: None).param_groups
-          for p in g["params"]}  # fmt: skip
+    wd = {
+        id(p): g["weight_decay"]
+        for g in build_optimizer(model, cfg, log=lambda *a: None).param_groups
+        for p in g["params"]
+    }
     assert all(wd[id(p)] == 0.0 for g in gates for p in g.parameters())

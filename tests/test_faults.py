@@ -602,8 +602,10 @@ def test_stale_lock_of_a_dead_process_is_taken_over_with_a_notice(tmp_path):
     (notice,) = [ln for ln in (run / "train.log").read_text().splitlines() if "stale lock" in ln]
     assert f"from {dead} (process {dead.split(':')[1]} is gone" in notice
     # the steps are metrics.jsonl's and the checkpoint's (tests/test_preemption.py), never summary.json's
-    assert notice.endswith("taken over; it died without a word (killed, or out of memory?) before logging a step; "
-                           "trainer.resume=false: this run starts over from step 0")  # fmt: skip
+    assert notice.endswith(
+        "taken over; it died without a word (killed, or out of memory?) before logging a step; "
+        "trainer.resume=false: this run starts over from step 0"
+    )
 
 
 def test_stale_lock_from_another_host(tmp_path):

@@ -29,8 +29,9 @@ _spec.loader.exec_module(gpu_budget)
 
 def gpu_check(env: dict) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHON": sys.executable, "NO_INSTALL": "1", **env}
-    return subprocess.run(["bash", str(SCRIPTS / "gpu_check.sh")], env=full, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPTS / "gpu_check.sh")], env=full, capture_output=True, text=True, timeout=300
+    )
 
 
 def stub(path: Path, body: str) -> Path:
@@ -64,9 +65,16 @@ def test_dry_run_plans_all_17_archs_within_the_budget_one_gpu():
         assert {"compile=false", f"trainer.max_steps={steps}"} <= set(planned[name].split()), name
     assert "trainer.max_steps=100" in planned["claim_smoke"].split()
     # with the compiled sweep the same 17 archs do not fit: compiling each is what the eager sweep saves
-    compiled = gpu_check({"DRY_RUN": "1", "DRY_RUN_GPUS": "1", "SWEEP_COMPILE": "1", "CLAIM": "none",
-                          "ARCHS": "pre_ln post_ln peri_ln mix_ln hybridnorm hybridnorm_star deepnorm lns reordered "
-                                   "sandwich sandwich_depth normformer rezero"})  # fmt: skip
+    compiled = gpu_check(
+        {
+            "DRY_RUN": "1",
+            "DRY_RUN_GPUS": "1",
+            "SWEEP_COMPILE": "1",
+            "CLAIM": "none",
+            "ARCHS": "pre_ln post_ln peri_ln mix_ln hybridnorm hybridnorm_star deepnorm lns reordered "
+            "sandwich sandwich_depth normformer rezero",
+        }
+    )
     assert compiled.returncode == 0 and "over budget: skipped" in compiled.stdout, compiled.stderr
 
 
@@ -74,8 +82,16 @@ def test_dry_run_on_a_node_with_nothing_installed_shows_its_plan(tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     node = stub(tmp_path / "python3", "exit 1")  # imports nothing
-    env = {"VENV": str(tmp_path / "no-venv"), "NODE_PYTHON": str(node), "INDEX_URL": "http://127.0.0.1:9/simple/",
-           "WHEELS": str(wheels), "DRY_RUN": "1", "DRY_RUN_GPUS": "1", "PYTHON": "", "BUDGET_S": "600"}  # fmt: skip
+    env = {
+        "VENV": str(tmp_path / "no-venv"),
+        "NODE_PYTHON": str(node),
+        "INDEX_URL": "http://127.0.0.1:9/simple/",
+        "WHEELS": str(wheels),
+        "DRY_RUN": "1",
+        "DRY_RUN_GPUS": "1",
+        "PYTHON": "",
+        "BUDGET_S": "600",
+    }
     proc = gpu_check(env)
     assert proc.returncode == 0, proc.stderr
     assert f"would run: make install-offline WHEELS={wheels} PY={node} VENV={tmp_path}/no-venv" in proc.stdout
@@ -97,8 +113,12 @@ def test_setup_names_what_is_missing_and_the_wheelhouse_for_the_nodes_python(tmp
         pytest.skip("this checkout has a ./wheelhouse, which the check takes when WHEELS= is not given")
     # a node Python that runs and imports normbench (its source on PYTHONPATH) but no torch (no site-packages)
     node = stub(tmp_path / "python3", f'PYTHONPATH={REPO / "src"} exec {sys.executable} -S "$@"')
-    env = {"VENV": str(tmp_path / "no-venv"), "NODE_PYTHON": str(node), "INDEX_URL": "http://127.0.0.1:9/simple/",
-           "PYTHON": ""}  # fmt: skip
+    env = {
+        "VENV": str(tmp_path / "no-venv"),
+        "NODE_PYTHON": str(node),
+        "INDEX_URL": "http://127.0.0.1:9/simple/",
+        "PYTHON": "",
+    }
     proc = gpu_check(env)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
@@ -126,9 +146,19 @@ def test_setup_names_what_is_missing_and_the_wheelhouse_for_the_nodes_python(tmp
 
 
 def summary(compiled: bool, tps: float, fpt: float = 1e9, **kw) -> dict:
-    return {"status": "completed", "tokens_per_s": tps, "flops_per_token": fpt, "mfu": 0.5, "peak_mem_gb": 10.0,
-            "wall_s": 30.0, "step_time_s": 0.5, "max_steps": 20, "final_loss": 7.0, "compiled": compiled,
-            **kw}  # fmt: skip
+    return {
+        "status": "completed",
+        "tokens_per_s": tps,
+        "flops_per_token": fpt,
+        "mfu": 0.5,
+        "peak_mem_gb": 10.0,
+        "wall_s": 30.0,
+        "step_time_s": 0.5,
+        "max_steps": 20,
+        "final_loss": 7.0,
+        "compiled": compiled,
+        **kw,
+    }
 
 
 @pytest.mark.slow

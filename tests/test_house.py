@@ -7,6 +7,8 @@
 - No package (a folder's own modules, ``__init__`` included; a sub-package counts as a package of its
   own) over 12 modules or 16% of ``src/normbench``'s lines: a package is one concern a newcomer can
   name, and the loop, the optimizers, the diagnostics and the runtime each have their own.
+- Code as ``ruff format`` writes it (``# fmt: skip`` only on a literal table of numbers) and no import of
+  another module's ``_private`` name; an import inside a function says why it is not at the top.
 
 Each check is a function of a source tree, so the tests below also run it on a small made-up tree
 that breaks every rule and assert that it is caught.
@@ -29,9 +31,28 @@ MAX_PACKAGE_MODULES = 12
 MAX_PACKAGE_SHARE = 0.16
 # The packages by concern (README's layout section): each must stand, so that a move back into
 # train/ (or a package folded into another) fails here rather than in a newcomer's search.
-PACKAGES = ["analysis", "claims", "cli", "config", "data", "data/pipeline", "diag", "downstream", "export",
-            "hf_template", "model", "norm", "optim", "report", "report/figures", "reproduce", "reproduce/ladders",
-            "run", "runtime", "train"]  # fmt: skip
+PACKAGES = [
+    "analysis",
+    "claims",
+    "cli",
+    "config",
+    "data",
+    "data/pipeline",
+    "diag",
+    "downstream",
+    "export",
+    "hf_template",
+    "model",
+    "norm",
+    "optim",
+    "report",
+    "report/figures",
+    "reproduce",
+    "reproduce/ladders",
+    "run",
+    "runtime",
+    "train",
+]
 
 # (module, function) pairs allowed over MAX_FUNCTION_LINES, each with its reason; none today.
 ALLOWED_LONG: set[tuple[str, str]] = set()
@@ -291,3 +312,81 @@ def test_no_noqa_silences_a_rule_the_project_does_not_check():
     args = ["check", "--extend-select", "RUF100", "--output-format", "concise", "src", "tests", "scripts"]
     proc = subprocess.run([ruff, *args], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+def private_imports(roots: list[Path]) -> list[str]:
+    """``from normbench.x import _name`` anywhere below ``roots``: a name another module keeps to itself."""
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("normbench"):
+                    found += [
+                        f"{path.name}:{node.lineno}: {node.module}.{a.name}"
+                        for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")
+                    ]
+    return found
+
+
+def format_skips(roots: list[Path]) -> list[str]:
+    """The ``# fmt: skip`` lines that do not close a literal table (``}``, ``]`` or ``)`` alone)."""
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                code = line.split("#")[0].strip()
+                if line.rstrip().endswith("# fmt: skip") and code not in ("}", "]", ")"):
+                    found.append(f"{path.name}:{n}: {line.strip()}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    assert private_imports([SRC, REPO / "tests", REPO / "scripts"]) == []
+
+
+def test_code_is_as_ruff_formats_it_but_tables_of_numbers():
+    """``ruff format`` lays out every statement but a literal table kept in its columns (``}  # fmt: skip``)."""
+    assert format_skips([SRC, REPO / "tests", REPO / "scripts"]) == []
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    proc = subprocess.run(
+        [ruff, "format", "--check", "src", "tests", "scripts"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_the_style_checks_catch_a_private_import_and_a_skipped_statement(tmp_path):
+    (tmp_path / "a.py").write_text("from normbench.data.texts import _hidden\nx = {1: 2}  # fmt: skip\n")
+    (tmp_path / "b.py").write_text("TABLE = {\n    1: 2, 3: 4,\n}  # fmt: skip\n")
+    assert private_imports([tmp_path]) == ["a.py:1: normbench.data.texts._hidden"]
+    assert format_skips([tmp_path]) == ["a.py:2: x = {1: 2}  # fmt: skip"]
+
+
+def unexplained_local_imports(root: Path) -> list[str]:
+    """Imports inside a function without a comment saying why they are not at the top (an optional
+    dependency, start-up time, a failure handled there)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                said = isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    "#" in line for line in lines[node.lineno - 1 : node.end_lineno]
+                )
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and not said:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(found))
+
+
+def test_an_import_inside_a_function_says_why_it_is_not_at_the_top():
+    assert unexplained_local_imports(SRC) == []
+
+
+def test_the_import_check_catches_an_unexplained_local_import(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "def f():\n    import json\n    import torch  # deferred (start-up time): torch\n    return json, torch\n"
+    )
+    assert unexplained_local_imports(tmp_path) == ["a.py:2: import json"]

@@ -125,12 +125,26 @@ def test_a_runs_init_is_the_recorded_one_else_what_its_config_computed():
 
 
 def test_malformed_part_of_claim_is_refused_in_one_line(tmp_path):
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({
-        "claim": "x", "paper": "y", "part_of_claim": {"init_std": ""},
-        "scales": {"cpu": {"sweeps": [{"norm": ["layernorm"]}]}},
-        "tests": [{"name": "t", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "dyt"},
-                   "baseline": {"norm": "layernorm"}, "band": [-0.05, 0.05]}],
-    }))  # fmt: skip
+    (tmp_path / "bad.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "claim": "x",
+                "paper": "y",
+                "part_of_claim": {"init_std": ""},
+                "scales": {"cpu": {"sweeps": [{"norm": ["layernorm"]}]}},
+                "tests": [
+                    {
+                        "name": "t",
+                        "kind": "on_par",
+                        "metric": "best_val_loss",
+                        "group": {"norm": "dyt"},
+                        "baseline": {"norm": "layernorm"},
+                        "band": [-0.05, 0.05],
+                    }
+                ],
+            }
+        )
+    )
     with pytest.raises(ConfigError) as exc:
         load_claim("bad", tmp_path)
     assert "part_of_claim" in str(exc.value) and "\n" not in str(exc.value)
@@ -145,10 +159,16 @@ def _claim(tmp_path, sweeps, part_of_claim=None):
         "paper": "made up",
         "scales": {"cpu": {"seeds": 3, "fixed": ["model=tiny", "trainer.max_steps=10"], "sweeps": sweeps}},
         "tests": [
-            {"name": "on par", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "dyt"},
-             "baseline": {"norm": "layernorm"}, "band": [-0.05, 0.05]},
+            {
+                "name": "on par",
+                "kind": "on_par",
+                "metric": "best_val_loss",
+                "group": {"norm": "dyt"},
+                "baseline": {"norm": "layernorm"},
+                "band": [-0.05, 0.05],
+            },
         ],
-    }  # fmt: skip
+    }
     if part_of_claim:
         raw["part_of_claim"] = part_of_claim
     (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
@@ -180,8 +200,10 @@ def test_groups_differing_in_an_unswept_key_are_refused_unless_declared(tmp_path
 def test_a_norm_swept_with_its_own_keys_passes(tmp_path):
     """Keys under the swept section (norm.*) are what the test is about; an LR grid pairs LR with LR."""
     claim = _claim(tmp_path, [{"norm": ["layernorm", "dyt"], "optim.lr": ["1e-3", "3e-3"]}])
-    assert check_claim(claim, "cpu")["on par"] == {"group": [init_std_of("auto", 64)],
-                                                   "baseline": [init_std_of("auto", 64)]}  # fmt: skip
+    assert check_claim(claim, "cpu")["on par"] == {
+        "group": [init_std_of("auto", 64)],
+        "baseline": [init_std_of("auto", 64)],
+    }
 
 
 def test_dry_run_prints_one_init_and_a_refused_claim_names_the_key(tmp_path, capsys, monkeypatch):
@@ -254,9 +276,23 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
         calls.append((list(req.overrides), req.out))
         d = next((int(o.split("=")[1]) for o in req.overrides if o.startswith("model.d_model=")), 64)
         effect = 0.1 * (d / 64)  # grows with the width
-        tests = [{"name": t.name, "kind": t.kind, "verdict": "HOLDS", "effect": effect, "ci": [effect - 0.05,
-                  effect + 0.05], "threshold": t.band, "direction": None, "transform": None, "interval": "paired",
-                  "n_seeds": 3, "informative": False, "reason": None} for t in claim.tests]  # fmt: skip
+        tests = [
+            {
+                "name": t.name,
+                "kind": t.kind,
+                "verdict": "HOLDS",
+                "effect": effect,
+                "ci": [effect - 0.05, effect + 0.05],
+                "threshold": t.band,
+                "direction": None,
+                "transform": None,
+                "interval": "paired",
+                "n_seeds": 3,
+                "informative": False,
+                "reason": None,
+            }
+            for t in claim.tests
+        ]
         length = {"steps": 200, "reached": [0.9 * (64 / d) ** 2, 1.0]}  # one length, fewer tokens per param
         return {"verdict": "HOLDS", "tests": tests, "run_time_s": d, "length": length}
 

@@ -59,14 +59,17 @@ def _decayed(opt) -> set[int]:
     ("arch", "norm_in", "norm_out"),
     [
         # Peri-LN: input norms and q/k norms and ln_f are inputs; output norms carry the sublayer output
-        ("peri_ln", ["blocks.0.attn.norm_in", "blocks.1.mlp.norm_in", "blocks.0.attn.core.q_norm", "ln_f"],
-         ["blocks.0.attn.norm_out", "blocks.1.mlp.norm_out"]),
+        (
+            "peri_ln",
+            ["blocks.0.attn.norm_in", "blocks.1.mlp.norm_in", "blocks.0.attn.core.q_norm", "ln_f"],
+            ["blocks.0.attn.norm_out", "blocks.1.mlp.norm_out"],
+        ),
         # Post-LN: the norm after the residual add is the residual stream itself
         ("post_ln", ["blocks.0.attn.core.k_norm"], ["blocks.0.attn.norm_post", "blocks.1.mlp.norm_post"]),
         # HybridNorm: the FFN norm's output carries the residual (z = N(x + attn); x' = z + F(z))
         ("hybridnorm", ["blocks.0.attn.core.v_norm", "ln_f"], ["blocks.0.mlp.norm_in", "blocks.1.mlp.norm_in"]),
     ],
-)  # fmt: skip
+)
 def test_a_norm_defined_in_a_test_gets_its_kinds_and_weight_decay(scalenorm, arch, norm_in, norm_out):
     model, cfg = _model(arch, "arch.qk_norm=true")
     kinds = param_kinds(model)

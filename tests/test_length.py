@@ -54,8 +54,15 @@ def test_bad_tokens_per_param_is_one_line(tmp_path):
 
 def test_a_run_prints_and_records_its_length(tmp_path):
     run = tmp_path / "r"
-    args = ["train", "model=tiny", "trainer.tokens_per_param=0.05", "trainer.batch_size=4", "diag=off",
-            "trainer.eval_every=1000", f"hydra.run.dir={run}"]  # fmt: skip
+    args = [
+        "train",
+        "model=tiny",
+        "trainer.tokens_per_param=0.05",
+        "trainer.batch_size=4",
+        "diag=off",
+        "trainer.eval_every=1000",
+        f"hydra.run.dir={run}",
+    ]
     r = run_cli(args, tmp_path, check=True)
     s = json.loads((run / "summary.json").read_text())
     n = s["length_params"]
@@ -71,10 +78,18 @@ def _claim(tmp_path, sweeps, fixed, scale_extra=None):
         "claim": "made up",
         "paper": "nobody",
         "scales": {"cpu": {"seeds": 3, "fixed": fixed, "sweeps": sweeps, **(scale_extra or {})}},
-        "tests": [{"name": "loss", "kind": "difference", "metric": "best_val_loss", "group": {"arch": "simplenorm"},
-                   "baseline": {"arch": "pre_ln"}, "threshold": 0.05}],
+        "tests": [
+            {
+                "name": "loss",
+                "kind": "difference",
+                "metric": "best_val_loss",
+                "group": {"arch": "simplenorm"},
+                "baseline": {"arch": "pre_ln"},
+                "threshold": 0.05,
+            }
+        ],
         "part_of_claim": {"init_std": "SimpleNorm's own N(0, 1) embedding and 0.02 init"},
-    }  # fmt: skip
+    }
     (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
     return load_claim("madeup", tmp_path)
 
@@ -101,13 +116,27 @@ def test_a_claim_length_is_pinned_from_its_baseline(tmp_path):
 
 def test_quick_scale_is_the_cpu_sweep_with_its_own_length(tmp_path):
     raw = {
-        "claim": "made up", "paper": "nobody",
-        "scales": {"cpu": {"like": "quick", "tokens_per_param": 20},
-                   "quick": {"seeds": 3, "fixed": ["model=tiny", "trainer.max_steps=200", "diag.every=50"],
-                             "sweeps": [{"arch": ["pre_ln", "peri_ln"]}]}},
-        "tests": [{"name": "v", "kind": "difference", "metric": "var_growth", "group": {"arch": "peri_ln"},
-                   "baseline": {"arch": "pre_ln"}, "threshold": 0.4}],
-    }  # fmt: skip
+        "claim": "made up",
+        "paper": "nobody",
+        "scales": {
+            "cpu": {"like": "quick", "tokens_per_param": 20},
+            "quick": {
+                "seeds": 3,
+                "fixed": ["model=tiny", "trainer.max_steps=200", "diag.every=50"],
+                "sweeps": [{"arch": ["pre_ln", "peri_ln"]}],
+            },
+        },
+        "tests": [
+            {
+                "name": "v",
+                "kind": "difference",
+                "metric": "var_growth",
+                "group": {"arch": "peri_ln"},
+                "baseline": {"arch": "pre_ln"},
+                "threshold": 0.4,
+            }
+        ],
+    }
     (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
     c = load_claim("madeup", tmp_path)
     assert c.sweep("cpu").fixed == (*cpu_mode(), "model=tiny", "diag.every=50")  # the claims' mode first
@@ -139,11 +168,11 @@ def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path
     assert pin_compile(claim, "cpu", ["compile=auto", "compile=false"]) is None  # the last one wins
     assert pin_compile(claim, "cpu") is not None  # the claims' mode (registry.cpu_mode) asks for compile=auto
     assert pin_compile(load_claim("peri_variance"), "quick") is None  # quick has no mode: nothing asks for it
-    from normbench.reproduce.length import _asks_auto
+    from normbench.reproduce.length import asks_auto
 
     (tmp_path / "swept").mkdir()
     swept = _claim(tmp_path / "swept", [{"arch": ["pre_ln", "simplenorm"], "compile": ["auto"]}], ["model=tiny"])
-    assert _asks_auto(swept, "cpu", []) and not _asks_auto(swept, "cpu", ["compile=false"])  # the user's wins
+    assert asks_auto(swept, "cpu", []) and not asks_auto(swept, "cpu", ["compile=false"])  # the user's wins
     jobs = {v["arch"]: cfg for v, cfg in compose_jobs(claim, "cpu", ["compile=auto"])}
     pre, simple = _saved_seconds(jobs["pre_ln"]), _saved_seconds(jobs["simplenorm"])
     assert simple > pre  # SimpleNorm's untied head: more FLOPs per step, a larger estimated saving
@@ -191,8 +220,11 @@ def test_the_pins_set_their_keys_as_composing_with_them_would(tmp_path, monkeypa
     assert [j.sweep for j in p.jobs] == [0, 0, 0, 0, 1]
     p.set("compile=false", False)
     assert {c.compile for _, c in p.pairs} == {False}
-    assert [(j.sweep, j.values) for j in p.jobs] == [(0, {"arch": "pre_ln"}), (0, {"arch": "simplenorm"}),
-                                                     (1, {"arch": "ngpt"})]  # fmt: skip
+    assert [(j.sweep, j.values) for j in p.jobs] == [
+        (0, {"arch": "pre_ln"}),
+        (0, {"arch": "simplenorm"}),
+        (1, {"arch": "ngpt"}),
+    ]
     calls = []
     real = shared.compose
     monkeypatch.setattr(shared, "compose", lambda *a: calls.append(a) or real(*a))

@@ -16,14 +16,34 @@ from normbench.reproduce.request import Request
 
 def _made_up(tmp_path, seeds=2):
     raw = {
-        "claim": "made up", "paper": "nobody",
-        "scales": {"cpu": {"seeds": seeds,
-                           "fixed": ["model=tiny", "optim.lr=auto", "trainer.max_steps=12", "trainer.batch_size=4",
-                                     "trainer.eval_every=6", "trainer.eval_batches=2", "diag.every=6"],
-                           "sweeps": [{"norm": ["layernorm", "rmsnorm"]}]}},
-        "tests": [{"name": "parity", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
-                   "baseline": {"norm": "layernorm"}, "band": [-0.5, 0.5]}],
-    }  # fmt: skip
+        "claim": "made up",
+        "paper": "nobody",
+        "scales": {
+            "cpu": {
+                "seeds": seeds,
+                "fixed": [
+                    "model=tiny",
+                    "optim.lr=auto",
+                    "trainer.max_steps=12",
+                    "trainer.batch_size=4",
+                    "trainer.eval_every=6",
+                    "trainer.eval_batches=2",
+                    "diag.every=6",
+                ],
+                "sweeps": [{"norm": ["layernorm", "rmsnorm"]}],
+            }
+        },
+        "tests": [
+            {
+                "name": "parity",
+                "kind": "on_par",
+                "metric": "best_val_loss",
+                "group": {"norm": "rmsnorm"},
+                "baseline": {"norm": "layernorm"},
+                "band": [-0.5, 0.5],
+            }
+        ],
+    }
     (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))
     return load_claim("madeup", tmp_path)
 
@@ -69,20 +89,33 @@ def test_the_ladder_writes_each_rungs_lr_and_verdict(tmp_path, monkeypatch):
         calls.append((list(req.overrides), req.out))
         effect = {0: 0.1, 1: 0.2, 2: 0.7}[len(calls) - 1]
         verdict = "HOLDS" if effect < 0.5 else "DOES NOT HOLD"
-        test = {"name": "parity", "kind": "on_par", "verdict": verdict, "effect": effect,
-                "ci": [effect - 0.1, effect + 0.1], "threshold": [-0.5, 0.5], "interval": "paired"}  # fmt: skip
+        test = {
+            "name": "parity",
+            "kind": "on_par",
+            "verdict": verdict,
+            "effect": effect,
+            "ci": [effect - 0.1, effect + 0.1],
+            "threshold": [-0.5, 0.5],
+            "interval": "paired",
+        }
         return {"verdict": test["verdict"], "tests": [test], "run_time_s": 2.0, "length": {"steps": 12}}
 
     monkeypatch.setattr(runner, "reproduce", fake)
     out = tmp_path / "out"
     res = lr_ladder.run_lr_ladder(_made_up(tmp_path), Request(out=out, min_seeds=2), log=lambda *_: None)
-    assert calls == [(["optim.lr=0.0024"], out / "madeup" / "lr_ladder" / "lr0.0024"), ([], out),
-                     (["optim.lr=0.0216"], out / "madeup" / "lr_ladder" / "lr0.0216")]  # fmt: skip
+    assert calls == [
+        (["optim.lr=0.0024"], out / "madeup" / "lr_ladder" / "lr0.0024"),
+        ([], out),
+        (["optim.lr=0.0216"], out / "madeup" / "lr_ladder" / "lr0.0216"),
+    ]
     saved = json.loads((out / "madeup" / "lr_ladder.json").read_text())
     assert saved == json.loads(json.dumps(res, default=str))
     assert saved["lr"] == 7.2e-3 and saved["lr_source"] == "optim.lr=auto (0.0006 x 768/64)"
     assert [(r["lr"], r["factor"], r["verdict"]) for r in saved["rungs"]] == [
-        (2.4e-3, 0.3333, "HOLDS"), (7.2e-3, 1.0, "HOLDS"), (2.16e-2, 3.0, "DOES NOT HOLD")]  # fmt: skip
+        (2.4e-3, 0.3333, "HOLDS"),
+        (7.2e-3, 1.0, "HOLDS"),
+        (2.16e-2, 3.0, "DOES NOT HOLD"),
+    ]
     assert saved["run_time_s"] == 6.0 and (out / "madeup" / "lr_ladder.png").stat().st_size > 1000
 
 
@@ -107,8 +140,10 @@ def test_claims_table_writes_an_lr_ladders_rows(tmp_path, capsys):
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
     test = {"name": "var", "verdict": "HOLDS", "effect": -0.5, "ci": [-0.7, -0.3]}
-    rungs = [{"lr": lr, "factor": f, "steps": 200, "verdict": "HOLDS", "tests": [test], "run_time_s": 5}
-             for lr, f in ((2.4e-3, 0.3333), (7.2e-3, 1.0))]  # fmt: skip
+    rungs = [
+        {"lr": lr, "factor": f, "steps": 200, "verdict": "HOLDS", "tests": [test], "run_time_s": 5}
+        for lr, f in ((2.4e-3, 0.3333), (7.2e-3, 1.0))
+    ]
     ladder = {"claim": "peri_variance", "lr": 7.2e-3, "lr_source": "optim.lr=auto", "rungs": rungs, "run_time_s": 10}
     (tmp_path / "l.json").write_text(json.dumps(ladder))
     assert table.main(["lr", str(tmp_path / "l.json")]) == 0

@@ -51,8 +51,9 @@ def test_under_mup_the_scalar_is_d_bases_and_the_matrices_get_the_same_rule():
     """d 128 from d_base 64: hidden matrices 7.2e-3 / 2 = 3.6e-3 (what SP's auto gives at d 128), the embedding
     and the vectors keep d_base's 7.2e-3 (muP: their LR does not scale with width). GELU's d_ff is exactly 4d
     (SwiGLU's rounded d_ff gives its c_proj its own fan-in ratio, 352/192 at d 128)."""
-    cfg = compose(["model=tiny", "model.d_model=128", "model.n_head=8", "model.mlp=gelu", "model.param=mup",
-                   "optim.lr=auto"])  # fmt: skip
+    cfg = compose(
+        ["model=tiny", "model.d_model=128", "model.n_head=8", "model.mlp=gelu", "model.param=mup", "optim.lr=auto"]
+    )
     torch.manual_seed(0)
     opt = optim.build_optimizer(build_model(cfg, 256), cfg, log=lambda _: None)
     assert opt.kind_lrs["matrix"] == pytest.approx(3.6e-3) and opt.kind_lrs["embed"] == 7.2e-3
@@ -81,8 +82,16 @@ def test_a_run_at_the_number_resumes_under_auto():
 
 def test_a_run_prints_and_records_its_resolved_lrs(tmp_path):
     run = tmp_path / "r"
-    args = ["train", "model=tiny", "optim.lr=auto", "trainer.max_steps=3", "trainer.batch_size=4", "diag=off",
-            "trainer.eval_every=1000", f"hydra.run.dir={run}"]  # fmt: skip
+    args = [
+        "train",
+        "model=tiny",
+        "optim.lr=auto",
+        "trainer.max_steps=3",
+        "trainer.batch_size=4",
+        "diag=off",
+        "trainer.eval_every=1000",
+        f"hydra.run.dir={run}",
+    ]
     r = run_cli(args, tmp_path, check=True)
     line = "lr: embed 0.0072, matrix 0.0072, norm_in 0.0072 (optim.lr=auto (0.0006 x 768/64); peak, before the"
     assert line in r.stdout + r.stderr
@@ -104,8 +113,14 @@ def test_the_shared_keys_check_passes_auto_on_both_sides_and_refuses_a_mismatch(
     import yaml
 
     def claim(sweeps):
-        test = {"name": "loss", "kind": "difference", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
-                "baseline": {"norm": "layernorm"}, "threshold": 0.05}  # fmt: skip
+        test = {
+            "name": "loss",
+            "kind": "difference",
+            "metric": "best_val_loss",
+            "group": {"norm": "rmsnorm"},
+            "baseline": {"norm": "layernorm"},
+            "threshold": 0.05,
+        }
         scale = {"seeds": 1, "fixed": ["model=tiny", "trainer.max_steps=10"], "sweeps": sweeps}
         raw = {"claim": "made up", "paper": "nobody", "scales": {"cpu": scale}, "tests": [test]}
         (tmp_path / "madeup.yaml").write_text(yaml.safe_dump(raw))

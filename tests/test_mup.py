@@ -128,8 +128,12 @@ def test_completep_eps_takes_the_depth_factor_inside_the_branches_only():
     depth): eps / m = 1e-8/4 (EleutherAI/nanoGPT-mup; docs/mup.md)."""
     extra = ("model.n_layer=8", "optim.mup_eps=width", "model.tie_embeddings=false")
     _, model, opt = built(*D256[1:], "model.param=completep", *extra)
-    for name in ("blocks.0.attn.core.c_attn.weight", "blocks.7.mlp.core.c_proj.weight",
-                 "blocks.3.attn.norm_in.weight", "blocks.3.mlp.norm_in.weight"):  # fmt: skip
+    for name in (
+        "blocks.0.attn.core.c_attn.weight",
+        "blocks.7.mlp.core.c_proj.weight",
+        "blocks.3.attn.norm_in.weight",
+        "blocks.3.mlp.norm_in.weight",
+    ):
         assert group_of(opt, model, name)["eps"] == pytest.approx(1e-8 / 16), name
     for name in ("wte.weight", "ln_f.weight", "lm_head.weight"):
         assert group_of(opt, model, name)["eps"] == pytest.approx(1e-8 / 4), name

@@ -578,10 +578,19 @@ def test_export_computes_each_placement(overrides):
 
 # ------------------------------------------------------------------ 200 steps: each placement learns
 TRAIN = [
-    "model=tiny", "model.seq_len=16", "trainer.batch_size=4", "trainer.max_steps=200", "trainer.eval_every=50",
-    "trainer.eval_batches=2", "trainer.ckpt_every=1000", "trainer.log_every=10", "diag=off", "device=cpu", "seed=0",
+    "model=tiny",
+    "model.seq_len=16",
+    "trainer.batch_size=4",
+    "trainer.max_steps=200",
+    "trainer.eval_every=50",
+    "trainer.eval_batches=2",
+    "trainer.ckpt_every=1000",
+    "trainer.log_every=10",
+    "diag=off",
+    "device=cpu",
+    "seed=0",
     "optim.lr=2e-3",
-]  # fmt: skip
+]
 # DyT and Derf at the gain of their references (model.init_std=fan_in, docs/init.md): at the presets' auto (GPT-2's
 # gain) LNS and the depth-scaled sandwich with DyT sit on the plateau at this size (seed 0, 200 steps)
 _OWN_INIT = {"dyt": ["model.init_std=fan_in"], "derf": ["model.init_std=fan_in"]}
@@ -589,7 +598,7 @@ LEARN = [
     ([f"arch={a}", f"norm={n}", *_OWN_INIT.get(n, [])], f"{a}-{n}")
     for a in ALL_NEW
     for n in ("layernorm", "rmsnorm", "dyt", "derf")
-] + [  # fmt: skip
+] + [
     (["arch=normformer", "arch.scale_resids=true", "norm=layernorm"], "normformer-scale_resids"),
     (["arch=sandwich_depth", "arch.tiny_init=true", "norm=rmsnorm"], "sandwich_depth-tiny_init"),
     (["arch=pre_ln", "arch.attn_gate=headwise", "norm=rmsnorm"], "pre_ln-gate_headwise"),

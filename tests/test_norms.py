@@ -162,8 +162,17 @@ def test_alpha_rule_by_width(d, dyt_alphas):
 @pytest.mark.parametrize("norm", ["dyt", "derf"])
 def test_alpha_rule_reaches_every_site_and_overrides_win(norm):
     """q/k norms (head width 32) take the rule for the MODEL width; a set alpha_init_<site> wins."""
-    cfg = compose(["model=tiny", "model.d_model=4096", "model.n_head=128", "model.n_layer=1", f"norm={norm}",
-                   "arch.qk_norm=true", "norm.alpha_init_ffn=0.33"])  # fmt: skip
+    cfg = compose(
+        [
+            "model=tiny",
+            "model.d_model=4096",
+            "model.n_head=128",
+            "model.n_layer=1",
+            f"norm={norm}",
+            "arch.qk_norm=true",
+            "norm.alpha_init_ffn=0.33",
+        ]
+    )
     model = build_model(cfg, 256)
     want_attn, want_final = (0.8, 0.2) if norm == "dyt" else (1.0, 1.0)
     block = model.blocks[0]

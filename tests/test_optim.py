@@ -278,14 +278,30 @@ RICH += ["model.tie_embeddings=false", "model.pos=learned", "norm=layernorm"]
 @pytest.mark.parametrize(
     "switch,expected",
     [
-        ("decay_norm_in", {"blocks.0.attn.norm_in.weight", "blocks.1.mlp.norm_in.weight", "ln_f.weight",
-                           "emb_norm.weight", "blocks.0.attn.core.q_norm.weight", "blocks.1.attn.core.k_norm.weight"}),
+        (
+            "decay_norm_in",
+            {
+                "blocks.0.attn.norm_in.weight",
+                "blocks.1.mlp.norm_in.weight",
+                "ln_f.weight",
+                "emb_norm.weight",
+                "blocks.0.attn.core.q_norm.weight",
+                "blocks.1.attn.core.k_norm.weight",
+            },
+        ),
         ("decay_norm_out", {"blocks.0.attn.norm_out.weight", "blocks.1.mlp.norm_out.weight"}),
-        ("decay_bias", {"blocks.0.attn.core.c_attn.bias", "blocks.0.mlp.core.c_proj.bias",
-                        "blocks.0.attn.norm_in.bias", "ln_f.bias"}),
+        (
+            "decay_bias",
+            {
+                "blocks.0.attn.core.c_attn.bias",
+                "blocks.0.mlp.core.c_proj.bias",
+                "blocks.0.attn.norm_in.bias",
+                "ln_f.bias",
+            },
+        ),
         ("decay_embed", {"wte.weight", "wpe.weight"}),
     ],
-)  # fmt: skip
+)
 def test_each_decay_switch_adds_exactly_its_kind(switch, expected):
     model, opt, _ = _model_and_optimizer(*RICH)
     kinds = optim.param_kinds(model)
@@ -320,17 +336,45 @@ def test_scalar_switch_decays_dyt_alpha_and_embedding_scale():
     [
         ("post_ln", {"blocks.0.attn.norm_post.weight": "norm_out", "blocks.1.mlp.norm_post.weight": "norm_out"}),
         ("deepnorm", {"blocks.0.attn.norm_post.weight": "norm_out"}),
-        ("mix_ln", {"blocks.0.attn.norm_post.weight": "norm_out", "blocks.1.attn.norm_in.weight": "norm_in",
-                    "ln_f.weight": "norm_in"}),
+        (
+            "mix_ln",
+            {
+                "blocks.0.attn.norm_post.weight": "norm_out",
+                "blocks.1.attn.norm_in.weight": "norm_in",
+                "ln_f.weight": "norm_in",
+            },
+        ),
         # HybridNorm's FFN norm normalizes x + attn and carries the residual: output side
-        ("hybridnorm", {"blocks.0.mlp.norm_in.weight": "norm_out", "blocks.0.attn.core.q_norm.weight": "norm_in",
-                        "blocks.0.attn.core.v_norm.weight": "norm_in", "ln_f.weight": "norm_in"}),
-        ("hybridnorm_star", {"blocks.0.attn.norm_in.weight": "norm_in", "blocks.0.mlp.norm_in.weight": "norm_in",
-                             "blocks.1.mlp.norm_in.weight": "norm_out"}),
-        ("ngpt", {"blocks.0.attn_alpha.param": "scalar", "blocks.0.sqk.param": "scalar", "sz.param": "scalar",
-                  "blocks.0.c_attn.weight": "matrix", "lm_head.weight": "head", "wte.weight": "embed"}),
+        (
+            "hybridnorm",
+            {
+                "blocks.0.mlp.norm_in.weight": "norm_out",
+                "blocks.0.attn.core.q_norm.weight": "norm_in",
+                "blocks.0.attn.core.v_norm.weight": "norm_in",
+                "ln_f.weight": "norm_in",
+            },
+        ),
+        (
+            "hybridnorm_star",
+            {
+                "blocks.0.attn.norm_in.weight": "norm_in",
+                "blocks.0.mlp.norm_in.weight": "norm_in",
+                "blocks.1.mlp.norm_in.weight": "norm_out",
+            },
+        ),
+        (
+            "ngpt",
+            {
+                "blocks.0.attn_alpha.param": "scalar",
+                "blocks.0.sqk.param": "scalar",
+                "sz.param": "scalar",
+                "blocks.0.c_attn.weight": "matrix",
+                "lm_head.weight": "head",
+                "wte.weight": "embed",
+            },
+        ),
     ],
-)  # fmt: skip
+)
 def test_param_kinds_per_arch(arch, expected):
     extra = ["model.n_layer=4", "arch.post_ratio=0.25"] if arch == "mix_ln" else []
     model = build_model(compose(["model=tiny", f"arch={arch}", *extra]), 256)

@@ -60,14 +60,35 @@ def test_layer_statistics_against_hand_computed_values():
     """Synthetic records with two layers: every statistic worked out by hand."""
     records = [
         {"step": 1, "loss": 5.0, "spikes": 0},
-        {"step": 1, "loss": 5.0, "var_resid": [0.5, 1.0, 2.0, 4.0], "grad_norm_layer": [3.0, 1.0, 2.0],
-         "massive_ratio_resid": [5.0, 6.0, 7.0, 8.0], "logit_maxabs": 2.0},
+        {
+            "step": 1,
+            "loss": 5.0,
+            "var_resid": [0.5, 1.0, 2.0, 4.0],
+            "grad_norm_layer": [3.0, 1.0, 2.0],
+            "massive_ratio_resid": [5.0, 6.0, 7.0, 8.0],
+            "logit_maxabs": 2.0,
+        },
         {"step": 10, "loss": 4.0, "spikes": 1, "spike_steps": [7]},
-        {"step": 20, "loss": 3.0, "var_resid": [0.5, 2.0, 3.0, 10.0], "grad_norm_layer": [1.0, 1.0, 4.0],
-         "massive_ratio_resid": [5.0, 150.0, 9.0, 8.0], "logit_maxabs": 5.0, "spikes": 2, "spike_steps": [15]},
-        {"step": 30, "loss": 3.0, "var_resid": [0.5, 2.0, 3.0, 8.0], "grad_norm_layer": [2.0, 2.0, 2.0],
-         "massive_ratio_resid": [5.0, 120.0, 9.0, 8.0], "logit_maxabs": 4.0, "spikes": 2},
-    ]  # fmt: skip
+        {
+            "step": 20,
+            "loss": 3.0,
+            "var_resid": [0.5, 2.0, 3.0, 10.0],
+            "grad_norm_layer": [1.0, 1.0, 4.0],
+            "massive_ratio_resid": [5.0, 150.0, 9.0, 8.0],
+            "logit_maxabs": 5.0,
+            "spikes": 2,
+            "spike_steps": [15],
+        },
+        {
+            "step": 30,
+            "loss": 3.0,
+            "var_resid": [0.5, 2.0, 3.0, 8.0],
+            "grad_norm_layer": [2.0, 2.0, 2.0],
+            "massive_ratio_resid": [5.0, 120.0, 9.0, 8.0],
+            "logit_maxabs": 4.0,
+            "spikes": 2,
+        },
+    ]
     history = outcomes.History(records)
     got = outcomes.run_results({"status": "completed", "best_val_loss": 2.5, "spikes": 3}, history, 3.0, [25])
 

@@ -156,8 +156,14 @@ def test_bench_forms_suite_pairs_every_form_with_eager_fp32(tmp_path):
     peaks = {c[0]: c for c in lines if len(c) == 4 and " @ " in c[0]}
     assert "1024x1024 @ 1024x1024" in peaks and all(num(c[1]) > 0 and num(c[2]) > 0 for c in peaks.values())
     forms = {c[1]: c for c in lines if len(c) == 7 and c[0] == "tiny, 4 blocks"}
-    assert set(forms) == {"eager fp32", "compiled fp32", "compiled bf16", "eager bf16",
-                          "compiled bf16, fp32 attention", "eager bf16, fp32 attention"}, out  # fmt: skip
+    assert set(forms) == {
+        "eager fp32",
+        "compiled fp32",
+        "compiled bf16",
+        "eager bf16",
+        "compiled bf16, fp32 attention",
+        "eager bf16, fp32 attention",
+    }, out
     assert forms["eager fp32"][3] == "1.00 [1.00, 1.00]"
     f32_peak = num(peaks["1024x1024 @ 1024x1024"][1])
     for c in forms.values():  # GFLOP/s as a share of the fat product's fp32 rate
@@ -165,8 +171,9 @@ def test_bench_forms_suite_pairs_every_form_with_eager_fp32(tmp_path):
     assert re.search(r"vmap: 3 seeds as one stacked model .*: \d+\.\d\dx \[", out), out
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench_throughput.py"), "--suite", "forms", "--shapes", "tiny4,huge"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0 and "unknown --shapes huge; choose from tiny4, tiny8, d128, d256" in proc.stderr
 
 
@@ -233,20 +240,40 @@ def node_python(tmp_path: Path) -> Path:
 def test_budget_plan_adds_up_and_marks_what_does_not_fit():
     # estimates chosen so that the step times vanish (a huge peak): each run is start-up + compile
     common = "model=gpt2_124m data.tokenizer=gpt2 precision=bf16 trainer.batch_size=32 trainer.grad_accum=2"
-    cmd = [sys.executable, str(SCRIPTS / "gpu_budget.py"), "--first", "pre_ln", "--eager", "--common", common,
-           "--gpu", "1e21", "--start", "10", "--compile", "20", "--compile-next", "5"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "gpu_budget.py"),
+        "--first",
+        "pre_ln",
+        "--eager",
+        "--common",
+        common,
+        "--gpu",
+        "1e21",
+        "--start",
+        "10",
+        "--compile",
+        "20",
+        "--compile-next",
+        "5",
+    ]
     out = subprocess.run([*cmd, "--rest", "ngpt rezero", "--budget", "50"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     # pre_ln 10 + 20, eager 10, ngpt 10 + 5 (total 55 > 50), rezero 15 (70)
-    assert budget_rows(out.stdout) == {"pre_ln": [30, 30, "fits"], "pre_ln_eager": [10, 40, "fits"],
-                                       "ngpt": [15, 55, "over budget: skipped"],
-                                       "rezero": [15, 70, "over budget: skipped"]}  # fmt: skip
+    assert budget_rows(out.stdout) == {
+        "pre_ln": [30, 30, "fits"],
+        "pre_ln_eager": [10, 40, "fits"],
+        "ngpt": [15, 55, "over budget: skipped"],
+        "rezero": [15, 70, "over budget: skipped"],
+    }
     assert "budget plan: 70 s for 4 runs, does not fit: 2 run(s) skipped by this estimate" in out.stdout
     # the reference runs go first and run whatever the budget
     tight = subprocess.run([*cmd, "--rest", "ngpt", "--budget", "20"], capture_output=True, text=True)
-    assert budget_rows(tight.stdout) == {"pre_ln": [30, 30, "over budget: runs anyway"],
-                                         "pre_ln_eager": [10, 40, "over budget: runs anyway"],
-                                         "ngpt": [15, 55, "over budget: skipped"]}  # fmt: skip
+    assert budget_rows(tight.stdout) == {
+        "pre_ln": [30, 30, "over budget: runs anyway"],
+        "pre_ln_eager": [10, 40, "over budget: runs anyway"],
+        "ngpt": [15, 55, "over budget: skipped"],
+    }
 
 
 @pytest.mark.slow
@@ -269,8 +296,18 @@ def test_gpu_check_setup_takes_the_offline_install_when_no_index_answers(tmp_pat
 
 
 def summary(status="completed", tps=1000.0, fpt=1e9, mfu=0.5, mem=10.0, **kw) -> dict:
-    return {"status": status, "tokens_per_s": tps, "flops_per_token": fpt, "mfu": mfu, "peak_mem_gb": mem,
-            "wall_s": 100.0, "step_time_s": 1.0, "max_steps": 50, "final_loss": 7.0, **kw}  # fmt: skip
+    return {
+        "status": status,
+        "tokens_per_s": tps,
+        "flops_per_token": fpt,
+        "mfu": mfu,
+        "peak_mem_gb": mem,
+        "wall_s": 100.0,
+        "step_time_s": 1.0,
+        "max_steps": 50,
+        "final_loss": 7.0,
+        **kw,
+    }
 
 
 @pytest.mark.slow
@@ -323,8 +360,18 @@ def test_gpu_ckpt_check_times_every_way_of_writing_and_leaves_no_checkpoint(tmp_
     import tempfile
 
     before = set(Path(tempfile.gettempdir()).glob("normbench-ckpt-cost-*"))
-    cmd = [sys.executable, str(SCRIPTS / "gpu_ckpt_check.py"), "--model", "tiny", "--device", "cpu", "--repeats", "1",
-           "--out", str(tmp_path / "out")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "gpu_ckpt_check.py"),
+        "--model",
+        "tiny",
+        "--device",
+        "cpu",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads((tmp_path / "out" / "ckpt_cost.json").read_text())

@@ -201,10 +201,18 @@ def test_jobs_not_started_are_matched_by_overrides_over_the_sweepers_params_and_
     """An experiment's sweep lies in ``hydra.sweeper.params``; a resumed sweep's jobs add
     ``trainer.resume=true``; a value may be spelled another way (1e-3 and 0.001): still the same job."""
     sweep = tmp_path / "sweep"
-    multirun = {"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
-                                      "params": {"optim.lr": "1e-3,1e-2"}},
-                          "overrides": {"task": ["+experiment=lr", "seed=0,1", "trainer.resume=true"],
-                                        "hydra": ["hydra.mode=MULTIRUN", "hydra.sweep.dir=elsewhere"]}}}  # fmt: skip
+    multirun = {
+        "hydra": {
+            "sweeper": {
+                "_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                "params": {"optim.lr": "1e-3,1e-2"},
+            },
+            "overrides": {
+                "task": ["+experiment=lr", "seed=0,1", "trainer.resume=true"],
+                "hydra": ["hydra.mode=MULTIRUN", "hydra.sweep.dir=elsewhere"],
+            },
+        }
+    }
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text(yaml.safe_dump(multirun))
     recs = fake_records(1.0)
@@ -223,8 +231,10 @@ def test_jobs_not_started_are_matched_by_overrides_over_the_sweepers_params_and_
 
 def test_a_finished_or_unknown_sweep_has_no_jobs_missing(tmp_path):
     recs = fake_records(1.0)
-    for name, sweeper in (("basic", "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"),
-                          ("optuna", "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")):  # fmt: skip
+    for name, sweeper in (
+        ("basic", "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"),
+        ("optuna", "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"),
+    ):
         sweep = tmp_path / name
         sweep.mkdir()
         task = ["seed=0"] if name == "basic" else ["seed=0", "optim.lr=interval(1e-4,1e-1)"]

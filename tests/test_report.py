@@ -30,21 +30,36 @@ def fake_records(base: float, n_layer: int = N_LAYER, steps: int = 100, diag_eve
     for step in range(0, steps + 1, 10):
         loss = base + 3.0 / (1 + step / 20)
         records.append(
-            {"step": step, "tokens": step * 512, "loss": loss, "lr": 1e-3, "grad_norm": 1.0 / (1 + step),
-             "tokens_per_s": 1000.0 + step, "time_s": step * 0.1}
-        )  # fmt: skip
+            {
+                "step": step,
+                "tokens": step * 512,
+                "loss": loss,
+                "lr": 1e-3,
+                "grad_norm": 1.0 / (1 + step),
+                "tokens_per_s": 1000.0 + step,
+                "time_s": step * 0.1,
+            }
+        )
         if step % diag_every == 0:
             records.append(
-                {"step": step, "tokens": step * 512, "loss": loss, "lr": 1e-3, "grad_norm": 0.5,
-                 "tokens_per_s": 1000.0 + step, "time_s": step * 0.1, "val_loss": loss + 0.1,
-                 "grad_norm_layer": [0.1 * (i + 1) for i in range(n_layer)],
-                 "grad_norm_attn": [0.05 * (i + 1) for i in range(n_layer)],
-                 "grad_norm_mlp": [0.07 * (i + 1) for i in range(n_layer)],
-                 "var_resid": [1.0 + i + step / 100 for i in range(n_layer + 1)],
-                 "rms_resid": [1.0 + i for i in range(n_layer + 1)],
-                 "maxabs_resid": [5.0 * (i + 1) for i in range(n_layer + 1)],
-                 "massive_ratio_resid": [3.0 + i for i in range(n_layer + 1)]}
-            )  # fmt: skip
+                {
+                    "step": step,
+                    "tokens": step * 512,
+                    "loss": loss,
+                    "lr": 1e-3,
+                    "grad_norm": 0.5,
+                    "tokens_per_s": 1000.0 + step,
+                    "time_s": step * 0.1,
+                    "val_loss": loss + 0.1,
+                    "grad_norm_layer": [0.1 * (i + 1) for i in range(n_layer)],
+                    "grad_norm_attn": [0.05 * (i + 1) for i in range(n_layer)],
+                    "grad_norm_mlp": [0.07 * (i + 1) for i in range(n_layer)],
+                    "var_resid": [1.0 + i + step / 100 for i in range(n_layer + 1)],
+                    "rms_resid": [1.0 + i for i in range(n_layer + 1)],
+                    "maxabs_resid": [5.0 * (i + 1) for i in range(n_layer + 1)],
+                    "massive_ratio_resid": [3.0 + i for i in range(n_layer + 1)],
+                }
+            )
     return records
 
 
@@ -63,9 +78,14 @@ def make_run(path, overrides, config, records=None, summary=None, truncate=False
 
 
 def config(arch="pre_ln", seed=0, lr=1e-3, n_layer=N_LAYER):
-    return {"seed": seed, "arch": {"name": arch}, "norm": {"name": "layernorm"},
-            "optim": {"name": "adamw", "lr": lr}, "model": {"n_layer": n_layer, "d_model": 64},
-            "sched": {"name": "cosine", "warmup_steps": 10}}  # fmt: skip
+    return {
+        "seed": seed,
+        "arch": {"name": arch},
+        "norm": {"name": "layernorm"},
+        "optim": {"name": "adamw", "lr": lr},
+        "model": {"n_layer": n_layer, "d_model": 64},
+        "sched": {"name": "cosine", "warmup_steps": 10},
+    }
 
 
 BEST = "best val loss (= final in every run)"  # the main table's column when no run's final loss is above its best
@@ -75,11 +95,26 @@ BASELINE = 3.0  # the no-context loss the fake runs must beat by 0.1 to count as
 def summary_for(records, arch, seed, status="completed", reason="", spikes=0):
     """What the trainer writes, without ``outcome`` (the report works it out from the baseline)."""
     vals = [r["val_loss"] for r in records if "val_loss" in r]
-    return {"status": status, "reason": reason, "step": records[-1]["step"], "tokens": records[-1]["tokens"],
-            "final_loss": records[-1]["loss"], "final_val_loss": vals[-1], "best_val_loss": min(vals),
-            "tokens_per_s": 1234.0 + seed, "wall_s": 10.0, "n_params": 1000, "arch": arch,
-            "norm": "layernorm", "optim": "adamw", "seed": seed, "device": "cpu", "precision": "fp32",
-            "spikes": spikes, "baseline_loss": BASELINE}  # fmt: skip
+    return {
+        "status": status,
+        "reason": reason,
+        "step": records[-1]["step"],
+        "tokens": records[-1]["tokens"],
+        "final_loss": records[-1]["loss"],
+        "final_val_loss": vals[-1],
+        "best_val_loss": min(vals),
+        "tokens_per_s": 1234.0 + seed,
+        "wall_s": 10.0,
+        "n_params": 1000,
+        "arch": arch,
+        "norm": "layernorm",
+        "optim": "adamw",
+        "seed": seed,
+        "device": "cpu",
+        "precision": "fp32",
+        "spikes": spikes,
+        "baseline_loss": BASELINE,
+    }
 
 
 def table(md: str, first_header: str) -> dict[str, dict[str, str]]:
@@ -134,8 +169,9 @@ def sweep(tmp_path):
         for seed in (0, 1):
             recs = fake_records(base + 0.05 * seed)
             summaries[(arch, seed)] = summary_for(recs, arch, seed, spikes=seed)
-            make_run(root / str(job), [f"arch={arch}", f"seed={seed}"], config(arch, seed), recs,
-                     summaries[(arch, seed)])  # fmt: skip
+            make_run(
+                root / str(job), [f"arch={arch}", f"seed={seed}"], config(arch, seed), recs, summaries[(arch, seed)]
+            )
             job += 1
     div = fake_records(2.0)[:5]
     div[-1]["loss"] = float("nan")  # json writes NaN; the reader and the plots must cope
@@ -147,8 +183,13 @@ def sweep(tmp_path):
     make_run(root / "6", ["arch=mix_ln", "seed=0"], config("mix_ln"))
     # killed -9 after a checkpoint: summary still says running, its dead process left the lock behind
     killed = fake_records(1.3)[:6]
-    make_run(root / "7", ["arch=hybridnorm", "seed=0"], config("hybridnorm"), killed,
-             {**summary_for(killed, "hybridnorm", 0), "status": "running"})  # fmt: skip
+    make_run(
+        root / "7",
+        ["arch=hybridnorm", "seed=0"],
+        config("hybridnorm"),
+        killed,
+        {**summary_for(killed, "hybridnorm", 0), "status": "running"},
+    )
     (root / "7" / ".lock").write_text(f"{socket.gethostname()}:{dead_pid()}")
     return root, summaries, running
 
@@ -187,9 +228,7 @@ def test_sweep_report_table(sweep):
                 if v0 > 2.0 >= v1:
                     reached.append(s0 + (v0 - 2.0) / (v0 - v1) * (s1 - s0))
                     break
-        expected = (
-            "—" if not reached else (f"{reached[0]:.0f}" if len(reached) == 1 else mean_std(reached, ".0f"))
-        )  # fmt: skip
+        expected = "—" if not reached else (f"{reached[0]:.0f}" if len(reached) == 1 else mean_std(reached, ".0f"))
         if reached and len(reached) < 2:
             expected += f" ({len(reached)}/2)"
         assert row["steps to val loss ≤ 2"] == expected
@@ -231,9 +270,16 @@ def test_sweep_report_plots_and_html(sweep):
     root, summaries, running = sweep
     out = root / "out"
     assert report.main([str(root), "--out", str(out)]) == 0
-    pngs = ["loss_curves.png", "lr_grad_norm.png", "var_resid_depth.png", "grad_norm_layer_depth.png",
-            "maxabs_resid_depth.png", "grad_norm_layer_heatmap.png", "var_resid_heatmap.png",
-            "layer_stats.png"]  # fmt: skip
+    pngs = [
+        "loss_curves.png",
+        "lr_grad_norm.png",
+        "var_resid_depth.png",
+        "grad_norm_layer_depth.png",
+        "maxabs_resid_depth.png",
+        "grad_norm_layer_heatmap.png",
+        "var_resid_heatmap.png",
+        "layer_stats.png",
+    ]
     for name in pngs:
         check_png(out / name)
     page = (out / "report.html").read_text()
@@ -262,20 +308,36 @@ def test_sweep_report_plots_and_html(sweep):
 def test_lr_sweep_largest_lr_where_every_seed_learned(tmp_path):
     root = tmp_path / "lr"
     lrs = (1e-3, 3e-3, 1e-2, 3e-2)
-    bad = {("pre_ln", 1e-2): "diverged", ("pre_ln", 3e-2): "diverged", ("post_ln", 3e-3): "stuck",
-           ("post_ln", 1e-2): "spiky", ("pre_ln", 1e-3): "stuck"}  # fmt: skip
+    bad = {
+        ("pre_ln", 1e-2): "diverged",
+        ("pre_ln", 3e-2): "diverged",
+        ("post_ln", 3e-3): "stuck",
+        ("post_ln", 1e-2): "spiky",
+        ("pre_ln", 1e-3): "stuck",
+    }
     job = 0
     for arch in ("pre_ln", "post_ln"):
         for lr in lrs:
             for seed in (0, 1):
                 what = bad.get((arch, lr)) if seed == 1 else None  # one bad seed is enough
                 recs = fake_records(1.0 + lr * 10 + seed * 0.01)
-                s = summary_for(recs, arch, seed, "diverged" if what == "diverged" else "completed", "loss spike",
-                                spikes=2 if what == "spiky" else 0)  # fmt: skip
+                s = summary_for(
+                    recs,
+                    arch,
+                    seed,
+                    "diverged" if what == "diverged" else "completed",
+                    "loss spike",
+                    spikes=2 if what == "spiky" else 0,
+                )
                 if what == "stuck":
                     s["best_val_loss"] = BASELINE - 0.05
-                make_run(tmp_path / "lr" / str(job), [f"arch={arch}", f"optim.lr={lr}", f"seed={seed}"],
-                         config(arch, seed, lr), recs, s)  # fmt: skip
+                make_run(
+                    tmp_path / "lr" / str(job),
+                    [f"arch={arch}", f"optim.lr={lr}", f"seed={seed}"],
+                    config(arch, seed, lr),
+                    recs,
+                    s,
+                )
                 job += 1
     md = report.make_report(root).read_text()
     rows = table(md, "group")
@@ -319,8 +381,13 @@ def test_optimizer_sweep_is_not_an_lr_sweep_and_lr_stability_needs_a_learned_run
     root = tmp_path / "optim"
     for job, (name, lr) in enumerate((("adamw", 2e-3), ("lion", 3e-4))):
         recs = fake_records(1.0 + job)
-        make_run(root / str(job), [f"optim={name}"], {**config(lr=lr), "optim": {"name": name, "lr": lr}}, recs,
-                 {**summary_for(recs, "pre_ln", 0), "optim": name})  # fmt: skip
+        make_run(
+            root / str(job),
+            [f"optim={name}"],
+            {**config(lr=lr), "optim": {"name": name, "lr": lr}},
+            recs,
+            {**summary_for(recs, "pre_ln", 0), "optim": name},
+        )
     md = report.make_report(root).read_text()
     assert "Largest learning rate" not in md and not (root / "lr_sweep.png").exists()
 
@@ -340,8 +407,13 @@ def test_optimizer_sweep_is_not_an_lr_sweep_and_lr_stability_needs_a_learned_run
 @pytest.mark.slow
 def test_depth_plot_draws_a_group_whose_runs_all_diverged(tmp_path):
     recs = fake_records(1.0, steps=60)
-    make_run(tmp_path / "0", ["arch=post_ln"], config("post_ln"), recs,
-             summary_for(recs, "post_ln", 0, "diverged", "loss spike"))  # fmt: skip
+    make_run(
+        tmp_path / "0",
+        ["arch=post_ln"],
+        config("post_ln"),
+        recs,
+        summary_for(recs, "post_ln", 0, "diverged", "loss spike"),
+    )
     md = report.make_report(tmp_path, steps=[50]).read_text()
     assert "var_resid_depth.png` skipped" not in md
     check_png(tmp_path / "var_resid_depth.png")
@@ -357,8 +429,9 @@ def test_single_run_and_different_depths(tmp_path):
     root = tmp_path / "depth"
     for job, n_layer in enumerate((2, 6)):
         recs = fake_records(1.0, n_layer=n_layer)
-        make_run(root / str(job), [f"model.n_layer={n_layer}"], config(n_layer=n_layer), recs,
-                 summary_for(recs, "pre_ln", 0))  # fmt: skip
+        make_run(
+            root / str(job), [f"model.n_layer={n_layer}"], config(n_layer=n_layer), recs, summary_for(recs, "pre_ln", 0)
+        )
     md = report.make_report(root, steps=[50]).read_text()
     assert set(table(md, "group")) == {"model.n_layer=2", "model.n_layer=6"}
     check_png(root / "var_resid_depth.png")
@@ -381,8 +454,14 @@ def test_errors(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ real sweeps (subprocess)
-REAL = ["model=tiny", "trainer.max_steps=20", "diag.every=5", "trainer.eval_every=10", "trainer.log_every=5",
-        "trainer.batch_size=8"]  # fmt: skip
+REAL = [
+    "model=tiny",
+    "trainer.max_steps=20",
+    "diag.every=5",
+    "trainer.eval_every=10",
+    "trainer.log_every=5",
+    "trainer.batch_size=8",
+]
 SWEEP_DIR = re.compile(r"outputs/multirun/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d-\d{6}$")
 
 
@@ -393,8 +472,14 @@ def all_runs(md: str) -> dict[str, dict[str, str]]:
 def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
     """`train -m arch=pre_ln,post_ln seed=0,1` (4 jobs), `report` while it runs, and at the end."""
     cmd = [sys.executable, "-m", "normbench", "train", "-m", "arch=pre_ln,post_ln", "seed=0,1", *REAL]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, **OFFLINE_ENV}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env={**os.environ, **OFFLINE_ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     mid = None
     try:
         deadline = time.monotonic() + 300
@@ -417,9 +502,10 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
         "diag.every=5,model=tiny,seed={},trainer.batch_size=8,trainer.eval_every=10,trainer.log_every=5,"
         "trainer.max_steps=20"
     )
-    assert [j.name for j in jobs] == [f"{i}_arch={a},{rest.format(s)}"
-                                      for i, (a, s) in enumerate([("pre_ln", 0), ("pre_ln", 1), ("post_ln", 0),
-                                                                  ("post_ln", 1)])]  # fmt: skip
+    assert [j.name for j in jobs] == [
+        f"{i}_arch={a},{rest.format(s)}"
+        for i, (a, s) in enumerate([("pre_ln", 0), ("pre_ln", 1), ("post_ln", 0), ("post_ln", 1)])
+    ]
 
     if mid is not None:  # the sweep was still going: the runs found so far, none dropped or misread
         md, was_running = mid
@@ -463,9 +549,16 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
         assert runs[name]["group"] == f"arch={s['arch']}" and runs[name]["status"] == "completed"
         assert runs[name]["outcome"] == "stuck" and runs[name]["steps to target"] == "—"  # no run learned: no target
     assert "no run learned; give --target" in md
-    pngs = ["loss_curves.png", "lr_grad_norm.png", "var_resid_depth.png", "grad_norm_layer_depth.png",
-            "maxabs_resid_depth.png", "grad_norm_layer_heatmap.png", "var_resid_heatmap.png",
-            "layer_stats.png"]  # fmt: skip
+    pngs = [
+        "loss_curves.png",
+        "lr_grad_norm.png",
+        "var_resid_depth.png",
+        "grad_norm_layer_depth.png",
+        "maxabs_resid_depth.png",
+        "grad_norm_layer_heatmap.png",
+        "var_resid_heatmap.png",
+        "layer_stats.png",
+    ]
     for name in pngs:
         check_png(sweep / name)
     assert len(re.findall(r'src="data:image/png;base64,', (sweep / "report.html").read_text())) == len(pngs)
@@ -475,8 +568,19 @@ def test_report_on_a_real_sweep_while_it_runs_and_after(tmp_path):
 def test_report_on_a_partly_failed_real_sweep(tmp_path):
     """Failed (start-up error) and diverged jobs never stop a sweep; the report shows them."""
     sweep = tmp_path / "sweep"
-    run_cli(["train", "-m", "optim.lr=1e-3,50", "model.seq_len=32,300000", *REAL, "trainer.max_steps=10",
-             f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=True)  # fmt: skip
+    run_cli(
+        [
+            "train",
+            "-m",
+            "optim.lr=1e-3,50",
+            "model.seq_len=32,300000",
+            *REAL,
+            "trainer.max_steps=10",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        check=True,
+    )
     status = {}
     for job in sweep.iterdir():
         if job.is_dir():
@@ -624,9 +728,15 @@ def test_report_merges_two_sweep_dirs_filters_and_groups(tmp_path):
 def test_baseline_difference_with_welch_interval(tmp_path):
     from scipy import stats as scipy_stats
 
-    best = {("pre_ln", 0): 1.0, ("pre_ln", 1): 1.2, ("pre_ln", 2): 1.4,
-            ("post_ln", 0): 2.0, ("post_ln", 1): 2.1, ("post_ln", 2): 2.3,
-            ("peri_ln", 0): 0.9}  # fmt: skip
+    best = {
+        ("pre_ln", 0): 1.0,
+        ("pre_ln", 1): 1.2,
+        ("pre_ln", 2): 1.4,
+        ("post_ln", 0): 2.0,
+        ("post_ln", 1): 2.1,
+        ("post_ln", 2): 2.3,
+        ("peri_ln", 0): 0.9,
+    }
     root = _sweep(tmp_path / "s", list(best), best=best)
     md = report.make_report(root, baseline="arch=pre_ln", figures_too=False).read_text()
     rows = table(md.split("## Difference from arch=pre_ln")[1], "group")
@@ -687,8 +797,13 @@ def test_figures_at_a_single_column_have_no_text_under_7_pt(sweep, tmp_path):
     for runs, out in ((root, tmp_path / "col"), (tmp_path / "lr", tmp_path / "lrcol")):
         assert report.main([str(runs), "--out", str(out), "--width", "3.3", "--format", "svg", "--dpi", "50"]) == 0
     svgs = sorted((tmp_path / "col").glob("*.svg")) + sorted((tmp_path / "lrcol").glob("*.svg"))
-    assert {p.stem for p in svgs} >= {"loss_curves", "var_resid_depth", "grad_norm_layer_heatmap", "layer_stats",
-                                      "lr_sweep"}  # fmt: skip
+    assert {p.stem for p in svgs} >= {
+        "loss_curves",
+        "var_resid_depth",
+        "grad_norm_layer_heatmap",
+        "layer_stats",
+        "lr_sweep",
+    }
     for path in svgs:
         width, sizes = svg_sizes(path)
         assert width == pytest.approx(3.3, abs=0.01), path.name

@@ -20,9 +20,17 @@ from normbench.report.verdicts import verdict_lines
 ARCH_BASE = {"pre_ln": 2.0, "post_ln": 2.2, "peri_ln": 2.21}
 SEED_NOISE = [0.0, 0.05, -0.03]  # shared by every group at a seed: what pairing removes
 # layernorm minus rmsnorm at (arch, seed): small, both signs
-NORM_DELTA = {("pre_ln", 0): 0.01, ("pre_ln", 1): -0.012, ("pre_ln", 2): 0.004, ("post_ln", 0): -0.006,
-              ("post_ln", 1): 0.009, ("post_ln", 2): -0.002, ("peri_ln", 0): 0.003, ("peri_ln", 1): -0.004,
-              ("peri_ln", 2): 0.001}  # fmt: skip
+NORM_DELTA = {
+    ("pre_ln", 0): 0.01,
+    ("pre_ln", 1): -0.012,
+    ("pre_ln", 2): 0.004,
+    ("post_ln", 0): -0.006,
+    ("post_ln", 1): 0.009,
+    ("post_ln", 2): -0.002,
+    ("peri_ln", 0): 0.003,
+    ("peri_ln", 1): -0.004,
+    ("peri_ln", 2): 0.001,
+}
 ARCH_JITTER = {"pre_ln": [0.0] * 3, "post_ln": [0.004, -0.003, 0.002], "peri_ln": [-0.02, 0.02, 0.0]}
 
 
@@ -31,23 +39,54 @@ def best_loss(arch: str, norm: str, seed: int) -> float:
     return ARCH_BASE[arch] + SEED_NOISE[seed] + jitter + (NORM_DELTA[(arch, seed)] if norm == "layernorm" else 0.0)
 
 
-def make_run(path, arch: str, norm: str, seed: int, n_params: int = 1000, eval_every: int = 50,
-             slope: float = 3.0, best: float | None = None, outcome: str = "learned") -> None:  # fmt: skip
+def make_run(
+    path,
+    arch: str,
+    norm: str,
+    seed: int,
+    n_params: int = 1000,
+    eval_every: int = 50,
+    slope: float = 3.0,
+    best: float | None = None,
+    outcome: str = "learned",
+) -> None:
     """A completed run: .hydra/ config and overrides, metrics with evaluations every ``eval_every``
     steps falling by ``slope`` nats over the run to ``best`` (default :func:`best_loss`), and the summary
     the trainer writes."""
     best = best_loss(arch, norm, seed) if best is None else best
     (path / ".hydra").mkdir(parents=True)
-    cfg = {"seed": seed, "precision": "fp32", "model": {"name": "tiny", "n_layer": 2, "d_model": 64, "n_head": 4,
-           "seq_len": 64, "init_std": "auto", "tie_embeddings": True, "vocab_size": None, "pad_vocab_to": 64},
-           "arch": {"name": arch, "scaled_init": True}, "norm": {"name": norm},
-           "optim": {"name": "adamw", "lr": 0.002, "weight_decay": 0.1, "betas": [0.9, 0.95], "eps": 1e-8,
-                     "decay_norm_in": False, "decay_norm_out": False, "decay_bias": False, "decay_embed": False,
-                     "decay_scalars": False},
-           "sched": {"name": "cosine", "warmup_steps": None, "min_lr_ratio": 0.1},
-           "data": {"name": "kjv", "tokenizer": "byte", "vocab_size": None, "val_fraction": 0.05},
-           "trainer": {"max_steps": 150, "batch_size": 16, "eval_every": eval_every, "grad_clip": 1.0,
-                       "eval_batches": 8}}  # fmt: skip
+    cfg = {
+        "seed": seed,
+        "precision": "fp32",
+        "model": {
+            "name": "tiny",
+            "n_layer": 2,
+            "d_model": 64,
+            "n_head": 4,
+            "seq_len": 64,
+            "init_std": "auto",
+            "tie_embeddings": True,
+            "vocab_size": None,
+            "pad_vocab_to": 64,
+        },
+        "arch": {"name": arch, "scaled_init": True},
+        "norm": {"name": norm},
+        "optim": {
+            "name": "adamw",
+            "lr": 0.002,
+            "weight_decay": 0.1,
+            "betas": [0.9, 0.95],
+            "eps": 1e-8,
+            "decay_norm_in": False,
+            "decay_norm_out": False,
+            "decay_bias": False,
+            "decay_embed": False,
+            "decay_scalars": False,
+        },
+        "sched": {"name": "cosine", "warmup_steps": None, "min_lr_ratio": 0.1},
+        "data": {"name": "kjv", "tokenizer": "byte", "vocab_size": None, "val_fraction": 0.05},
+        "trainer": {"max_steps": 150, "batch_size": 16, "eval_every": eval_every, "grad_clip": 1.0, "eval_batches": 8},
+    }
     (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
     (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"arch={arch}", f"norm={norm}", f"seed={seed}"]))
     records = []
@@ -63,25 +102,59 @@ def make_run(path, arch: str, norm: str, seed: int, n_params: int = 1000, eval_e
             rec["val_loss"] = best + slope * (150 - step) / 150
         records.append(rec)
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = {"status": "completed", "reason": None, "step": 150, "tokens": 153_600, "final_val_loss": best,
-               "best_val_loss": best, "tokens_per_s": 50_000.0, "n_params": n_params, "init_std": 0.06928,
-               "tokens_per_param": 2.5, "max_steps": 150,
-               "arch": arch, "norm": norm, "optim": "adamw", "seed": seed, "device": "cpu", "precision": "fp32",
-               "spikes": 0, "baseline_loss": 3.0, "outcome": outcome, "compiled": False}  # fmt: skip
+    summary = {
+        "status": "completed",
+        "reason": None,
+        "step": 150,
+        "tokens": 153_600,
+        "final_val_loss": best,
+        "best_val_loss": best,
+        "tokens_per_s": 50_000.0,
+        "n_params": n_params,
+        "init_std": 0.06928,
+        "tokens_per_param": 2.5,
+        "max_steps": 150,
+        "arch": arch,
+        "norm": norm,
+        "optim": "adamw",
+        "seed": seed,
+        "device": "cpu",
+        "precision": "fp32",
+        "spikes": 0,
+        "baseline_loss": 3.0,
+        "outcome": outcome,
+        "compiled": False,
+    }
     (path / "summary.json").write_text(json.dumps(summary))
 
 
-def make_sweep(root, archs=("pre_ln", "post_ln", "peri_ln"), seeds=(0, 1, 2), skip=(), eval_every: int = 50,
-               slope: float = 3.0, losses: dict | None = None, outcome: str = "learned"):  # fmt: skip
+def make_sweep(
+    root,
+    archs=("pre_ln", "post_ln", "peri_ln"),
+    seeds=(0, 1, 2),
+    skip=(),
+    eval_every: int = 50,
+    slope: float = 3.0,
+    losses: dict | None = None,
+    outcome: str = "learned",
+):
     """``losses``: (arch, norm, seed) -> best val loss, instead of :func:`best_loss`."""
     i = 0
     for arch in archs:
         for norm in ("layernorm", "rmsnorm"):
             for seed in seeds:
                 if (arch, norm, seed) not in skip:
-                    make_run(root / f"{i}_arch={arch},norm={norm},seed={seed}", arch, norm, seed,
-                             n_params=1000 + (64 if norm == "layernorm" else 0), eval_every=eval_every,
-                             slope=slope, best=(losses or {}).get((arch, norm, seed)), outcome=outcome)  # fmt: skip
+                    make_run(
+                        root / f"{i}_arch={arch},norm={norm},seed={seed}",
+                        arch,
+                        norm,
+                        seed,
+                        n_params=1000 + (64 if norm == "layernorm" else 0),
+                        eval_every=eval_every,
+                        slope=slope,
+                        best=(losses or {}).get((arch, norm, seed)),
+                        outcome=outcome,
+                    )
                 i += 1
     return root
 
@@ -142,7 +215,8 @@ def test_holm_adjustment_by_hand():
     # clear of 0 at 95% but not after the adjustment: not called (the issue's sweep had peri_ln at p 0.013 -> 0.051)
     clear = Contrast(0.15, 0.11, 0.18, 0.013)
     assert Effect("arch", "peri_ln", "pre_ln", clear, p_holm=0.051).word == (
-        "not detectable after Holm's adjustment (p 0.013 → 0.051)")  # fmt: skip
+        "not detectable after Holm's adjustment (p 0.013 → 0.051)"
+    )
     assert Effect("arch", "peri_ln", "pre_ln", clear, p_holm=0.03).word == "peri_ln worse (higher)"
 
 
@@ -177,8 +251,10 @@ def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
     # four comparisons (post-pre, peri-pre, post-peri, layernorm-rmsnorm), Holm-adjusted together
     from scipy.stats import ttest_1samp
 
-    peri = [0.21 + ARCH_JITTER["peri_ln"][s] + (NORM_DELTA[("peri_ln", s)] - NORM_DELTA[("pre_ln", s)]) / 2
-            for s in (0, 1, 2)]  # fmt: skip
+    peri = [
+        0.21 + ARCH_JITTER["peri_ln"][s] + (NORM_DELTA[("peri_ln", s)] - NORM_DELTA[("pre_ln", s)]) / 2
+        for s in (0, 1, 2)
+    ]
     ps = [ttest_1samp(d, 0).pvalue for d in (post, peri, [a - b for a, b in zip(post, peri)], per_seed)]
     adjusted = holm_by_hand(ps)
     assert "The box makes **4 comparisons**" in md
@@ -193,12 +269,20 @@ def test_verdict_box_pools_with_the_seed_as_the_unit(tmp_path):
 
 
 # the issue's case: 3 archs x 2 norms x 2 seeds, the seed-to-seed shift shared by both norms
-TWO_SEEDS = {("pre_ln", "layernorm", 0): 2.000, ("pre_ln", "layernorm", 1): 1.980,
-             ("pre_ln", "rmsnorm", 0): 2.004, ("pre_ln", "rmsnorm", 1): 1.983,
-             ("post_ln", "layernorm", 0): 2.170, ("post_ln", "layernorm", 1): 2.190,  # +0.170, +0.210
-             ("post_ln", "rmsnorm", 0): 2.194, ("post_ln", "rmsnorm", 1): 2.213,  # +0.190, +0.230
-             ("peri_ln", "layernorm", 0): 2.100, ("peri_ln", "layernorm", 1): 2.100,  # +0.100, +0.120
-             ("peri_ln", "rmsnorm", 0): 2.114, ("peri_ln", "rmsnorm", 1): 2.123}  # +0.110, +0.140  # fmt: skip
+TWO_SEEDS = {
+    ("pre_ln", "layernorm", 0): 2.000,
+    ("pre_ln", "layernorm", 1): 1.980,
+    ("pre_ln", "rmsnorm", 0): 2.004,
+    ("pre_ln", "rmsnorm", 1): 1.983,
+    ("post_ln", "layernorm", 0): 2.170,
+    ("post_ln", "layernorm", 1): 2.190,  # +0.170, +0.210
+    ("post_ln", "rmsnorm", 0): 2.194,
+    ("post_ln", "rmsnorm", 1): 2.213,  # +0.190, +0.230
+    ("peri_ln", "layernorm", 0): 2.100,
+    ("peri_ln", "layernorm", 1): 2.100,  # +0.100, +0.120
+    ("peri_ln", "rmsnorm", 0): 2.114,
+    ("peri_ln", "rmsnorm", 1): 2.123,
+}  # +0.110, +0.140
 
 
 def test_two_seeds_two_norms_give_an_interval_with_one_degree_of_freedom(tmp_path):
@@ -220,20 +304,27 @@ def test_two_seeds_two_norms_give_an_interval_with_one_degree_of_freedom(tmp_pat
     groups = report.group_runs(report.load_runs([root]))
     lines = verdict_lines(groups)
     assert lines[0] == "4 comparisons, Holm-adjusted together; the seed is the unit"
-    assert ("arch: post_ln − pre_ln: +0.20 [-0.05, +0.45] nats, no detectable difference (paired, 2 seeds x "
-            "2 settings)") in lines  # fmt: skip
+    assert (
+        "arch: post_ln − pre_ln: +0.20 [-0.05, +0.45] nats, no detectable difference (paired, 2 seeds x 2 settings)"
+    ) in lines
 
 
 def test_verdict_box_says_where_the_settings_disagree(tmp_path):
     # post_ln is 0.2 worse at layernorm and 0.2 better at rmsnorm: pooled, nothing; per norm, opposite effects
     shift = {0: 0.0, 1: 0.03, 2: -0.01}
-    losses = {(a, n, s): 2.0 + shift[s] + (0.0 if a == "pre_ln" else (0.2 if n == "layernorm" else -0.2) + 0.01 * s)
-              for a in ("pre_ln", "post_ln") for n in ("layernorm", "rmsnorm") for s in (0, 1, 2)}  # fmt: skip
+    losses = {
+        (a, n, s): 2.0 + shift[s] + (0.0 if a == "pre_ln" else (0.2 if n == "layernorm" else -0.2) + 0.01 * s)
+        for a in ("pre_ln", "post_ln")
+        for n in ("layernorm", "rmsnorm")
+        for s in (0, 1, 2)
+    }
     root = make_sweep(tmp_path / "sweep", archs=("pre_ln", "post_ln"), losses=losses)
     rows = {(r[0], r[1]): r for r in box_table(report.make_report(root, figures_too=False).read_text(), "factor")}
     post = rows[("arch", "post_ln − pre_ln")]
-    assert post[3] == ("no detectable difference; depends on the setting: intervals do not overlap (norm=layernorm "
-                       "vs norm=rmsnorm); signs differ (norm=layernorm vs norm=rmsnorm)")  # fmt: skip
+    assert post[3] == (
+        "no detectable difference; depends on the setting: intervals do not overlap (norm=layernorm "
+        "vs norm=rmsnorm); signs differ (norm=layernorm vs norm=rmsnorm)"
+    )
 
 
 def test_a_sweep_whose_runs_all_got_stuck_has_no_verdict(tmp_path):
@@ -264,8 +355,10 @@ def test_verdict_box_falls_back_to_welch_over_seeds_and_takes_the_baseline_asked
     norm = rows[("norm", "rmsnorm − layernorm")]  # --baseline turns the comparison round
     # post_ln ran seeds 0, 1 with rmsnorm: the seeds differ, so Welch's interval between the per-seed means
     assert norm[5].startswith("Welch, 3 vs 3 seeds x 2 settings; p ")
-    xs = [statistics.fmean(best_loss(a, "rmsnorm", s) for a in ("pre_ln", "post_ln") if (a, s) != ("post_ln", 2))
-          for s in (0, 1, 2)]  # seed 2: pre_ln's alone  # fmt: skip
+    xs = [
+        statistics.fmean(best_loss(a, "rmsnorm", s) for a in ("pre_ln", "post_ln") if (a, s) != ("post_ln", 2))
+        for s in (0, 1, 2)
+    ]  # seed 2: pre_ln's alone
     bs = [statistics.fmean(best_loss(a, "layernorm", s) for a in ("pre_ln", "post_ln")) for s in (0, 1, 2)]
     d = report.welch_interval(xs, bs)
     assert norm[2] == numbers.interval(d.diff, d.low, d.high) and norm[3] == "no detectable difference"
@@ -293,8 +386,10 @@ def test_setup_box_says_what_was_held_fixed(tmp_path):
     assert setup["parameters"] == "1,000 to 1,064 (differs between groups)"
     assert setup["steps"] == "150, batch 16, eval every 50"
     assert setup["optimizer"] == "adamw, lr 0.002, weight decay 0.1, betas (0.9, 0.95), eps 1e-08"
-    assert setup["weight decay"] == ("hidden matrices and an untied head decayed; not decayed: input-norm gains, "
-                                     "output-norm gains, biases, embeddings, scalars")  # fmt: skip
+    assert setup["weight decay"] == (
+        "hidden matrices and an untied head decayed; not decayed: input-norm gains, "
+        "output-norm gains, biases, embeddings, scalars"
+    )
     assert setup["grad clip"] == "global norm 1"
     assert setup["LR schedule"] == "cosine, warmup 15 steps (null: 10% of 150), min lr ratio 0.1"
     # auto at d_model 64: 0.02 x sqrt(768 / 64) = 0.06928
@@ -319,8 +414,10 @@ def test_setup_box_says_where_the_groups_differ_and_resolves_what_the_arch_force
     assert setup["LR schedule"].startswith("differs: cosine, warmup 15 steps (null: 10% of 150)")
     assert "cosine, warmup 0 steps (ngpt's recipe)" in setup["LR schedule"]
     assert "weight decay 0 (ngpt's recipe)" in setup["optimizer"]
-    assert "std 0.125 (model.init_std=auto: 0.02 x sqrt(768 / d_model), GPT-2's gain at this width; the arch's own " \
-           "rule replaced it)" in setup["init"]  # fmt: skip
+    assert (
+        "std 0.125 (model.init_std=auto: 0.02 x sqrt(768 / d_model), GPT-2's gain at this width; the arch's own "
+        "rule replaced it)" in setup["init"]
+    )
 
 
 def test_time_to_target_states_its_spacing_and_warns_when_coarse(tmp_path):
@@ -366,8 +463,9 @@ def test_figure_formats_and_dpi(tmp_path):
 def test_bad_report_options_are_one_line(tmp_path, capsys):
     root = make_sweep(tmp_path / "sweep", archs=("pre_ln",), seeds=(0,))
     assert report.main([str(root), "--format", "png,jpeg"]) == 2
-    assert capsys.readouterr().err.strip() == ("normbench: error: --format png,jpeg: jpeg is not a figure format; "
-                                               "choose from: png, pdf, svg")  # fmt: skip
+    assert capsys.readouterr().err.strip() == (
+        "normbench: error: --format png,jpeg: jpeg is not a figure format; choose from: png, pdf, svg"
+    )
     assert report.main([str(root), "--metric", "best_val_los"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("normbench: error: --metric best_val_los is not a metric (did you mean best_val_loss?)")
@@ -403,9 +501,21 @@ def render(html_path, width: int) -> dict:
     """What the page looks like in headless Chromium at ``width`` px: CHECK's measurements."""
     page = html_path.with_name(f"check-{width}.html")
     page.write_text(html_path.read_text().replace("</body>", CHECK + "</body>"))
-    proc = subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},900",
-                           "--virtual-time-budget=10000", "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            browser(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--window-size={width},900",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     found = re.search(r'<pre id="nbcheck">(.*?)</pre>', proc.stdout, re.S)
     assert found, f"the page's check did not run: {proc.stderr[-500:]}"
     return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
@@ -428,8 +538,10 @@ def problems(seen: dict, margin: float = 12) -> list[str]:
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     if browser() is None:
-        pytest.skip(f"no headless browser: none of {', '.join(BROWSERS)} is on PATH (Debian: apt-get install "
-                    "chromium; CI installs it in .ci/run)")  # fmt: skip
+        pytest.skip(
+            f"no headless browser: none of {', '.join(BROWSERS)} is on PATH (Debian: apt-get install "
+            "chromium; CI installs it in .ci/run)"
+        )
     root = make_sweep(tmp_path_factory.mktemp("page") / "sweep_with_a_long_directory_name_" / ("x" * 60))
     return report.build_report(root, dpi=60, formats=("png",))[1]
 

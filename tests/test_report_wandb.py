@@ -154,8 +154,11 @@ def test_runs_draws_one_line_per_run(tmp_path, monkeypatch):
     figs = captured(monkeypatch)
     assert report.main([str(tmp_path), "--runs", "--format", "png", "--dpi", "50"]) == 0
     healthy = sorted(name for name, s in summaries.items() if s["status"] == "completed")
-    for name, title in (("loss_curves", "a  train loss"), ("loss_curves", "b  val loss"),
-                        ("lr_grad_norm", "b  gradient norm")):  # fmt: skip
+    for name, title in (
+        ("loss_curves", "a  train loss"),
+        ("loss_curves", "b  val loss"),
+        ("lr_grad_norm", "b  gradient norm"),
+    ):
         ax, lines = lines_of(figs[name], title)
         own = [ln for ln in lines if (ln.get_gid() or "").startswith("run:")]
         assert sorted(ln.get_gid()[4:] for ln in own) == healthy, (name, title)
@@ -207,10 +210,12 @@ def test_lr_and_grad_norm_figure_skipped_without_them(tmp_path):
     [
         (["--x", "foo"], "normbench: error: --x=foo is not allowed; choose one of: step, tokens, time"),
         (["--x=steps"], "normbench: error: --x=steps is not allowed; choose one of: step, tokens, time"),
-        (["--runs=yes"], "normbench: error: report: argument --runs: ignored explicit argument 'yes' "
-                         "(see normbench report --help)"),
+        (
+            ["--runs=yes"],
+            "normbench: error: report: argument --runs: ignored explicit argument 'yes' (see normbench report --help)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_value_is_one_line_and_writes_nothing(tmp_path, capsys, args, line):
     sweep(tmp_path, archs=("pre_ln",), seeds=(0,), diverged=False)
     assert report.main([str(tmp_path), *args]) == 2

@@ -196,8 +196,14 @@ def test_a_side_pooled_over_another_key_counts_each_seed_once(tmp_path):
     first, so the interval is over 3 seeds (2 dof), paired, not over 6 runs."""
     claim = write_claim(tmp_path / "claims", [{**VAR_TEST, "transform": None, "threshold": 1.0}])
     runs_dir = tmp_path / "runs"
-    pre = {(0, "layernorm"): 40, (0, "rmsnorm"): 42, (1, "layernorm"): 44, (1, "rmsnorm"): 48,
-           (2, "layernorm"): 36, (2, "rmsnorm"): 36}  # fmt: skip
+    pre = {
+        (0, "layernorm"): 40,
+        (0, "rmsnorm"): 42,
+        (1, "layernorm"): 44,
+        (1, "rmsnorm"): 48,
+        (2, "layernorm"): 36,
+        (2, "rmsnorm"): 36,
+    }
     for (seed, norm), v in pre.items():
         fake_run(runs_dir / f"pre{seed}{norm}", "pre_ln", seed, var_growth=v, extra=(f"norm={norm}",))
         fake_run(runs_dir / f"peri{seed}{norm}", "peri_ln", seed, var_growth=v / 4, extra=(f"norm={norm}",))
@@ -309,8 +315,13 @@ def test_no_run_judges_the_runs_there_are_and_writes_verdict_and_report(tmp_path
     assert report.startswith("# Claim madeup: a made-up claim\n\n**Paper**: nobody 2025.\n\n**Verdict: INCONCLUSIVE**")
     mode = saved["mode"]  # the mode the jobs train in, and the CPU it was chosen for (registry.cpu_mode)
     native = cpu_native_bf16()
-    assert mode == {"precision": "bf16" if native else "fp32", "attn_fp32": native, "compile": mode["compile"],
-                    "cpu_mode": "bf16" if native else "fp32", "native_bf16": native}  # fmt: skip
+    assert mode == {
+        "precision": "bf16" if native else "fp32",
+        "attn_fp32": native,
+        "compile": mode["compile"],
+        "cpu_mode": "bf16" if native else "fp32",
+        "native_bf16": native,
+    }
     cpu = "with" if native else "without"
     assert f"**Mode**: {'bf16, attention fp32' if native else 'fp32'}, " in report
     assert f"(the claims' mode on a CPU {cpu} native bf16 products)" in report
@@ -349,8 +360,10 @@ def test_dry_run_names_both_sides_the_runs_a_time_and_a_command_bash_reads_back(
 
     assert main(["reproduce", "rmsnorm_parity", f"out={tmp_path}", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert ("test 'best val loss on par (±0.02 nats)': norm=rmsnorm (3 runs) against norm=layernorm (3 runs), "
-            "both from init_std") in out  # fmt: skip
+    assert (
+        "test 'best val loss on par (±0.02 nats)': norm=rmsnorm (3 runs) against norm=layernorm (3 runs), "
+        "both from init_std"
+    ) in out
     estimate = r"about \d+ (s|min) on this machine's CPU \(estimate; CPU speed calibrated [^)]+ cores\)"
     assert re.search(rf"sweep 0: 6 runs, {estimate}; to run it yourself:", out)
     (line,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("python -m normbench train")]
@@ -476,8 +489,16 @@ def test_qkclip_claim_on_made_up_runs(tmp_path):
 def test_tuned_test_judges_each_side_at_its_own_best_lr(tmp_path):
     """``tune: optim.lr``: each arch at the LR where all its seeds learned with the lowest mean loss;
     the values left out are still reported with their outcomes."""
-    test = {"name": "loss", "kind": "difference", "metric": "best_val_loss", "group": {"arch": "ngpt"},
-            "baseline": {"arch": "pre_ln"}, "direction": "lower", "threshold": 0.05, "tune": "optim.lr"}  # fmt: skip
+    test = {
+        "name": "loss",
+        "kind": "difference",
+        "metric": "best_val_loss",
+        "group": {"arch": "ngpt"},
+        "baseline": {"arch": "pre_ln"},
+        "direction": "lower",
+        "threshold": 0.05,
+        "tune": "optim.lr",
+    }
     claim = write_claim(tmp_path / "claims", [test], sweeps=({"arch": ["pre_ln", "ngpt"], "optim.lr": [1e-3, 1e-2]},))
     runs = tmp_path / "runs"
     for seed in range(3):  # nGPT stuck at 1e-3, best at 1e-2; Pre-LN best at 1e-3, diverges at 1e-2
@@ -508,22 +529,46 @@ def test_tuned_test_judges_each_side_at_its_own_best_lr(tmp_path):
 
 def test_swept_booleans_select_in_any_spelling(tmp_path):
     """Hydra's sweeper writes a swept boolean as ``False``; the claim file says ``false``."""
-    test = {"name": "wd", "kind": "difference", "metric": "best_val_loss", "group": {"optim.decay_norm_out": True},
-            "baseline": {"optim.decay_norm_out": False}, "direction": "higher", "threshold": 0.01}  # fmt: skip
+    test = {
+        "name": "wd",
+        "kind": "difference",
+        "metric": "best_val_loss",
+        "group": {"optim.decay_norm_out": True},
+        "baseline": {"optim.decay_norm_out": False},
+        "direction": "higher",
+        "threshold": 0.01,
+    }
     claim = write_claim(tmp_path / "claims", [test], sweeps=({"optim.decay_norm_out": [False, True]},))
     for seed in range(3):
-        fake_run(tmp_path / "runs" / f"on{seed}", "peri_ln", seed, loss=2.5 + 0.01 * seed,
-                 extra=["optim.decay_norm_out=True"])  # fmt: skip
-        fake_run(tmp_path / "runs" / f"off{seed}", "peri_ln", seed, loss=2.3 + 0.01 * seed,
-                 extra=["optim.decay_norm_out=False"])  # fmt: skip
+        fake_run(
+            tmp_path / "runs" / f"on{seed}",
+            "peri_ln",
+            seed,
+            loss=2.5 + 0.01 * seed,
+            extra=["optim.decay_norm_out=True"],
+        )
+        fake_run(
+            tmp_path / "runs" / f"off{seed}",
+            "peri_ln",
+            seed,
+            loss=2.3 + 0.01 * seed,
+            extra=["optim.decay_norm_out=False"],
+        )
     res = judge_claim(claim, find_runs(tmp_path / "runs"), "cpu")
     assert res["verdict"] == V.HOLDS and res["effect"] == pytest.approx(0.2)
     assert res["groups"]["optim.decay_norm_out=true"]["values"] == pytest.approx([2.5, 2.51, 2.52])
 
 
 def test_largest_lr_on_runs_counts_seeds_per_lr_and_draws_the_grid(tmp_path):
-    test = {"name": "lr", "kind": "largest_lr", "metric": "learned", "group": {"arch": "peri_ln"},
-            "baseline": {"arch": "pre_ln"}, "direction": "higher", "threshold": 1}  # fmt: skip
+    test = {
+        "name": "lr",
+        "kind": "largest_lr",
+        "metric": "learned",
+        "group": {"arch": "peri_ln"},
+        "baseline": {"arch": "pre_ln"},
+        "direction": "higher",
+        "threshold": 1,
+    }
     claim = write_claim(
         tmp_path / "claims", [test], sweeps=({"arch": ["pre_ln", "peri_ln"], "optim.lr": [3e-3, 1e-2]},)
     )
@@ -531,8 +576,13 @@ def test_largest_lr_on_runs_counts_seeds_per_lr_and_draws_the_grid(tmp_path):
         for lr in ("3e-3", "1e-2"):
             fake_run(tmp_path / "runs" / f"peri{lr}{seed}", "peri_ln", seed, extra=[f"optim.lr={lr}"])
             stuck = lr == "1e-2" and seed == 1
-            fake_run(tmp_path / "runs" / f"pre{lr}{seed}", "pre_ln", seed, outcome="stuck" if stuck else "learned",
-                     extra=[f"optim.lr={lr}"])  # fmt: skip
+            fake_run(
+                tmp_path / "runs" / f"pre{lr}{seed}",
+                "pre_ln",
+                seed,
+                outcome="stuck" if stuck else "learned",
+                extra=[f"optim.lr={lr}"],
+            )
     runs = find_runs(tmp_path / "runs")
     res = judge_claim(claim, runs, "cpu")
     assert res["verdict"] == V.HOLDS and res["effect"] == 1 and res["n_seeds"] == 3
@@ -545,8 +595,14 @@ def test_largest_lr_on_runs_counts_seeds_per_lr_and_draws_the_grid(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-PARITY = {"name": "loss on par", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
-          "baseline": {"norm": "layernorm"}, "band": [-0.02, 0.02]}  # fmt: skip
+PARITY = {
+    "name": "loss on par",
+    "kind": "on_par",
+    "metric": "best_val_loss",
+    "group": {"norm": "rmsnorm"},
+    "baseline": {"norm": "layernorm"},
+    "band": [-0.02, 0.02],
+}
 GROWTH = {**VAR_TEST, "name": "variance growth", "group": {"norm": "rmsnorm"}, "baseline": {"norm": "layernorm"}}
 
 
@@ -582,8 +638,9 @@ def test_the_claim_page_reads_like_its_report(tmp_path):
     page = (page_dir / "report.html").read_text()
     assert "**" not in page and "<strong>Verdict: INCONCLUSIVE</strong>" in page
     assert "<title>Claim madeup: a made-up claim</title>" in page
-    assert re.search(r'<img alt="the claim&#x27;s tests: each side&#x27;s values by seed[^"]*best validation loss',
-                     page)  # fmt: skip
+    assert re.search(
+        r'<img alt="the claim&#x27;s tests: each side&#x27;s values by seed[^"]*best validation loss', page
+    )
     assert (page_dir / "claim.pdf").read_bytes().startswith(b"%PDF")
     svg = (page_dir / "claim.svg").read_text()
     sizes = [float(x) for x in re.findall(r"font-size:\s*([\d.]+)px", svg)]
@@ -597,8 +654,10 @@ def test_the_claim_page_says_what_an_interval_is_over_and_when_the_protocol_was_
     a command that changed the claim's protocol (overrides, seeds, a scale other than cpu) is said on the page."""
     from normbench.claims.summary import deciding_over, protocol_text
 
-    bench = {"plan": {"rounds": 5, "steps": 10}, "load": {"loadavg_before": [3.14, 2, 1], "loadavg_after": [3.4, 3, 2],
-                                                         "cpu_count": 2}}  # fmt: skip
+    bench = {
+        "plan": {"rounds": 5, "steps": 10},
+        "load": {"loadavg_before": [3.14, 2, 1], "loadavg_after": [3.4, 3, 2], "cpu_count": 2},
+    }
     timing = {"name": "speed", "verdict": V.FAILS, "benchmark": bench}
     res = {"n_seeds": 3, "verdict": V.FAILS, "tests": [timing], "scale": "cpu"}
     assert (
@@ -682,10 +741,23 @@ def test_jobs_2_runs_a_sweep_two_at_a_time_with_one_thread_each_and_reuses_it(tm
     from normbench.reproduce import runner
     from normbench.reproduce.plan import threads_env
 
-    fixed = ["model=tiny", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.batch_size=4",
-             "trainer.eval_batches=2", "diag=off", "device=cpu"]  # fmt: skip
-    test = {"name": "parity", "kind": "on_par", "metric": "best_val_loss", "group": {"norm": "rmsnorm"},
-            "baseline": {"norm": "layernorm"}, "band": [-0.5, 0.5]}  # fmt: skip
+    fixed = [
+        "model=tiny",
+        "trainer.max_steps=6",
+        "trainer.eval_every=3",
+        "trainer.batch_size=4",
+        "trainer.eval_batches=2",
+        "diag=off",
+        "device=cpu",
+    ]
+    test = {
+        "name": "parity",
+        "kind": "on_par",
+        "metric": "best_val_loss",
+        "group": {"norm": "rmsnorm"},
+        "baseline": {"norm": "layernorm"},
+        "band": [-0.5, 0.5],
+    }
     claim = write_claim(tmp_path / "claims", [test], sweeps=({"norm": ["layernorm", "rmsnorm"]},), fixed=fixed, seeds=2)
     envs, call = [], subprocess.call
     monkeypatch.setattr(runner.subprocess, "call", lambda cmd, env: envs.append(env) or call(cmd, env=env))
@@ -722,10 +794,20 @@ def test_the_claim_figure_draws_the_deciding_interval_and_a_band_that_does_not_f
     from normbench.claims import figure
     from normbench.report.figures import set_log
 
-    t = {"name": "on par", "kind": "on_par", "metric": "best_val_loss", "interval": "paired", "transform": None,
-         "threshold": [-0.02, 0.02], "effect": 0.006, "ci": [-0.0135, 0.0258],
-         "groups": {"norm=rmsnorm": {"values": [1.271, 1.262, 1.285], "outcomes": {"learned": 3}},
-                    "norm=layernorm": {"values": [1.270, 1.260, 1.270], "outcomes": {"learned": 3}}}}  # fmt: skip
+    t = {
+        "name": "on par",
+        "kind": "on_par",
+        "metric": "best_val_loss",
+        "interval": "paired",
+        "transform": None,
+        "threshold": [-0.02, 0.02],
+        "effect": 0.006,
+        "ci": [-0.0135, 0.0258],
+        "groups": {
+            "norm=rmsnorm": {"values": [1.271, 1.262, 1.285], "outcomes": {"learned": 3}},
+            "norm=layernorm": {"values": [1.270, 1.260, 1.270], "outcomes": {"learned": 3}},
+        },
+    }
     ax = Figure().subplots()
     figure._plot_sides(ax, t, None, set_log, {"norm=rmsnorm": "tab:orange", "norm=layernorm": "tab:blue"})
     ref = statistics.fmean([1.270, 1.260, 1.270])

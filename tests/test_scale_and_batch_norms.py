@@ -345,8 +345,11 @@ def test_builders_follow_config():
 
 
 # ------------------------------------------------------------------------------------------ training
-@pytest.mark.parametrize("overrides", [[n] for n in NEW if n != "norm=batchnorm"] + [
-    ["norm=batchnorm", "norm.allow_leak=true"], ["norm=scalenorm", "model.fixnorm=true"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides",
+    [[n] for n in NEW if n != "norm=batchnorm"]
+    + [["norm=batchnorm", "norm.allow_leak=true"], ["norm=scalenorm", "model.fixnorm=true"]],
+)
 def test_tiny_model_learns(overrides):
     cfg = compose(["model=tiny", "arch=pre_ln", "model.seq_len=32", *overrides])
     torch.manual_seed(0)

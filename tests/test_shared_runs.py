@@ -11,8 +11,7 @@ from normbench.run.metrics import read_jsonl
 
 from conftest import run_cli
 
-BASE = ["model=tiny", "trainer.max_steps=12", "trainer.batch_size=4", "trainer.eval_batches=2", "device=cpu",
-        "seed=1"]  # fmt: skip
+BASE = ["model=tiny", "trainer.max_steps=12", "trainer.batch_size=4", "trainer.eval_batches=2", "device=cpu", "seed=1"]
 # what differs between the claims asking for one training: diagnostics (switches, cadence, batch) and bookkeeping
 VARIANTS = {
     "off": ["diag=off", "trainer.log_every=1", "trainer.eval_every=12"],
@@ -23,7 +22,7 @@ VARIANTS = {
         "trainer.log_every=2",
         "trainer.eval_every=3",
         "trainer.ckpt_every=5",
-    ],  # fmt: skip
+    ],
     "default": ["diag=default", "diag.every=4", "trainer.log_every=1", "trainer.eval_every=4", "logger=jsonl"],
 }
 
@@ -61,10 +60,20 @@ def _claim(directory, cid, sweeps, fixed, tests=None, seeds=2):
     from normbench.claims.registry import load_claim
 
     key = next(iter(sweeps[0]))
-    test = {"name": "t", "kind": "difference", "metric": "best_val_loss", "group": {key: sweeps[0][key][1]},
-            "baseline": {key: sweeps[0][key][0]}, "threshold": 0.05}  # fmt: skip
-    raw = {"claim": "made up", "paper": "nobody", "tests": tests or [test],
-           "scales": {"cpu": {"seeds": seeds, "fixed": fixed, "sweeps": sweeps}}}  # fmt: skip
+    test = {
+        "name": "t",
+        "kind": "difference",
+        "metric": "best_val_loss",
+        "group": {key: sweeps[0][key][1]},
+        "baseline": {key: sweeps[0][key][0]},
+        "threshold": 0.05,
+    }
+    raw = {
+        "claim": "made up",
+        "paper": "nobody",
+        "tests": tests or [test],
+        "scales": {"cpu": {"seeds": seeds, "fixed": fixed, "sweeps": sweeps}},
+    }
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{cid}.yaml").write_text(yaml.safe_dump(raw))
     return load_claim(cid, directory)
@@ -116,8 +125,14 @@ def test_a_run_of_one_claim_serves_another_and_only_the_rest_is_trained(tmp_path
     # a claim that needs more diagnostics than a run recorded is not served by it; nor a timed claim by others'
     c = _claim(tmp_path / "c", "c", [{"arch": ["pre_ln", "peri_ln"]}], [*COMMON, "norm=layernorm", "diag=full"])
     assert store.serve(build(c, "cpu", None, [], out, quiet), quiet) == 0
-    timed = {"name": "t", "kind": "difference", "metric": "tokens_per_s", "group": {"arch": "peri_ln"},
-             "baseline": {"arch": "pre_ln"}, "threshold": 0.05}  # fmt: skip
+    timed = {
+        "name": "t",
+        "kind": "difference",
+        "metric": "tokens_per_s",
+        "group": {"arch": "peri_ln"},
+        "baseline": {"arch": "pre_ln"},
+        "threshold": 0.05,
+    }
     fixed = [*COMMON, "norm=layernorm", "diag=off"]
     d = _claim(tmp_path / "c", "d", [{"arch": ["pre_ln", "peri_ln"]}], fixed, [timed])
     assert store.serve(build(d, "cpu", None, [], out, quiet), quiet) == 0  # diagnostics cost time: not served
@@ -146,8 +161,11 @@ def test_reproduce_all_dry_run_counts_total_distinct_runs_and_hours(tmp_path, ca
     line = capsys.readouterr().out.strip().splitlines()[-1]
     import re
 
-    m = re.match(r"normbench: (.+): (\d+) runs, (\d+) distinct \((\d+) shared between claims; distinct only by "
-                 r"their records' cadence: (\d+)\), (\d+) to train: ", line)  # fmt: skip
+    m = re.match(
+        r"normbench: (.+): (\d+) runs, (\d+) distinct \((\d+) shared between claims; distinct only by "
+        r"their records' cadence: (\d+)\), (\d+) to train: ",
+        line,
+    )
     assert m and m.group(1) == " ".join(ids), line
     total, distinct, shared, cadence, todo = map(int, m.groups()[1:])
     assert total == 21 and shared == 6 and distinct == todo == 15  # 3 seeds x (2 + 2 + 3 jobs); the baseline once
@@ -164,9 +182,11 @@ def test_the_tally_counts_runs_that_differ_only_in_their_records_cadence(tmp_pat
     from normbench.reproduce.plan import build
 
     out, quiet, fixed = tmp_path / "out", lambda *_: None, [*COMMON, "norm=layernorm"]
-    claims = [_claim(tmp_path / "c", "a", [{"arch": ["pre_ln", "peri_ln"]}], [*fixed, "trainer.eval_every=2"]),
-              _claim(tmp_path / "c", "b", [{"arch": ["pre_ln", "post_ln"]}], [*fixed, "trainer.eval_every=3"]),
-              _claim(tmp_path / "c", "c", [{"arch": ["pre_ln", "post_ln"]}], [*fixed, "optim.lr=4e-3"])]  # fmt: skip
+    claims = [
+        _claim(tmp_path / "c", "a", [{"arch": ["pre_ln", "peri_ln"]}], [*fixed, "trainer.eval_every=2"]),
+        _claim(tmp_path / "c", "b", [{"arch": ["pre_ln", "post_ln"]}], [*fixed, "trainer.eval_every=3"]),
+        _claim(tmp_path / "c", "c", [{"arch": ["pre_ln", "post_ln"]}], [*fixed, "optim.lr=4e-3"]),
+    ]
     tally = [t for c in claims for t in store.estimates(build(c, "cpu", None, [], out, quiet))]
     assert len(tally) == 12 and len({t[0] for t in tally}) == 12  # no run shared: every address its own
     assert len({t[3] for t in tally}) == 10  # Pre-LN's two seeds are one trajectory each in a and b

@@ -113,8 +113,13 @@ def test_simplenorm_init_statistics():
         deep = 0.02 / math.sqrt(2 * (layer + 1))
         attn, mlp = block.attn.core, block.mlp.core
         up, gate = mlp.c_fc.weight.chunk(2, dim=0)
-        for w, std in ((attn.c_attn.weight, 0.02), (gate, 0.02), (attn.c_proj.weight, deep), (up, deep),
-                       (mlp.c_proj.weight, deep)):  # fmt: skip
+        for w, std in (
+            (attn.c_attn.weight, 0.02),
+            (gate, 0.02),
+            (attn.c_proj.weight, deep),
+            (up, deep),
+            (mlp.c_proj.weight, deep),
+        ):
             assert w.std().item() == pytest.approx(std, rel=0.05), (layer, std)
 
 
@@ -194,8 +199,16 @@ def _xavier_std(fan_in: int, fan_out: int, gain: float = 1.0) -> float:
 
 def test_fixup_init_statistics():
     d, L, V = 128, 4, 2048
-    cfg = compose(["model=tiny", f"model.d_model={d}", f"model.n_layer={L}", "arch=fixup", "norm=none",
-                   "model.tie_embeddings=false"])  # fmt: skip
+    cfg = compose(
+        [
+            "model=tiny",
+            f"model.d_model={d}",
+            f"model.n_layer={L}",
+            "arch=fixup",
+            "norm=none",
+            "model.tie_embeddings=false",
+        ]
+    )
     torch.manual_seed(0)
     model = build_model(cfg, V)
     m = fixup_branches(L)
@@ -263,8 +276,15 @@ def test_diagnostics_per_layer_lengths(arch):
             p -= 1e-3 * p.grad
     diag.after_step()
     rec = diag.collect()
-    per_layer = ("grad_norm_layer", "grad_norm_attn", "grad_norm_mlp", "update_ratio_layer", "attn_entropy",
-                 "attn_logit_max", "angular_dist_layer")  # fmt: skip
+    per_layer = (
+        "grad_norm_layer",
+        "grad_norm_attn",
+        "grad_norm_mlp",
+        "update_ratio_layer",
+        "attn_entropy",
+        "attn_logit_max",
+        "angular_dist_layer",
+    )
     assert all(len(rec[k]) == 3 for k in per_layer), {k: rec.get(k) for k in per_layer}
     assert all(len(rec[k]) == 4 for k in ("var_resid", "rms_resid", "kurtosis_resid"))
     assert all(math.isfinite(v) for k in per_layer for v in rec[k])
@@ -305,15 +325,24 @@ def test_list_arch_shows_each_with_its_paper():
     with contextlib.redirect_stdout(out):
         assert cli.main(["list", "arch"]) == 0
     lines = {ln.split()[0]: ln for ln in out.getvalue().splitlines()[1:]}
-    for arch, cite in (("simplenorm", "2602.01212"), ("rezero", "2003.04887"), ("fixup", "1901.09321"),
-                       ("tfixup", "T-Fixup")):  # fmt: skip
+    for arch, cite in (
+        ("simplenorm", "2602.01212"),
+        ("rezero", "2003.04887"),
+        ("fixup", "1901.09321"),
+        ("tfixup", "T-Fixup"),
+    ):
         assert cite in lines[arch], lines[arch]
 
 
 # ----------------------------------------------------------------------------------------- training
 LEARN = ["model=tiny", "trainer.max_steps=200", "trainer.eval_every=50", "diag.every=50", "device=cpu", "seed=0"]
-LEARN_RUNS = [("simplenorm", "rmsnorm"), ("simplenorm", "layernorm"), ("rezero", "none"), ("fixup", "none"),
-              ("tfixup", "none")]  # fmt: skip
+LEARN_RUNS = [
+    ("simplenorm", "rmsnorm"),
+    ("simplenorm", "layernorm"),
+    ("rezero", "none"),
+    ("fixup", "none"),
+    ("tfixup", "none"),
+]
 
 
 @pytest.mark.slow

@@ -124,11 +124,22 @@ def test_max_is_over_all_micro_batches_and_eval_does_not_count():
 def _run(tmp_path, name, *overrides):
     run_dir = tmp_path / name
     summary = trainer.run(
-        compose(["model=tiny", "trainer.batch_size=4", "trainer.max_steps=16", "trainer.log_every=1",
-                 "trainer.eval_every=16", "trainer.eval_batches=1", "diag=off", "sched=constant",
-                 "sched.warmup_steps=0", *overrides]),
+        compose(
+            [
+                "model=tiny",
+                "trainer.batch_size=4",
+                "trainer.max_steps=16",
+                "trainer.log_every=1",
+                "trainer.eval_every=16",
+                "trainer.eval_batches=1",
+                "diag=off",
+                "sched=constant",
+                "sched.warmup_steps=0",
+                *overrides,
+            ]
+        ),
         run_dir,
-    )  # fmt: skip
+    )
     return summary, [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 

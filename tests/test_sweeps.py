@@ -16,7 +16,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from normbench.cli.overrides import _expand, prevalidate
+from normbench.cli.overrides import expand_sweep, prevalidate
 from normbench.config import files
 from normbench.config.schema import register_configs
 from normbench.run.sweeps import claim
@@ -99,7 +99,7 @@ def test_glob_sweeps_see_only_the_options():
     assert expanded == {"arch": sorted(ARCHS), "norm": sorted(NORMS)}
     assert len(expanded["arch"]) == len(ARCHS)
     # the CLI's pre-validation expands glob() the same way, and checks every architecture once
-    variants = _expand(["arch=glob(*)", "model=tiny"])
+    variants = expand_sweep(["arch=glob(*)", "model=tiny"])
     assert sorted(v[0] for v in variants) == [f"arch={a}" for a in sorted(ARCHS)]
     prevalidate(["arch=glob(*)", "norm=choice(layernorm,rmsnorm)", "model=tiny"])
 
@@ -135,8 +135,10 @@ def test_simultaneous_sweeps_never_share_a_dir(tmp_path):
     same = "hydra.sweep.dir=out/${now:%Y}-same"  # the same name in both processes
     cmd = [sys.executable, "-m", "normbench", "train", "-m", same, "seed=0", *FAST, "trainer.max_steps=2"]
     env = {**os.environ, **OFFLINE_ENV}
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     dirs = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -150,15 +152,29 @@ def test_simultaneous_sweeps_never_share_a_dir(tmp_path):
 
 
 def _statuses(sweep):
-    return {p.name.split("_", 1)[0]: yaml.safe_load((p / "summary.json").read_text())["status"]
-            for p in sweep.iterdir() if (p / "summary.json").exists()}  # fmt: skip
+    return {
+        p.name.split("_", 1)[0]: yaml.safe_load((p / "summary.json").read_text())["status"]
+        for p in sweep.iterdir()
+        if (p / "summary.json").exists()
+    }
 
 
 @pytest.mark.slow
 def test_joblib_launcher(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = run_cli(["train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "arch=pre_ln,post_ln", *FAST,
-                    f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=True)  # fmt: skip
+    proc = run_cli(
+        [
+            "train",
+            "-m",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "arch=pre_ln,post_ln",
+            *FAST,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        check=True,
+    )
     assert "Joblib.Parallel(n_jobs=2" in proc.stdout + proc.stderr
     assert _statuses(sweep) == {"0": "completed", "1": "completed"}
 
@@ -168,8 +184,15 @@ def test_submitit_local_launcher(tmp_path):
     """The plugin behind hydra/launcher=slurm, run locally; also the sweep-dir guard across the
     launcher's re-composition (jobs run in their own processes)."""
     (tmp_path / "out" / f"{datetime.date.today():%Y}-x").mkdir(parents=True)  # taken
-    args = ["train", "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", "arch=pre_ln,post_ln",
-            *FAST, "hydra.sweep.dir=out/${now:%Y}-x"]  # fmt: skip
+    args = [
+        "train",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+        "arch=pre_ln,post_ln",
+        *FAST,
+        "hydra.sweep.dir=out/${now:%Y}-x",
+    ]
     proc = run_cli(args, cwd=tmp_path, check=True)
     sweeps = sorted((tmp_path / "out").iterdir())
     assert [p.name.endswith("-x-1") for p in sweeps] == [False, True], proc.stdout
@@ -181,8 +204,19 @@ def test_submitit_local_launcher(tmp_path):
 def test_optuna_search_survives_a_diverged_trial(tmp_path):
     """A diverged trial scores 1e6 (not a crash); the study goes on and picks the completed one."""
     sweep = tmp_path / "sweep"
-    proc = run_cli(["train", "experiment=lr_optuna", "optim.lr=choice(1e-3,50.0)", "hydra.sweeper.n_trials=3",
-                    *FAST, "trainer.max_steps=6", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=True)  # fmt: skip
+    proc = run_cli(
+        [
+            "train",
+            "experiment=lr_optuna",
+            "optim.lr=choice(1e-3,50.0)",
+            "hydra.sweeper.n_trials=3",
+            *FAST,
+            "trainer.max_steps=6",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        check=True,
+    )
     results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     assert results["best_params"] == {"optim.lr": 0.001}
     summaries = {}
@@ -222,8 +256,11 @@ def test_the_sweep_counts_its_jobs(overrides, jobs):
 @pytest.mark.slow
 def test_sweep_jobs_say_k_of_n_and_the_sweep_ends_with_its_leaderboard(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = run_cli(["train", "-m", "norm=layernorm,rmsnorm", "seed=0", *FAST, "trainer.max_steps=2",
-                    f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=True)  # fmt: skip
+    proc = run_cli(
+        ["train", "-m", "norm=layernorm,rmsnorm", "seed=0", *FAST, "trainer.max_steps=2", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+        check=True,
+    )
     out = proc.stdout
     assert "sweep job 1/2: norm=layernorm seed=0" in out
     assert re.search(r"sweep job 2/2 \(1 done in \dm\d\ds; sweep ETA \dm\d\ds\): norm=rmsnorm seed=0", out), out

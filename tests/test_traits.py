@@ -25,8 +25,13 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "normbench"
 
 # Where an arch's name may be compared to a literal: the modules where archs register, whose code is
 # those archs' own equations (normfree.py picks ReZero's, Fixup's or T-Fixup's among the three it defines).
-ARCH_REGISTRY = ("model/placement.py", "model/norm_sites.py", "model/normfree.py", "model/simplegpt.py",
-                 "model/ngpt.py")  # fmt: skip
+ARCH_REGISTRY = (
+    "model/placement.py",
+    "model/norm_sites.py",
+    "model/normfree.py",
+    "model/simplegpt.py",
+    "model/ngpt.py",
+)
 # Where a norm's name may be: the modules where norms register, and the keys they declare (SeeDNorm's
 # values for old runs ask whether the run was SeeDNorm's own).
 NORM_REGISTRY = ("norm/norm_api.py", "norm/norms.py", "norm/scale_and_batch_norms.py", "config/norm_keys.py")
@@ -116,8 +121,13 @@ def test_model_class_follows_the_declared_model(name):
 
 def test_the_pattern_catches_name_comparisons():
     arch_re, norm_re = comparison_pattern(["ngpt", "deepnorm"]), comparison_pattern(["dyt"])
-    caught = ['if arch == "ngpt":', "x if a.name != 'ngpt' else y", 'if arch in ("hybridnorm", "deepnorm"):',
-              'a.name not in [\n    "x",\n    "deepnorm",\n]', '"ngpt" == cfg.arch.name']  # fmt: skip
+    caught = [
+        'if arch == "ngpt":',
+        "x if a.name != 'ngpt' else y",
+        'if arch in ("hybridnorm", "deepnorm"):',
+        'a.name not in [\n    "x",\n    "deepnorm",\n]',
+        '"ngpt" == cfg.arch.name',
+    ]
     assert all(arch_re.search(s) for s in caught)
     assert norm_re.search('if cfg.norm.name == "dyt":')
     missed = ['f"arch={arch} ignores norm"', '"ngpt": {"eps": 1}', 'arch == "ngpt_like"', 'x = ("ngpt", 1)']

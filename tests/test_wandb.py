@@ -57,8 +57,9 @@ def read_offline_run(run_dir: Path) -> dict:
             out["run"] = record.run
             out["config"].update({_key(i): json.loads(i.value_json) for i in record.run.config.update})
         elif kind == "config":  # later updates, e.g. custom charts under ("_wandb", "visualize", key)
-            out["config_updates"].update({tuple(i.nested_key) or (i.key,): json.loads(i.value_json)
-                                          for i in record.config.update})  # fmt: skip
+            out["config_updates"].update(
+                {tuple(i.nested_key) or (i.key,): json.loads(i.value_json) for i in record.config.update}
+            )
         elif kind == "history":
             out["history"].append({_key(i): json.loads(i.value_json) for i in record.history.item})
         elif kind == "summary":
@@ -76,8 +77,18 @@ def offline_runs(job_dir: Path) -> list[Path]:
 @pytest.mark.slow
 def test_offline_sweep_logs_one_run_per_job(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["train", "-m", "arch=pre_ln,post_ln", "logger=wandb", *TINY, "trainer.max_steps=6", "diag.every=2",
-            "trainer.log_every=2", "trainer.eval_every=3", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    args = [
+        "train",
+        "-m",
+        "arch=pre_ln,post_ln",
+        "logger=wandb",
+        *TINY,
+        "trainer.max_steps=6",
+        "diag.every=2",
+        "trainer.log_every=2",
+        "trainer.eval_every=3",
+        f"hydra.sweep.dir={sweep}",
+    ]
     proc = run_cli(args, cwd=tmp_path, env={"WANDB_MODE": "offline", "WANDB_SILENT": "false"}, check=True)
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert [j.name.split("_", 1)[0] for j in jobs] == ["0", "1"]
@@ -261,15 +272,26 @@ def test_workspace_spec_for_a_sweep(tmp_path, monkeypatch):
     for job, (arch, lr) in enumerate([("pre_ln", 1e-3), ("post_ln", 1e-3), ("pre_ln", 1e-2), ("post_ln", 1e-2)]):
         run = sweep / f"{job}_arch={arch},optim.lr={lr}"
         (run / ".hydra").mkdir(parents=True)
-        config = {"arch": {"name": arch}, "optim": {"name": "adamw", "lr": lr}, "model": {"n_layer": 3},
-                  "seed": 0, "logger": {"name": "wandb", "wandb": {"project": "myproj", "entity": None}}}  # fmt: skip
+        config = {
+            "arch": {"name": arch},
+            "optim": {"name": "adamw", "lr": lr},
+            "model": {"n_layer": 3},
+            "seed": 0,
+            "logger": {"name": "wandb", "wandb": {"project": "myproj", "entity": None}},
+        }
         (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
         (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"arch={arch}", f"optim.lr={lr}", "seed=0"]))
         (run / "summary.json").write_text(json.dumps({"status": "completed", "best_val_loss": 2.0}))
 
     info = wandb_workspace.sweep_info(sweep)
-    assert info == {"group": "2026-01-01/12-00-00-000001", "varying": ["arch", "optim.lr"], "n_layer": 3,
-                    "lr_sweep": True, "project": "myproj", "entity": None}  # fmt: skip
+    assert info == {
+        "group": "2026-01-01/12-00-00-000001",
+        "varying": ["arch", "optim.lr"],
+        "n_layer": 3,
+        "lr_sweep": True,
+        "project": "myproj",
+        "entity": None,
+    }
     assert info["group"] == sweep_group(sweep)  # the group the jobs logged into
 
     out = tmp_path / "spec.json"
@@ -279,8 +301,14 @@ def test_workspace_spec_for_a_sweep(tmp_path, monkeypatch):
     assert saved["project"] == "myproj" and saved["name"] == "normbench 2026-01-01/12-00-00-000001"
     assert spec["filter"] == {"group": info["group"]} and spec["groupby"] == ["arch.name", "optim.lr"]
     sections = {s["name"]: s["panels"] for s in spec["sections"]}
-    assert list(sections) == ["loss curves", "val loss", "depth profiles", "var_resid", "grad_norm_layer",
-                              "maxabs_resid"]  # fmt: skip
+    assert list(sections) == [
+        "loss curves",
+        "val loss",
+        "depth profiles",
+        "var_resid",
+        "grad_norm_layer",
+        "maxabs_resid",
+    ]
     assert [p["y"] for p in sections["loss curves"]][:2] == ["loss", "val_loss"]
     assert {p["kind"] for p in sections["val loss"]} == {"bar", "scatter"}  # the lr sweep adds val loss vs lr
     # per-layer sections: the keys WandbLogger logs (n_layer + 1 residual-stream entries, n_layer blocks)
@@ -288,7 +316,10 @@ def test_workspace_spec_for_a_sweep(tmp_path, monkeypatch):
     assert [p["y"] for p in sections["grad_norm_layer"]] == [f"grad_norm_layer/layer_{i:02d}" for i in range(3)]
     assert len(sections["maxabs_resid"]) == 4
     assert [p["table"] for p in sections["depth profiles"]] == [
-        "depth/var_resid_table", "depth/grad_norm_layer_table", "depth/maxabs_resid_table"]  # fmt: skip
+        "depth/var_resid_table",
+        "depth/grad_norm_layer_table",
+        "depth/maxabs_resid_table",
+    ]
 
     # the wandb-workspaces objects: a workspace (its saved form builds offline) and a report
     pytest.importorskip("wandb_workspaces", reason="pip install wandb-workspaces (the sweeps extra)")

@@ -59,8 +59,9 @@ def test_offline_install_refuses_what_is_neither_in_the_wheelhouse_nor_installed
     assert lines[0].startswith("normbench: error: needs hatchling>=1.18, which is neither in the wheelhouse")
     assert f"({empty})" in lines[0] and f"nor installed ({sys.executable})" in lines[0]
     # the venv sees the node's packages (this Python's torch) after its own
-    seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__file__)"],
-                          capture_output=True, text=True)  # fmt: skip
+    seen = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import torch; print(torch.__file__)"], capture_output=True, text=True
+    )
     assert seen.returncode == 0 and not seen.stdout.startswith(str(venv)), seen.stderr
     missing_dir = subprocess.run([*cmd[:3], str(tmp_path / "nowhere")], capture_output=True, text=True)
     assert missing_dir.returncode == 2 and "no such directory" in missing_dir.stderr
@@ -100,8 +101,11 @@ def test_target_flags_freeze_file_and_requirements(tmp_path):
     assert {wheelhouse.req_name(r) for r in backend} == {"hatchling", "editables"}
     with_eval = {wheelhouse.req_name(r) for r in wheelhouse.requirements(["eval"])[0]}
     assert with_eval - reqs == {"lm-eval", "accelerate"}  # `normbench eval` and the HF model it is checked with
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "wheelhouse.py"), "build", str(tmp_path), "--extras", "gpu"],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "wheelhouse.py"), "build", str(tmp_path), "--extras", "gpu"],
+        capture_output=True,
+        text=True,
+    )
     assert (
         proc.returncode == 2 and "--extras gpu: not an extra of normbench (allowed: dev, eval, sweeps)" in proc.stderr
     )
@@ -120,8 +124,9 @@ def test_offline_round_trip(tmp_path):
     if not _index_reachable():
         pytest.skip("the round trip builds its wheelhouse from the package index, which cannot be reached here")
     env = {**os.environ, "WORK": str(tmp_path / "rt"), "DEMO_STEPS": "20"}
-    proc = subprocess.run(["bash", str(SCRIPTS / "offline_roundtrip.sh")], capture_output=True, text=True,
-                          env=env, timeout=3600)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(SCRIPTS / "offline_roundtrip.sh")], capture_output=True, text=True, env=env, timeout=3600
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for step in ("wheelhouse", "install-offline", "demo"):
         assert f"offline_roundtrip: {step:<16}" in proc.stdout and "FAILED" not in proc.stdout
@@ -153,8 +158,9 @@ def test_torch_through_a_pth_file_of_a_venv_node_python_counts_as_installed(tmp_
     cmd = [sys.executable, str(SCRIPTS / "wheelhouse.py"), "install", str(empty), "--python", str(node)]
     proc = subprocess.run([*cmd, "--venv", str(venv)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "error: needs hatchling>=1.18, which is neither" in proc.stderr, proc.stderr
-    seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__file__)"],
-                          capture_output=True, text=True)  # fmt: skip
+    seen = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import torch; print(torch.__file__)"], capture_output=True, text=True
+    )
     assert seen.returncode == 0 and seen.stdout.startswith(torch_dir), seen.stderr
     made = json.loads((venv / wheelhouse.STAMP).read_text())
     assert made["executable"] == str(node) and made["complete"] is False and made["wheelhouse"] == str(empty)
@@ -196,10 +202,20 @@ def test_a_wheelhouse_for_another_python_or_platform_is_refused_naming_both(tmp_
     wrong = "3.9" if mm != "3.9" else "3.12"
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    cmd = [sys.executable, str(SCRIPTS / "wheelhouse.py"), "install", str(wheels), "--python", sys.executable,
-           "--venv", str(tmp_path / "venv")]  # fmt: skip
-    for target, built_for in [({"python_version": wrong, "platform": "manylinux_2_28_x86_64"}, wrong),
-                              ({"python_version": mm, "platform": "macosx_14_0_arm64"}, mm)]:  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "wheelhouse.py"),
+        "install",
+        str(wheels),
+        "--python",
+        sys.executable,
+        "--venv",
+        str(tmp_path / "venv"),
+    ]
+    for target, built_for in [
+        ({"python_version": wrong, "platform": "manylinux_2_28_x86_64"}, wrong),
+        ({"python_version": mm, "platform": "macosx_14_0_arm64"}, mm),
+    ]:
         (wheels / "wheelhouse.json").write_text(json.dumps(target))
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         lines = proc.stderr.strip().splitlines()
@@ -211,5 +227,7 @@ def test_a_wheelhouse_for_another_python_or_platform_is_refused_naming_both(tmp_
     # pip's spelling of a version, and a wheelhouse.json from before the platform was recorded: accepted
     assert wheelhouse.minor("312") == "3.12" == wheelhouse.minor("3.12.1")
     (wheels / "wheelhouse.json").write_text(json.dumps({"python_version": version, "platform": "this machine's"}))
-    assert wheelhouse.check_target(wheels, sys.executable, here) == {"python_version": version,
-                                                                      "platform": "this machine's"}  # fmt: skip
+    assert wheelhouse.check_target(wheels, sys.executable, here) == {
+        "python_version": version,
+        "platform": "this machine's",
+    }

@@ -15,13 +15,21 @@ from bench.core import padded_vocab
 from bench.miniature import build_form, claims_job, cpu_seconds, load, paired_rates, with_mode
 from normbench.data.corpus import load_data
 
-SHAPES = {"tiny4": ("tiny, 4 blocks", {}), "tiny8": ("tiny, 8 blocks", {"n_layer": 8}),
-          "d128": ("d 128", {"d_model": 128}), "d256": ("d 256", {"d_model": 256})}  # fmt: skip
+SHAPES = {
+    "tiny4": ("tiny, 4 blocks", {}),
+    "tiny8": ("tiny, 8 blocks", {"n_layer": 8}),
+    "d128": ("d 128", {"d_model": 128}),
+    "d256": ("d 256", {"d_model": 256}),
+}
 # (compile, precision, attn_fp32): the fp32-attention forms are the trainer's own attn_fp32 (model/attention.sdpa)
-FORMS = {"eager fp32": (False, "fp32", False), "compiled fp32": (True, "fp32", False),
-         "compiled bf16": (True, "bf16", False), "eager bf16": (False, "bf16", False),
-         "compiled bf16, fp32 attention": (True, "bf16", True),
-         "eager bf16, fp32 attention": (False, "bf16", True)}  # fmt: skip
+FORMS = {
+    "eager fp32": (False, "fp32", False),
+    "compiled fp32": (True, "fp32", False),
+    "compiled bf16": (True, "bf16", False),
+    "eager bf16": (False, "bf16", False),
+    "compiled bf16, fp32 attention": (True, "bf16", True),
+    "eager bf16, fp32 attention": (False, "bf16", True),
+}
 SEEDS = 3  # a claim's seeds: one batched model of this many
 MATMULS = [(1024, 64, 256), (1024, 256, 64), (1024, 128, 512), (1024, 256, 1024), (1024, 1024, 1024)]
 
@@ -59,8 +67,10 @@ def stacked_step(cfg, vocab: int, seeds: int):
     rest = [p for p in params.values() if p.ndim < 3]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-        lr=spec_of(cfg).lr, betas=tuple(o.betas), eps=o.eps,  # optim.lr=auto resolved as the trainer does
-    )  # fmt: skip
+        lr=spec_of(cfg).lr,
+        betas=tuple(o.betas),
+        eps=o.eps,  # optim.lr=auto resolved as the trainer does
+    )
     batch = torch.randint(0, vocab, (seeds, cfg.trainer.batch_size, cfg.model.seq_len + 1))
     clip = cfg.trainer.grad_clip
 

@@ -29,12 +29,12 @@ def claims_job(overrides=()) -> tuple[object, str]:
     from pathlib import Path
 
     from normbench.claims.registry import load_claim
-    from normbench.reproduce.length import _baseline_job
+    from normbench.reproduce.length import baseline_job
     from normbench.reproduce.plan import build
 
     claim = load_claim(CLAIM)
     p = build(claim, "cpu", None, list(overrides), Path("outputs/reproduce"), log=lambda *a: None)
-    _, cfg = _baseline_job(claim, "cpu", p.users, p.pairs)
+    _, cfg = baseline_job(claim, "cpu", p.users, p.pairs)
     return cfg, p.mode.reason if p.mode else f"compile={str(cfg.compile).lower()}"
 
 

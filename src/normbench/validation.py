@@ -42,7 +42,11 @@ from normbench.config.schema import (
 from normbench.config.spec import run_spec
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
-from normbench.model import mup, stabilizers
+from normbench.model import GPT, check_combination, model_class, mup, stabilizers
+from normbench.model.placement import arch_names
+from normbench.norm.norm_api import norm_class
+from normbench.norm.norms import NORMS as registry
+from normbench.optim.optimizers import OPTIMIZERS
 from normbench.runtime import compiling, length
 from normbench.runtime import distributed as dist_utils
 
@@ -50,22 +54,18 @@ from normbench.runtime import distributed as dist_utils
 def archs() -> tuple[str, ...]:
     """``arch=`` names: the block placements (model/placement.py's registry), then the archs with a model of
     their own (nGPT)."""
-    from normbench.model.placement import arch_names
 
     return arch_names()
 
 
 def norms() -> tuple[str, ...]:
     """``norm=`` names: norm/norms.py's registry (model/__init__ imports the modules that register)."""
-    import normbench.model  # noqa: F401
-    from normbench.norm.norms import NORMS as registry
 
     return tuple(registry)
 
 
 def optims() -> tuple[str, ...]:
     """``optim=`` names: optim.py's registry."""
-    from normbench.optim.optimizers import OPTIMIZERS
 
     return tuple(OPTIMIZERS)
 
@@ -93,7 +93,6 @@ def validate(cfg: Any) -> list[str]:
     own checks and the arch x norm combinations (model.check_combination), the QK-Clip, parallel and
     data checks. What needs this machine (device, world size, memory, the data's size) is checked when
     the run is built (train/build.py)."""
-    from normbench.model import GPT, check_combination, model_class
 
     notes = apply_recipe(cfg)
     _check_names(cfg)
@@ -186,7 +185,6 @@ def _check_model(m: Any, a: Any) -> None:
 
 def _check_norm(cfg: Any) -> None:
     """``norm.*``: a leak the config does not allow, each keys class's limits, the norm class's own checks."""
-    from normbench.norm.norm_api import norm_class
 
     n = cfg.norm
     cls = norm_class(n.name)

@@ -55,8 +55,9 @@ def contrast(cells: list[Cell], get) -> Contrast:
         per_seed = [statistics.fmean(g[s] - b[s] for g, b in sides) for s in seed_order(seeds)]
         low, high = one_sample_interval(per_seed)
         diff = statistics.fmean(per_seed)
-        return Contrast(diff, low, high, t_pvalue(diff, low, high, len(per_seed) - 1),
-                        f"paired, {len(per_seed)} seeds{over}")  # fmt: skip
+        return Contrast(
+            diff, low, high, t_pvalue(diff, low, high, len(per_seed) - 1), f"paired, {len(per_seed)} seeds{over}"
+        )
     xs, bs = _pooled([g for g, _ in sides]), _pooled([b for _, b in sides])
     how = f"Welch, {len(xs)} vs {len(bs)} seeds{over}" if cells else "no setting ran both"
     if not xs or not bs:

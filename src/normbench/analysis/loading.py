@@ -19,6 +19,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from normbench.config.schema import qk_norm_mode
 from normbench.diag.outcomes import classify, finite
 from normbench.errors import ConfigError
 from normbench.run.commands import resume_command
@@ -231,8 +232,6 @@ def norm_value(value: str) -> str:
 def canonical_value(key: str, value: str | None) -> str | None:
     """A setting in its current spelling: the old boolean ``arch.qk_norm`` reads true -> head, false -> none."""
     if key == "arch.qk_norm" and value is not None:
-        from normbench.config.schema import qk_norm_mode
-
         return qk_norm_mode(value)
     return value
 

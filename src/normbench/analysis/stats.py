@@ -209,14 +209,14 @@ def welch_interval(xs: list[float], base: list[float], level: float = 0.95) -> D
     se = math.sqrt(statistics.variance(xs) / n + statistics.variance(base) / m)
     if se == 0:
         return Difference(d, d, d, n, m)
-    from scipy.stats import t
+    from scipy.stats import t  # deferred (start-up time): scipy
 
     half = float(t.ppf(0.5 + level / 2, welch_df(xs, base))) * se
     return Difference(d, d - half, d + half, n, m)
 
 
 def one_sample_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
-    from scipy.stats import t
+    from scipy.stats import t  # deferred (start-up time): scipy
 
     m = statistics.fmean(xs)
     se = statistics.stdev(xs) / math.sqrt(len(xs))
@@ -292,7 +292,7 @@ def seed_pairs(g_runs: list[Run], b_runs: list[Run], value, transform: str | Non
 def t_pvalue(diff: float, low: float | None, high: float | None, df: float, level: float = 0.95) -> float | None:
     """The two-sided p-value of ``diff`` against 0, from its t-interval at ``level`` with ``df`` degrees of
     freedom (the interval's half-width is t * se): what a multiple-comparison adjustment needs."""
-    from scipy.stats import t
+    from scipy.stats import t  # deferred (start-up time): scipy
 
     if low is None or high is None:
         return None
@@ -358,5 +358,9 @@ def curve(runs: list[Run], key: str) -> tuple[list[int], list[float], list[float
         for s, v in finite_series(r.records, key):
             by_step.setdefault(s, []).append(v)
     steps = sorted(by_step)
-    return (steps, [statistics.fmean(by_step[s]) for s in steps], [min(by_step[s]) for s in steps],
-            [max(by_step[s]) for s in steps])  # fmt: skip
+    return (
+        steps,
+        [statistics.fmean(by_step[s]) for s in steps],
+        [min(by_step[s]) for s in steps],
+        [max(by_step[s]) for s in steps],
+    )

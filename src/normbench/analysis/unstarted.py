@@ -28,8 +28,10 @@ class Unstarted:
     command: str  # the command that finishes the sweep (and resumes its stopped and interrupted jobs)
 
     def line(self) -> str:
-        return (f"sweep {self.sweep}: {len(self.jobs)} of its {self.total} jobs never started "
-                f"({', '.join(self.jobs)}); finish the sweep with: {self.command}")  # fmt: skip
+        return (
+            f"sweep {self.sweep}: {len(self.jobs)} of its {self.total} jobs never started "
+            f"({', '.join(self.jobs)}); finish the sweep with: {self.command}"
+        )
 
 
 def sweep_jobs(multirun) -> list[list[str]] | None:
@@ -42,8 +44,8 @@ def sweep_jobs(multirun) -> list[list[str]] | None:
     params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
     task = [str(o) for o in ((hydra.get("overrides") or {}).get("task") or [])]
     try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # its failure is handled here
+        from hydra.core.override_parser.overrides_parser import OverridesParser  # its failure is handled here
 
         parsed = OverridesParser.create().parse_overrides(params + task)
         return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]

@@ -32,6 +32,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from omegaconf import OmegaConf
+
+from normbench.analysis.stats import interval
 from normbench.claims.timing import TIMING_METRICS  # noqa: F401 - the metrics a benchmark times
 from normbench.errors import ConfigError
 
@@ -62,14 +65,14 @@ def parse_plan(text: str | None) -> Plan | None:
 
 def machine_load() -> dict:
     """The 1/5/15-minute load averages, the cores and torch's threads: how busy the machine was."""
-    import torch
+    import torch  # deferred (start-up time): torch
 
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     return {"loadavg": load, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
 
 
 def _vocab(cfg) -> int:
-    from normbench.model import padded_vocab
+    from normbench.model import padded_vocab  # deferred (start-up time): torch
 
     data = cfg.data.vocab_size or VOCAB.get(str(cfg.data.tokenizer), 50257)
     return padded_vocab(cfg, int(data))
@@ -83,11 +86,11 @@ def stepper(cfg, device, seed: int = 0) -> Callable[[], None]:
 def model_stepper(cfg, vocab: int, device, seed: int = 0):
     """(model, step): ``step()`` trains ``cfg``'s model one step on one fixed random batch (forward, backward,
     clip, optimizer, nGPT's re-normalization); the one step scripts/bench's suites time too."""
-    import torch
+    import torch  # deferred (start-up time): torch
 
-    from normbench.model import build_model
-    from normbench.optim.optimizers import build_optimizer
-    from normbench.runtime.precision import autocast_dtype
+    from normbench.model import build_model  # deferred (start-up time): torch
+    from normbench.optim.optimizers import build_optimizer  # deferred (start-up time): torch
+    from normbench.runtime.precision import autocast_dtype  # deferred (start-up time): torch
 
     torch.manual_seed(seed)
     model = build_model(cfg, vocab).to(device)
@@ -129,7 +132,6 @@ def interleave(steps: dict[str, Callable[[], None]], plan: Plan, sync=lambda: No
 def summarize(seconds: dict[str, list[float]], tokens_per_step: int) -> dict:
     """Per side its seconds per step (per round, median); the group's tokens/s over the baseline's as a
     geometric mean over rounds with its paired 95% interval (``ratio``, ``ratio_ci``)."""
-    from normbench.analysis.stats import interval
 
     g, b = seconds["group"], seconds["baseline"]
     effect, (lo, hi) = interval([-math.log(s) for s in g], [-math.log(s) for s in b], paired=True)
@@ -145,7 +147,7 @@ def summarize(seconds: dict[str, list[float]], tokens_per_step: int) -> dict:
 def measure(cfg_group, cfg_baseline, plan: Plan) -> dict:
     """The paired benchmark of two composed configs: :func:`summarize`'s numbers, the plan, the device and the
     machine's load before and after."""
-    import torch
+    import torch  # deferred (start-up time): torch
 
     device = torch.device("cuda" if str(cfg_group.device) != "cpu" and torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -154,17 +156,20 @@ def measure(cfg_group, cfg_baseline, plan: Plan) -> dict:
     seconds = interleave(steps, plan, sync)
     after = machine_load()
     tokens = cfg_group.trainer.batch_size * cfg_group.model.seq_len
-    load = {"loadavg_before": before["loadavg"], "loadavg_after": after["loadavg"],
-            "cpu_count": after["cpu_count"], "torch_threads": after["torch_threads"]}  # fmt: skip
+    load = {
+        "loadavg_before": before["loadavg"],
+        "loadavg_after": after["loadavg"],
+        "cpu_count": after["cpu_count"],
+        "torch_threads": after["torch_threads"],
+    }
     compiled = {"compile": False, "runs_compile": [c.compile for c in (cfg_group, cfg_baseline)]}
     return {**summarize(seconds, tokens), "plan": asdict(plan), "device": device.type, **compiled, "load": load}
 
 
 def _config(run):
     """The run's composed config (its .hydra/config.yaml) as a validated config, or None."""
-    from omegaconf import OmegaConf
 
-    from normbench.validation import to_config
+    from normbench.validation import to_config  # deferred (start-up time): torch
 
     if not run.config or "model" not in run.config:
         return None

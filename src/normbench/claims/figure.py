@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from pathlib import Path
 
 METRIC_WORDS = {  # a claim metric in words, for axes and the page (the keys are conf/claims' spellings)
@@ -30,14 +31,39 @@ METRIC_WORDS = {  # a claim metric in words, for axes and the page (the keys are
     "attn_logit_peak_tau": "peak attention logit / tau",
 }
 NAMES = {  # arch and norm values as the papers write them
-    "pre_ln": "Pre-LN", "post_ln": "Post-LN", "peri_ln": "Peri-LN", "mix_ln": "Mix-LN", "hybridnorm": "HybridNorm",
-    "hybridnorm_star": "HybridNorm*", "deepnorm": "DeepNorm", "ngpt": "nGPT", "lns": "LayerNorm Scaling",
-    "reordered": "reordered Pre-LN", "sandwich": "Sandwich", "sandwich_depth": "depth-scaled Sandwich",
-    "normformer": "NormFormer", "simplenorm": "SimpleNorm", "rezero": "ReZero", "fixup": "Fixup", "tfixup": "T-Fixup",
-    "layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "crmsnorm": "CRMSNorm", "dyt": "DyT", "derf": "Derf",
-    "powernorm": "PowerNorm", "scalenorm": "ScaleNorm", "seednorm": "SeeDNorm", "batchnorm": "BatchNorm",
-    "none": "no norm", "adamw": "AdamW", "sgd": "SGD", "lion": "Lion", "muon": "Muon", "adafactor": "Adafactor",
-}  # fmt: skip
+    "pre_ln": "Pre-LN",
+    "post_ln": "Post-LN",
+    "peri_ln": "Peri-LN",
+    "mix_ln": "Mix-LN",
+    "hybridnorm": "HybridNorm",
+    "hybridnorm_star": "HybridNorm*",
+    "deepnorm": "DeepNorm",
+    "ngpt": "nGPT",
+    "lns": "LayerNorm Scaling",
+    "reordered": "reordered Pre-LN",
+    "sandwich": "Sandwich",
+    "sandwich_depth": "depth-scaled Sandwich",
+    "normformer": "NormFormer",
+    "simplenorm": "SimpleNorm",
+    "rezero": "ReZero",
+    "fixup": "Fixup",
+    "tfixup": "T-Fixup",
+    "layernorm": "LayerNorm",
+    "rmsnorm": "RMSNorm",
+    "crmsnorm": "CRMSNorm",
+    "dyt": "DyT",
+    "derf": "Derf",
+    "powernorm": "PowerNorm",
+    "scalenorm": "ScaleNorm",
+    "seednorm": "SeeDNorm",
+    "batchnorm": "BatchNorm",
+    "none": "no norm",
+    "adamw": "AdamW",
+    "sgd": "SGD",
+    "lion": "Lion",
+    "muon": "Muon",
+    "adafactor": "Adafactor",
+}
 PANEL_WIDTH, MAX_WIDTH = 3.3, 6.8  # inches: one test a single column, more tests up to a double one
 
 
@@ -94,9 +120,9 @@ def caption(result: dict, also: str) -> str:
 
 def plot_claim(result: dict, runs, claim, path: Path) -> Path:
     """The claim's figure at ``path`` (PNG) with PDF and SVG copies beside it."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred (start-up time): matplotlib
 
-    from normbench.report.figures import SINGLE, grid, rc, set_log
+    from normbench.report.figures import SINGLE, grid, rc, set_log  # deferred (start-up time): torch, hydra, omegaconf
 
     tests = result["tests"]
     colors = side_colors(runs)
@@ -115,12 +141,16 @@ def plot_claim(result: dict, runs, claim, path: Path) -> Path:
             ax.set_title(_wrap(f"{t['name']}: {t['verdict']}", chars), fontsize=8, loc="left")
         for ax in axes[len(tests) :]:
             ax.set_axis_off()
-        return save_figure(fig, path, f"{result['claim']} ({result['scale']}): {result['verdict']}",
-                           formats=("png", "pdf", "svg"), dpi=200)  # fmt: skip
+        return save_figure(
+            fig,
+            path,
+            f"{result['claim']} ({result['scale']}): {result['verdict']}",
+            formats=("png", "pdf", "svg"),
+            dpi=200,
+        )
 
 
 def _wrap(text: str, chars: float) -> str:
-    import textwrap
 
     return textwrap.fill(text, width=max(20, int(chars)))
 
@@ -128,8 +158,8 @@ def _wrap(text: str, chars: float) -> str:
 def side_colors(runs) -> dict:
     """{setting: colour} as the report colours its groups (report.figures.Styles over the claim's runs), so a
     side has one colour on the claim's figure and in the report below it."""
-    from normbench.analysis.loading import group_runs
-    from normbench.report.figures import Styles
+    from normbench.analysis.loading import group_runs  # deferred (start-up time): hydra, omegaconf, numpy
+    from normbench.report.figures import Styles  # deferred (start-up time): torch, hydra, omegaconf
 
     groups = group_runs(list(runs)) if runs else []
     if not groups:
@@ -159,8 +189,15 @@ def _plot_sides(ax, t: dict, test, set_log, colors: dict | None = None) -> None:
             ax.hlines(m, i - 0.22, i + 0.22, color="k", lw=1.5, zorder=3)
         bad = {k: n for k, n in side["outcomes"].items() if k not in ("learned", "unstable")}
         if bad:
-            ax.annotate(", ".join(f"{n} {k}" for k, n in bad.items()), (i, 0), xycoords=("data", "axes fraction"),
-                        ha="center", va="bottom", fontsize=7, color="crimson")  # fmt: skip
+            ax.annotate(
+                ", ".join(f"{n} {k}" for k, n in bad.items()),
+                (i, 0),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="crimson",
+            )
     _draw_interval(ax, t, test, sides, log)
     _draw_rule(ax, t, test, sides, log)
     tuned = t.get("tuned") or {}  # each side at its own best value: name it under the side
@@ -211,8 +248,18 @@ def _draw_interval(ax, t: dict, test, sides: list[dict], log: bool) -> None:
     shift = _shift(ref, log)
     effect, lo, hi = (shift(v) for v in drawn)
     x = len(sides) - 1 + 0.35
-    ax.errorbar([x], [effect], yerr=[[effect - lo], [hi - effect]], fmt="D", ms=4, color="k", capsize=3, lw=1.2,
-                zorder=4, label=f"effect, 95% CI ({t.get('interval') or 'interval'})")  # fmt: skip
+    ax.errorbar(
+        [x],
+        [effect],
+        yerr=[[effect - lo], [hi - effect]],
+        fmt="D",
+        ms=4,
+        color="k",
+        capsize=3,
+        lw=1.2,
+        zorder=4,
+        label=f"effect, 95% CI ({t.get('interval') or 'interval'})",
+    )
 
 
 def _draw_rule(ax, t: dict, test, sides: list[dict], log: bool) -> None:
@@ -241,9 +288,8 @@ def _draw_rule(ax, t: dict, test, sides: list[dict], log: bool) -> None:
 def save_figure(fig, path: Path, title: str, formats=("png",), dpi: int = 110) -> Path:
     """Title, tight layout, the figure saved as ``path`` (PNG) and in ``formats`` beside it; the figure is
     closed. The title is wrapped to the figure's width."""
-    import textwrap
 
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred (start-up time): matplotlib
 
     fig.suptitle(textwrap.fill(title, width=max(40, int(fig.get_figwidth() * 12))), fontsize=9)
     if fig.get_layout_engine() is None:

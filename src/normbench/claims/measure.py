@@ -8,6 +8,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from omegaconf import OmegaConf
+
 from normbench.analysis.loading import Run, canonical_value, norm_value, setting
 from normbench.analysis.stats import (  # seed_pairs: the pairing rule, shared with report
     FINISHED,
@@ -27,6 +29,7 @@ from normbench.claims.registry import Claim, Test
 from normbench.claims.skip_eval import read_skip
 from normbench.claims.timing import round_tps, timing_of, timing_record, value_of
 from normbench.diag.outcomes import finite
+from normbench.model import weight_init_std
 from normbench.run.eval_file import downstream_value, split_metric
 
 
@@ -65,9 +68,6 @@ def run_init(run: Run) -> float | None:
     """The weight init a run started from: the ``init_std`` its summary recorded; for a run from before
     that key, ``model.weight_init_std`` of its config (an old ``norm.width_init`` read as what it
     computed, d^-0.5)."""
-    from omegaconf import OmegaConf
-
-    from normbench.model import weight_init_std
 
     if (run.summary or {}).get("init_std") is not None:
         return float(run.summary["init_std"])
@@ -216,8 +216,9 @@ def _tune(test: Test, sides: _Sides) -> tuple[_Sides, dict | None, list[str]]:
         "chosen": {labels[side]: chosen.get(side) for side in labels},
         "tried": {labels[side]: tried[side] for side in labels},
     }
-    failed = [f"{labels[side]}: no {test.tune} of the grid learned with every seed" for side, v in chosen.items()
-              if v is None]  # fmt: skip
+    failed = [
+        f"{labels[side]}: no {test.tune} of the grid learned with every seed" for side, v in chosen.items() if v is None
+    ]
     return replace(sides, g_runs=g_runs, b_runs=b_runs), record, failed
 
 
@@ -276,8 +277,16 @@ def _judge_values(test: Test, sides: _Sides, g_vals, b_vals, min_seeds: int, pro
         return V.judge_on_par(xs, _transform(b_vals, test.transform), test.band, min_seeds, probs, paired=paired)
     g = [r for r in sides.g_runs if r.status in FINISHED]
     b = [r for r in sides.b_runs if r.status in FINISHED]
-    return V.judge_outcome(sum(r.outcome in LEARNED for r in g), len(g), sum(r.outcome in LEARNED for r in b),
-                           len(b), test.direction, test.threshold, min_seeds, probs)  # fmt: skip
+    return V.judge_outcome(
+        sum(r.outcome in LEARNED for r in g),
+        len(g),
+        sum(r.outcome in LEARNED for r in b),
+        len(b),
+        test.direction,
+        test.threshold,
+        min_seeds,
+        probs,
+    )
 
 
 def _judge_largest_lr(test: Test, sides: _Sides, min_seeds: int, probs: list[str]) -> tuple[dict, list, list, int]:
@@ -290,8 +299,9 @@ def _judge_largest_lr(test: Test, sides: _Sides, min_seeds: int, probs: list[str
     seeds = lambda rs: min((len(at_lr(rs, lr)) for lr in grid), default=0)
     g, b = sides.g_runs, sides.b_runs
     lr_g, lr_b = best(g), best(b)
-    res = V.judge_largest_lr(lr_g, lr_b, grid, test.threshold or 1, seeds(g), seeds(b), min_seeds, probs,
-                             test.direction)  # fmt: skip
+    res = V.judge_largest_lr(
+        lr_g, lr_b, grid, test.threshold or 1, seeds(g), seeds(b), min_seeds, probs, test.direction
+    )
     res["largest_lr"] = {sides.g_label: lr_g, sides.b_label: lr_b}
     res["learned_share"] = {sides.g_label: _learned_share(g, grid), sides.b_label: _learned_share(b, grid)}
     return res, [lr_g] if lr_g else [], [lr_b] if lr_b else [], min(seeds(g), seeds(b))
@@ -348,8 +358,7 @@ def _groups(sides: _Sides, g_vals, b_vals) -> dict:
     return out
 
 
-def judge_claim(claim: Claim, runs: list[Run], scale: str, min_seeds: int = V.MIN_SEEDS, at=None,
-                timing=None) -> dict:  # fmt: skip
+def judge_claim(claim: Claim, runs: list[Run], scale: str, min_seeds: int = V.MIN_SEEDS, at=None, timing=None) -> dict:
     """Every test's verdict and the claim's; ``timing``: the timing tests' benchmark (:func:`judge_test`)."""
     parts = [judge_test(t, runs, min_seeds, at, timing) for t in claim.tests]
     first = parts[0]

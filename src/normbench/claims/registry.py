@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from normbench.config.files import config_dir
 from normbench.errors import ConfigError
 from normbench.run.eval_file import split_metric
 from normbench.runtime.precision import cpu_native_bf16
@@ -54,10 +55,22 @@ def cpu_mode() -> tuple[str, ...]:
 
 
 METRICS = (
-    "best_val_loss", "final_val_loss", "tokens_per_s", "var_growth", "grad_spread", "grad_cv",
-    "massive_ratio_peak", "massive_onset_frac", "steps_to_target", "tokens_to_target", "seconds_to_target",
-    "skip_cost_deep", "learned", "attn_logit_peak", "attn_logit_peak_tau",
-)  # fmt: skip
+    "best_val_loss",
+    "final_val_loss",
+    "tokens_per_s",
+    "var_growth",
+    "grad_spread",
+    "grad_cv",
+    "massive_ratio_peak",
+    "massive_onset_frac",
+    "steps_to_target",
+    "tokens_to_target",
+    "seconds_to_target",
+    "skip_cost_deep",
+    "learned",
+    "attn_logit_peak",
+    "attn_logit_peak_tau",
+)
 
 
 @dataclass
@@ -129,7 +142,6 @@ def override_key(override: str) -> str:
 
 
 def claims_dir() -> Path:
-    from normbench.config.files import config_dir
 
     return config_dir() / "claims"
 

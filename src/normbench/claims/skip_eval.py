@@ -16,14 +16,14 @@ from pathlib import Path
 
 
 def skip_losses(run_dir: Path) -> dict | None:
-    import torch
+    import torch  # deferred (start-up time): torch
 
-    from normbench.data.batches import fixed_batches
-    from normbench.data.corpus import load_data
-    from normbench.model import build_model, padded_vocab
-    from normbench.run.reader import RunReader
-    from normbench.train import ckpt_store
-    from normbench.train.build import VAL_SEED
+    from normbench.data.batches import fixed_batches  # deferred (start-up time): torch, numpy
+    from normbench.data.corpus import load_data  # deferred (start-up time): hydra, omegaconf, numpy
+    from normbench.model import build_model, padded_vocab  # deferred (start-up time): torch, hydra, omegaconf
+    from normbench.run.reader import RunReader  # deferred (start-up time): yaml
+    from normbench.train import ckpt_store  # deferred (start-up time): torch
+    from normbench.train.build import VAL_SEED  # deferred (start-up time): torch, hydra, omegaconf
 
     run = RunReader(run_dir)
     path = ckpt_store.latest(run.checkpoint_path.parent)
@@ -56,7 +56,7 @@ def skip_losses(run_dir: Path) -> dict | None:
 
 
 def _identity():
-    import torch
+    import torch  # deferred (start-up time): torch
 
     class Identity(torch.nn.Module):
         """A block that passes the residual stream through (called like a block: ``(x, rope)``)."""
@@ -68,6 +68,6 @@ def _identity():
 
 
 def read_skip(run_dir: Path) -> dict | None:
-    from normbench.run.reader import RunReader
+    from normbench.run.reader import RunReader  # deferred (start-up time): yaml
 
     return RunReader(run_dir).layer_skip()

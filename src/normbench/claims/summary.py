@@ -98,8 +98,10 @@ def protocol_text(result: dict) -> str | None:
         return None
     parts = []
     if scale != "cpu":
-        parts.append(f"scale={scale} is not the verdict's protocol (scale=cpu: the papers' length and step size)"
-                     + ("; quick is the pipeline's smoke test" if scale == "quick" else ""))  # fmt: skip
+        parts.append(
+            f"scale={scale} is not the verdict's protocol (scale=cpu: the papers' length and step size)"
+            + ("; quick is the pipeline's smoke test" if scale == "quick" else "")
+        )
     if changes:
         parts.append(f"the command changed the claim's protocol: {', '.join(changes)}")
     return f"**Protocol changed**: {'; '.join(parts)}. Read this verdict as one of these runs, not of the claim."
@@ -108,8 +110,10 @@ def protocol_text(result: dict) -> str | None:
 def verdict_line(result: dict) -> str:
     """The claim's verdict in one line (the console's and the page's), naming the test(s) that decide it."""
     tests = deciding(result)
-    which = "; ".join(f"{t['name']}: {t['verdict']}, {metric_words(t['metric'])} {sides(t)} {effect_text(t)}, "
-                      f"{rule_text(t)}" for t in tests)  # fmt: skip
+    which = "; ".join(
+        f"{t['name']}: {t['verdict']}, {metric_words(t['metric'])} {sides(t)} {effect_text(t)}, {rule_text(t)}"
+        for t in tests
+    )
     how = f"all {len(tests)} judged tests hold:" if len(tests) > 1 and result["verdict"] == V.HOLDS else "decided by"
     line = f"{result['claim']}: {result['verdict']} at scale={result['scale']}, {how} {which}; {deciding_over(result)}"
     return line + (f" ({result['reason']})" if result.get("reason") else "")
@@ -124,10 +128,18 @@ def _sides_cell(t: dict) -> str:
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(v["outcomes"].items()))
         out.append(f"{side_name(g)}: mean {mean} over {len(v['values'])} ({outcomes})")
     if tu := t.get("tuned"):  # each side at its own best value: say which, and what every value gave
-        out.append(f"each side at its own best {tu['key']}: " + "; ".join(
-            f"{side_name(g)} at {tu['chosen'][g]} (tried: " + ", ".join(
-                f"{v}: {', '.join(f'{n} {k}' for k, n in sorted(c.items()))}" for v, c in sorted(tu["tried"][g].items())
-            ) + ")" for g in tu["chosen"]))  # fmt: skip
+        out.append(
+            f"each side at its own best {tu['key']}: "
+            + "; ".join(
+                f"{side_name(g)} at {tu['chosen'][g]} (tried: "
+                + ", ".join(
+                    f"{v}: {', '.join(f'{n} {k}' for k, n in sorted(c.items()))}"
+                    for v, c in sorted(tu["tried"][g].items())
+                )
+                + ")"
+                for g in tu["chosen"]
+            )
+        )
     return "; ".join(out)
 
 
@@ -160,26 +172,37 @@ def claim_blocks(result: dict, runs_dir: Path, formats=("pdf", "svg")) -> list[t
     tests = deciding(result)
     decided = ", ".join(f"“{t['name']}”" for t in tests)
     how = f"every judged test holds ({decided})" if result["verdict"] == V.HOLDS else f"decided by {decided}"
-    effects = "; ".join(f"{metric_words(t['metric'])}, {sides(t)}: {effect_text(t)} (rule {rule_text(t)})"
-                        for t in tests)  # fmt: skip
+    effects = "; ".join(
+        f"{metric_words(t['metric'])}, {sides(t)}: {effect_text(t)} (rule {rule_text(t)})" for t in tests
+    )
     reason = f" {result['reason'][0].upper()}{result['reason'][1:]}." if result.get("reason") else ""
     caption = figure_caption(result, ", ".join(f"`claim.{e}`" for e in formats))
     return [
         ("p", f"**Paper**: {result['paper']}."),
-        ("p", f"**Verdict: {result['verdict']}** at scale={result['scale']}, {how}: {effects}; "
-              f"{deciding_over(result)}.{reason}"),
+        (
+            "p",
+            f"**Verdict: {result['verdict']}** at scale={result['scale']}, {how}: {effects}; "
+            f"{deciding_over(result)}.{reason}",
+        ),
         *([("p", text)] if (text := protocol_text(result)) else []),
         *([("p", mode_text(result["mode"]))] if result.get("mode") else []),
-        ("img", "claim.png", f"the claim's tests: each side's values by seed, its mean and the threshold "
-                             f"({', '.join(METRIC_WORDS.get(t['metric'], t['metric']) for t in result['tests'])})",
-         caption),
+        (
+            "img",
+            "claim.png",
+            f"the claim's tests: each side's values by seed, its mean and the threshold "
+            f"({', '.join(METRIC_WORDS.get(t['metric'], t['metric']) for t in result['tests'])})",
+            caption,
+        ),
         ("h", 2, "Tests"),
         ("table", TEST_HEADER, _test_rows(result), TESTS_CAPTION),
-        ("p", f"**Runs**: `{runs_dir}`, {result.get('n_runs', '—')} runs, their wall-clock total "
-              f"{fmt(result.get('run_time_s'))} s; commit `{result.get('commit')}`; every number is in "
-              "`verdict.json` beside this page. Below: the report of these runs, its verdict box against the "
-              "claim's baseline (effects group − baseline, as above)."),
-    ]  # fmt: skip
+        (
+            "p",
+            f"**Runs**: `{runs_dir}`, {result.get('n_runs', '—')} runs, their wall-clock total "
+            f"{fmt(result.get('run_time_s'))} s; commit `{result.get('commit')}`; every number is in "
+            "`verdict.json` beside this page. Below: the report of these runs, its verdict box against the "
+            "claim's baseline (effects group − baseline, as above).",
+        ),
+    ]
 
 
 def mode_text(mode: dict) -> str:

@@ -46,5 +46,10 @@ def timing_record(bench: dict | str, metric: str) -> dict:
         rounds = {"interval": "paired over benchmark rounds"} if metric == "tokens_per_s" else {}
         return {"timing": "paired benchmark", "benchmark": bench, **rounds}
     why = f"not judged: {bench}; the runs' own wall clocks on a shared machine are not a measurement"
-    return {"timing": "runs' wall clocks", "timing_reason": bench, "informative": True, "verdict": V.INCONCLUSIVE,
-            "reason": why}  # fmt: skip
+    return {
+        "timing": "runs' wall clocks",
+        "timing_reason": bench,
+        "informative": True,
+        "verdict": V.INCONCLUSIVE,
+        "reason": why,
+    }

@@ -59,8 +59,9 @@ def _signed_rule(effect: float, ci: list[float], direction: str, threshold: floa
     return INCONCLUSIVE, "interval too wide: it includes zero and reaches past the threshold"
 
 
-def judge_difference(xs, base, direction: str, threshold: float, min_seeds: int = MIN_SEEDS, problems=(),
-                     paired: bool = False) -> dict:  # fmt: skip
+def judge_difference(
+    xs, base, direction: str, threshold: float, min_seeds: int = MIN_SEEDS, problems=(), paired: bool = False
+) -> dict:
     """``xs`` (and ``base``, or a number) are the per-seed values; ``problems`` lists runs that make
     the test inconclusive (stuck, diverged, unfinished); ``paired``: see :func:`interval`."""
     n_base = None if isinstance(base, (int, float)) else len(base)
@@ -98,8 +99,9 @@ def newcombe_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, list[f
     return d, [d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)]
 
 
-def judge_outcome(k, n, k_base, n_base, direction: str, threshold: float, min_seeds: int = MIN_SEEDS,
-                  problems=()) -> dict:  # fmt: skip
+def judge_outcome(
+    k, n, k_base, n_base, direction: str, threshold: float, min_seeds: int = MIN_SEEDS, problems=()
+) -> dict:
     """``k`` of ``n`` group runs learned, ``k_base`` of ``n_base`` baseline runs."""
     effect, ci = newcombe_interval(k, n, k_base, n_base) if n and n_base else (None, [None, None])
     if why := _seeds_reason(n, n_base, min_seeds, problems):
@@ -108,8 +110,17 @@ def judge_outcome(k, n, k_base, n_base, direction: str, threshold: float, min_se
     return _result(verdict, effect, ci, why)
 
 
-def judge_largest_lr(lr, lr_base, grid: list[float], threshold: float = 1, n_seeds: int = 0, n_base: int = 0,
-                     min_seeds: int = MIN_SEEDS, problems=(), direction: str = "higher") -> dict:  # fmt: skip
+def judge_largest_lr(
+    lr,
+    lr_base,
+    grid: list[float],
+    threshold: float = 1,
+    n_seeds: int = 0,
+    n_base: int = 0,
+    min_seeds: int = MIN_SEEDS,
+    problems=(),
+    direction: str = "higher",
+) -> dict:
     """``lr``/``lr_base``: the largest grid LR at which every seed learned (None: none did, i.e.
     below the grid). Effect: grid steps from the baseline's to the group's."""
     grid = sorted(grid)
@@ -121,8 +132,13 @@ def judge_largest_lr(lr, lr_base, grid: list[float], threshold: float = 1, n_see
         return _result(INCONCLUSIVE, effect, None, "no LR of the grid learned with every seed in either group")
     if lr is None or lr_base is None:  # below the grid, or not learning at this scale at all: no way to tell
         side = "the group" if lr is None else "the baseline"
-        return _result(INCONCLUSIVE, effect, None, f"no LR of the grid learned with every seed in {side}: its largest "
-                       "learning LR is not on the grid (widen the grid downward, or train longer)")  # fmt: skip
+        return _result(
+            INCONCLUSIVE,
+            effect,
+            None,
+            f"no LR of the grid learned with every seed in {side}: its largest "
+            "learning LR is not on the grid (widen the grid downward, or train longer)",
+        )
     if lr == lr_base == grid[-1]:
         return _result(INCONCLUSIVE, effect, None, "both learn at the largest LR of the grid; widen the grid")
     s = effect if direction == "higher" else -effect

@@ -9,6 +9,7 @@ so a typo, a wrong type or an impossible value ends before any work with one lin
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
@@ -16,12 +17,23 @@ import signal
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from normbench.cli.listing import list_cli
+from normbench.cli.overrides import (
+    check_output_dir_writable,
+    check_override_syntax,
+    check_run_dir_free,
+    prevalidate,
+    sweep_without_m,
+)
+from normbench.cli.prepare import prepare_cli
 from normbench.config.files import config_dir, user_config_dirs
+from normbench.downstream.cli import main as eval_main
 from normbench.errors import ConfigError, error, first_line
 from normbench.run import commands
-from normbench.run.rundir import job_dir_name
+from normbench.run.lock import RunDirInUse
+from normbench.run.rundir import RunDir, job_dir_name
 
 # sweep job directories: hydra.sweep.subdir in conf/config.yaml (registered here, at import, so that a
 # launcher's worker process that unpickles run_job has it too)
@@ -76,16 +88,9 @@ def _torchrun_overrides(argv: list[str]) -> list[str]:
 
 
 def train_cli(argv: list[str]) -> int:
-    import hydra
-    from omegaconf import DictConfig
+    import hydra  # deferred (start-up time): hydra
 
-    from normbench.cli.overrides import (
-        _check_output_dir_writable,
-        _check_override_syntax,
-        _check_run_dir_free,
-        prevalidate,
-    )
-    from normbench.config.schema import register_configs
+    from normbench.config.schema import register_configs  # deferred (start-up time): hydra
 
     register_configs()
     info_only = any(a in HYDRA_FLAGS_NO_VALIDATE for a in argv)
@@ -93,7 +98,7 @@ def train_cli(argv: list[str]) -> int:
     overrides = [a for a in argv if not a.startswith("-") and "=" in a]
     _ARGV[:] = argv
     try:
-        _check_override_syntax(overrides)
+        check_override_syntax(overrides)
         argv = argv + _torchrun_overrides(argv)
         for prev, a in zip(["-"] + argv, argv):
             if not info_only and "=" not in a and not a.startswith("-") and prev not in FLAGS_WITH_VALUE:
@@ -101,8 +106,8 @@ def train_cli(argv: list[str]) -> int:
         if not info_only:
             prevalidate(overrides, user_config_dirs(argv))
         if not info_only and not show_cfg:
-            _check_output_dir_writable(argv)
-            _check_run_dir_free(argv)
+            check_output_dir_writable(argv)
+            check_run_dir_free(argv)
     except ConfigError as exc:
         return error(str(exc))
 
@@ -118,8 +123,7 @@ def _run_hydra(app, argv: list[str]) -> int:
     sweep's jobs it ends the sweep), and Hydra's own errors (a config it cannot load, a sweeper or
     launcher setting) come back as exceptions instead of Hydra's printout and exit 1, so that they are
     one line and exit 2 like every other bad input; a job's own crash (a bug) keeps its traceback."""
-    from normbench.cli.overrides import sweep_without_m
-    from normbench.train.signals import STOP
+    from normbench.train.signals import STOP  # deferred (start-up time): torch
 
     saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["normbench train"] + argv
@@ -161,14 +165,12 @@ def resume_command(run_dir: Path, sweep_dir: Path | None = None) -> str:
 
 def run_job(cfg) -> float:
     """One Hydra job. Returns the value an optimizing sweeper minimizes (best val loss)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
+    from hydra.core.hydra_config import HydraConfig  # deferred (start-up time): hydra
+    from hydra.types import RunMode  # deferred (start-up time): hydra
 
-    from normbench.run.callbacks import Refused
-    from normbench.run.lock import RunDirInUse
-    from normbench.run.rundir import RunDir
-    from normbench.train import trainer
-    from normbench.train.signals import STOP
+    from normbench.run.callbacks import Refused  # deferred (start-up time): hydra
+    from normbench.train import trainer  # deferred (start-up time): torch, hydra, numpy
+    from normbench.train.signals import STOP  # deferred (start-up time): torch
 
     _JOB_STARTED.append(True)
     hc = HydraConfig.get()
@@ -232,7 +234,6 @@ def load_plugins() -> None:
     """Import the modules named in ``NORMBENCH_PLUGINS`` (comma-separated) before any command runs:
     the hook point for code that lives outside the package, e.g. a module that calls
     ``register_norm`` for a norm of its own, or wraps one of the trainer's extension points."""
-    import importlib
 
     for name in filter(None, (n.strip() for n in os.environ.get("NORMBENCH_PLUGINS", "").split(","))):
         try:
@@ -254,31 +255,25 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "train":
         return train_cli(rest)
     if cmd == "prepare":
-        from normbench.cli.prepare import prepare_cli
-
         return prepare_cli(rest)
     if cmd == "report":
-        from normbench.report import main as report_main
+        from normbench.report import main as report_main  # deferred (start-up time): torch, hydra, numpy
 
         return report_main(rest)
     if cmd == "list":
-        from normbench.cli.listing import list_cli
-
         return list_cli(rest)
     if cmd in ("export", "sample"):
-        from normbench.export.cli import export_main, sample_main
+        from normbench.export.cli import export_main, sample_main  # deferred (start-up time): torch
 
         return export_main(rest) if cmd == "export" else sample_main(rest)
     if cmd == "eval":
-        from normbench.downstream.cli import main as eval_main
-
         return eval_main(rest)
     if cmd == "reproduce":
-        from normbench.reproduce import main as reproduce_main
+        from normbench.reproduce import main as reproduce_main  # deferred (start-up time): torch, hydra, numpy
 
         return reproduce_main(rest)
     if cmd == "coordcheck":
-        from normbench.diag.coordcheck import main as coordcheck_main
+        from normbench.diag.coordcheck import main as coordcheck_main  # deferred (start-up time): torch
 
         return coordcheck_main(rest)
     commands_ = "train, prepare, report, list, export, sample, eval, reproduce, coordcheck"

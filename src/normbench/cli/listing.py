@@ -46,7 +46,7 @@ def list_cli(argv: list[str]) -> int:
     for group in groups:
         if group not in GROUPS:
             return error(f"unknown group {group!r}; choose one of: {', '.join(GROUPS)}")
-    from normbench import validation
+    from normbench import validation  # deferred (start-up time): torch, hydra, omegaconf
 
     registries = {"arch": validation.archs, "norm": validation.norms, "optim": validation.optims}
     for group in groups:

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from normbench.config.files import GROUPS, config_dir, options
 from normbench.errors import ConfigError, first_line
+from normbench.run.lock import RunLock
 
 
 def _flat_keys(node, prefix: str = "") -> list[str]:
-    from omegaconf import DictConfig
+    from omegaconf import DictConfig  # deferred (start-up time): omegaconf
 
     keys = []
     for k in node.keys() if isinstance(node, DictConfig) else []:
@@ -48,12 +49,11 @@ CONVERSION = {"Float": "a number", "Integer": "a whole number", "Boolean": "true
 def _conversion(key: str, msg: str, override: str | None, base_cfg) -> str | None:
     """OmegaConf's "Value 'abc' of type 'str' could not be converted to Float" in our words, with the
     key's current value as an example."""
-    import re
 
     found = re.search(r"could not be converted to (\w+)", msg)
     if not found or found.group(1) not in CONVERSION:
         return None
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred (start-up time): omegaconf
 
     given = override.split("=", 1)[1] if override and "=" in override else "?"
     now = OmegaConf.select(base_cfg, key, default=None) if base_cfg is not None else None
@@ -69,7 +69,7 @@ def _unknown_key(key: str, base_keys: list[str]) -> str:
 
 def _explain(exc: Exception, override: str | None, base_keys: list[str], base_cfg=None) -> str:
     """One line out of Hydra/OmegaConf's multi-line composition errors."""
-    from omegaconf.errors import ConfigKeyError, ValidationError
+    from omegaconf.errors import ConfigKeyError, ValidationError  # deferred (start-up time): omegaconf
 
     cause = exc
     while cause.__cause__ is not None and not isinstance(cause, (ValidationError, ConfigKeyError)):
@@ -85,10 +85,10 @@ def _explain(exc: Exception, override: str | None, base_keys: list[str], base_cf
     return f"{override}: {first}" if override and override.split("=", 1)[0] not in first else first
 
 
-def _expand(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[list[str]]:
+def expand_sweep(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[list[str]]:
     """Override lists to compose: the first value of every sweep, then each other sweep value once."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import Glob
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # deferred (start-up time): hydra
+    from hydra.core.override_parser.types import Glob  # deferred (start-up time): hydra
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     base, sweeps = [], []
@@ -118,11 +118,11 @@ def _expand(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> list[lis
 
 def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None:
     """Compose and validate the config for ``overrides``; raises ConfigError with one line."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import OverrideParseException
+    from hydra import compose, initialize_config_dir  # deferred (start-up time): hydra
+    from hydra.core.global_hydra import GlobalHydra  # deferred (start-up time): hydra
+    from hydra.errors import OverrideParseException  # deferred (start-up time): hydra
 
-    from normbench.validation import to_config
+    from normbench.validation import to_config  # deferred (start-up time): torch, hydra, omegaconf
 
     user = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     for o in user:
@@ -134,7 +134,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
                     raise ConfigError(not_an_option(key, v, allowed))
     searchpath = [f"hydra.searchpath=[{','.join('file://' + str(d) for d in extra_dirs)}]"] if extra_dirs else []
     try:
-        variants = [searchpath + v for v in _expand(user, extra_dirs)]
+        variants = [searchpath + v for v in expand_sweep(user, extra_dirs)]
     except OverrideParseException as exc:
         raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
     GlobalHydra.instance().clear()
@@ -152,7 +152,7 @@ def prevalidate(overrides: list[str], extra_dirs: tuple[Path, ...] = ()) -> None
             _reject_nan(cfg)
             cfg = to_config(cfg)  # the same typed config and one validation pass the trainer gets
             if cfg.device == "cuda" or cfg.precision in ("fp16", "bf16"):  # what this machine cannot run
-                from normbench.train.build import resolve_device
+                from normbench.train.build import resolve_device  # deferred (start-up time): torch, hydra, omegaconf
 
                 resolve_device(cfg)
     GlobalHydra.instance().clear()
@@ -172,7 +172,7 @@ def _check_appended_keys(user: list[str], base_keys: list[str], extra_dirs: tupl
 
 def _check_hydra_groups(overrides: list[str]) -> None:
     """``hydra/launcher=...`` and the like: an unknown option is one line here, not Hydra's 14."""
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.global_hydra import GlobalHydra  # deferred (start-up time): hydra
 
     loader = GlobalHydra.instance().config_loader()
     for o in overrides:
@@ -187,8 +187,8 @@ def _check_hydra_groups(overrides: list[str]) -> None:
 def _reject_nan(cfg) -> None:
     """``nan`` passes every ``< 0`` / ``== 0`` check, so it is refused for every key up front
     (and an interpolation that cannot be resolved, e.g. ``${oc.env:UNSET}``, is one line too)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf import OmegaConf  # deferred (start-up time): omegaconf
+    from omegaconf.errors import OmegaConfBaseException  # deferred (start-up time): omegaconf
 
     try:
         container = OmegaConf.to_container(cfg, resolve=True)
@@ -208,7 +208,7 @@ def _reject_nan(cfg) -> None:
 
 def _first_bad(variant: list[str]) -> str | None:
     """The override that breaks composition (composing them one at a time)."""
-    from hydra import compose
+    from hydra import compose  # deferred (start-up time): hydra
 
     for i in range(len(variant)):
         try:
@@ -218,11 +218,11 @@ def _first_bad(variant: list[str]) -> str | None:
     return None
 
 
-def _check_override_syntax(overrides: list[str]) -> None:
+def check_override_syntax(overrides: list[str]) -> None:
     """Hydra's override grammar, checked for every override (``hydra.*`` ones too) before Hydra parses
     them: an unquoted non-ASCII or special character is one line with the quoting that works."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # deferred (start-up time): hydra
+    from hydra.errors import OverrideParseException  # deferred (start-up time): hydra
 
     parser = OverridesParser.create()
     for o in overrides:
@@ -253,7 +253,7 @@ def sweep_without_m(message: str) -> str | None:
     return f"{sweep}; for one value that is a list write {key}=[{value}], for a string quote it: \"{key}='{value}'\""
 
 
-def _check_output_dir_writable(argv: list[str]) -> None:
+def check_output_dir_writable(argv: list[str]) -> None:
     """The run (or sweep) directory, or the nearest existing directory above it, must be writable:
     Hydra would otherwise fail with a traceback while creating it."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
@@ -273,13 +273,11 @@ def _check_output_dir_writable(argv: list[str]) -> None:
         ) from None
 
 
-def _check_run_dir_free(argv: list[str]) -> None:
+def check_run_dir_free(argv: list[str]) -> None:
     """A single run into an explicit ``hydra.run.dir`` that a live run holds is refused before Hydra
     rewrites that directory's ``.hydra/`` (the lock itself is taken in ``trainer.run``)."""
     if any(a in ("-m", "--multirun") for a in argv) or int(os.environ.get("WORLD_SIZE", 1)) > 1:
         return
     dirs = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
     if dirs and "${" not in dirs[-1]:
-        from normbench.run.lock import RunLock
-
         RunLock(dirs[-1]).check_free()

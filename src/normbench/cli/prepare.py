@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from normbench.config.files import compose_config
 from normbench.errors import ConfigError, error
 
 USAGE = """usage: python -m normbench prepare data=NAME [data.KEY=VALUE ...]
@@ -24,9 +25,8 @@ def prepare_cli(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    from normbench.config.files import compose_config
-    from normbench.data.checks import check_data
-    from normbench.data.pipeline.prepare import prepare
+    from normbench.data.checks import check_data  # deferred (start-up time): hydra, omegaconf, numpy
+    from normbench.data.pipeline.prepare import prepare  # deferred (start-up time): hydra, omegaconf, numpy
 
     bad = [a for a in argv if "=" not in a or not a.split("=", 1)[0].lstrip("+").startswith("data")]
     if bad:

@@ -15,17 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
+
+from normbench.config.files import options
 
 
 def planned_jobs(config: DictConfig) -> int | None:
     """How many jobs the sweep launches: the product of the sizes of its swept overrides and of
     ``hydra.sweeper.params`` (Optuna: ``n_trials``); None when a range or interval makes it unknown."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import Glob
-
-    from normbench.config.files import options
 
     sweeper = config.hydra.sweeper
     if "optuna" in str(sweeper.get("_target_", "")).lower():
@@ -64,10 +66,8 @@ class SweepProgress(Callback):
             self.total = None
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
 
-        from normbench.runtime.throughput import fmt_time
+        from normbench.runtime.throughput import fmt_time  # deferred (start-up time): torch
 
         hc = HydraConfig.get()
         if hc.mode != RunMode.MULTIRUN:
@@ -87,7 +87,7 @@ class SweepProgress(Callback):
             self.durations.append(time.monotonic() - self.job_start)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from normbench.runtime.throughput import fmt_time
+        from normbench.runtime.throughput import fmt_time  # deferred (start-up time): torch
 
         where = Path(str(config.hydra.sweep.dir))
         took = f" in {fmt_time(time.monotonic() - self.start)}" if self.start is not None else ""
@@ -103,8 +103,8 @@ class SweepProgress(Callback):
 
 def leaderboard_lines(sweep_dir: Path) -> list[str]:
     """The sweep's best groups by best val loss and the verdict box, a few lines for the console."""
-    from normbench.analysis.loading import group_runs, load_runs
-    from normbench.report.verdicts import leaderboard, verdict_lines
+    from normbench.analysis.loading import group_runs, load_runs  # deferred (start-up time): numpy, yaml
+    from normbench.report.verdicts import leaderboard, verdict_lines  # deferred (start-up time): torch, numpy, yaml
 
     runs = load_runs([sweep_dir]) if sweep_dir.is_dir() else []
     if not runs:

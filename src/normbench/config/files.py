@@ -35,10 +35,10 @@ def user_config_dirs(argv: list[str]) -> tuple[Path, ...]:
 
 def compose_config(overrides: list[str] | None = None):
     """The composed, schema-checked config for ``overrides``, as `train` sees it (no run)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra import compose, initialize_config_dir  # deferred (start-up time): hydra
+    from hydra.core.global_hydra import GlobalHydra  # deferred (start-up time): hydra
 
-    from normbench.config.schema import register_configs
+    from normbench.config.schema import register_configs  # deferred (start-up time): hydra, omegaconf
 
     register_configs()
     GlobalHydra.instance().clear()

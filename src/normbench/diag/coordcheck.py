@@ -22,6 +22,9 @@ from pathlib import Path
 
 import torch
 
+from normbench.config.files import compose_config
+from normbench.errors import ConfigError, error
+
 QUANTITIES = ("embed", "attn", "mlp", "resid", "logits")
 BAND = 0.15  # |slope| under muP at the last steps: well under SP's logits slope (~0.5-1) at these widths
 USAGE = """usage: python -m normbench coordcheck [--widths 32 64 128 256] [--depths 2 4 8 16] [--seeds N]
@@ -34,13 +37,12 @@ USAGE = """usage: python -m normbench coordcheck [--widths 32 64 128 256] [--dep
 
 def measure(overrides: list[str], steps: int, seed: int, lr: float, data=None) -> dict[str, list[float]]:
     """quantity -> mean |x| at steps 1..``steps`` (before each step's update) for one config and seed."""
-    from normbench.config.files import compose_config
-    from normbench.data.batches import Batches
-    from normbench.data.corpus import load_data
-    from normbench.model import build_model, padded_vocab
-    from normbench.model.gpt import Sublayer
-    from normbench.optim.optimizers import build_optimizer
-    from normbench.validation import prepare
+    from normbench.data.batches import Batches  # deferred (start-up time): numpy
+    from normbench.data.corpus import load_data  # deferred (start-up time): hydra, omegaconf, numpy
+    from normbench.model import build_model, padded_vocab  # deferred (start-up time): hydra, omegaconf
+    from normbench.model.gpt import Sublayer  # deferred (start-up time): hydra, omegaconf
+    from normbench.optim.optimizers import build_optimizer  # deferred (start-up time): hydra, omegaconf
+    from normbench.validation import prepare  # deferred (start-up time): hydra, omegaconf, numpy
 
     cfg, _ = prepare(compose_config([*overrides, f"optim.lr={lr}", f"seed={seed}", "sched=constant"]))
     data = data if data is not None else load_data(cfg.data, log=lambda *_: None)
@@ -89,23 +91,41 @@ def size_overrides(size: int, depth: bool, head_dim: int) -> list[str]:
     return [f"model.n_layer={size}"] if depth else [f"model.d_model={size}", f"model.n_head={size // head_dim}"]
 
 
-def coord_check(overrides: list[str], sizes: list[int], seeds: int = 3, steps: int = 10, lr: float = 1e-2,
-                depth: bool = False, params: tuple[str, ...] | None = None, first_seed: int = 0) -> dict:  # fmt: skip
+def coord_check(
+    overrides: list[str],
+    sizes: list[int],
+    seeds: int = 3,
+    steps: int = 10,
+    lr: float = 1e-2,
+    depth: bool = False,
+    params: tuple[str, ...] | None = None,
+    first_seed: int = 0,
+) -> dict:
     """Values and slopes for each parametrization: {param: {"values": {size: {q: [per step]}}, "slopes": ...}}."""
-    from normbench.config.files import compose_config
-    from normbench.data.corpus import load_data
+    from normbench.data.corpus import load_data  # deferred (start-up time): hydra, omegaconf, numpy
 
     base = compose_config(overrides)
     head_dim = int(base.model.mup_head_dim)
     data = load_data(base.data, log=lambda *_: None)
     params = params or (("sp", "completep") if depth else ("sp", "mup"))
-    result: dict = {"sizes": sizes, "axis": "n_layer" if depth else "d_model", "seeds": seeds, "steps": steps,
-                    "lr": lr, "band": BAND, "overrides": overrides}  # fmt: skip
+    result: dict = {
+        "sizes": sizes,
+        "axis": "n_layer" if depth else "d_model",
+        "seeds": seeds,
+        "steps": steps,
+        "lr": lr,
+        "band": BAND,
+        "overrides": overrides,
+    }
     for param in params:
         per_size = {}
         for size in sizes:
-            runs = [measure([*overrides, *size_overrides(size, depth, head_dim), f"model.param={param}"], steps,
-                            seed, lr, data) for seed in range(first_seed, first_seed + seeds)]  # fmt: skip
+            runs = [
+                measure(
+                    [*overrides, *size_overrides(size, depth, head_dim), f"model.param={param}"], steps, seed, lr, data
+                )
+                for seed in range(first_seed, first_seed + seeds)
+            ]
             per_size[size] = {q: [sum(r[q][t] for r in runs) / seeds for t in range(steps)] for q in QUANTITIES}
         slopes = {q: [slope(sizes, [per_size[s][q][t] for s in sizes]) for t in range(steps)] for q in QUANTITIES}
         result[param] = {"values": per_size, "slopes": slopes}
@@ -113,15 +133,16 @@ def coord_check(overrides: list[str], sizes: list[int], seeds: int = 3, steps: i
 
 
 def plot(result: dict, path: Path) -> Path:
-    import matplotlib
+    import matplotlib  # deferred (start-up time): matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred (start-up time): matplotlib
 
     params = [p for p in ("sp", "mup", "completep") if p in result]
     sizes, steps = result["sizes"], result["steps"]
-    fig, axes = plt.subplots(len(params), len(QUANTITIES), figsize=(3.0 * len(QUANTITIES), 2.6 * len(params)),
-                             squeeze=False, sharex=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(params), len(QUANTITIES), figsize=(3.0 * len(QUANTITIES), 2.6 * len(params)), squeeze=False, sharex=True
+    )
     cmap = plt.get_cmap("viridis")
     for row, param in zip(axes, params):
         for ax, q in zip(row, QUANTITIES):
@@ -138,8 +159,11 @@ def plot(result: dict, path: Path) -> Path:
     for ax in axes[-1]:
         ax.set_xlabel(result["axis"], fontsize=8)
     axes[0][-1].legend(fontsize=6, ncol=2)
-    fig.suptitle(f"coordinate check: {result['seeds']} seeds, AdamW lr {result['lr']:g}, steps 1-{steps} "
-                 f"(slope: log2 mean|x| vs log2 {result['axis']}; flat = transfers)", fontsize=9)  # fmt: skip
+    fig.suptitle(
+        f"coordinate check: {result['seeds']} seeds, AdamW lr {result['lr']:g}, steps 1-{steps} "
+        f"(slope: log2 mean|x| vs log2 {result['axis']}; flat = transfers)",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -159,7 +183,6 @@ def _ints(args: list[str], flag: str, default: list[int]) -> list[int]:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.errors import ConfigError, error
 
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE)

@@ -120,7 +120,7 @@ def sublayer_of(name: str) -> str:
     return "attn" if any(f".{k}." in name for k in _NGPT_ATTN) else "mlp"
 
 
-class _Gather:
+class Gather:
     """Tensors computed on the device, moved to the host in one transfer."""
 
     def __init__(self):
@@ -143,7 +143,7 @@ class _Gather:
         return out
 
 
-def residual_stats(hidden: list[torch.Tensor], full: bool, g: _Gather) -> None:
+def residual_stats(hidden: list[torch.Tensor], full: bool, g: Gather) -> None:
     """``*_resid`` statistics of the hidden states ``h_0 .. h_L`` (and, if ``full``, kurtosis and angular distance)."""
     h = torch.stack([x.detach().float() for x in hidden])  # (L+1, B, T, d)
     flat = h.reshape(h.shape[0], -1)
@@ -226,7 +226,7 @@ class Diagnostics:
         self.layer_index = torch.tensor(layer, dtype=torch.long)
         self.sub_index = torch.tensor([0 if s == "attn" else 1 for s in sub], dtype=torch.long)
         self._before: list[torch.Tensor] | None = None
-        self._pending = _Gather()
+        self._pending = Gather()
         self._on_device: dict = {}  # device -> (layer_index, sub_index, batch): copied once, not every step
 
     def _device_tensors(self, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -282,7 +282,7 @@ class Diagnostics:
     @torch.no_grad()
     def collect(self) -> dict:
         """Everything for this diagnostic step, moved to the host in one transfer."""
-        g, self._pending = self._pending, _Gather()
+        g, self._pending = self._pending, Gather()
         was_training = self.model.training
         attn = self.attention_modules() if self.full else []
         batch = self._device_tensors(next(self.model.parameters()).device)[2]
@@ -304,7 +304,7 @@ class Diagnostics:
         self.learned_scalars(g)
         return g.result()
 
-    def _site_scalars(self, g: _Gather, blocks, site: str) -> None:
+    def _site_scalars(self, g: Gather, blocks, site: str) -> None:
         """Per block: each declared norm scalar's mean over the sublayer's norms (``norm_<name>_<site>``), the
         first one also per position where positions differ, and the Output-norm gain's mean."""
         means: dict[str, list[torch.Tensor]] = {}
@@ -337,7 +337,7 @@ class Diagnostics:
         if gains and len(gains) == len(blocks):
             g.add(f"out_norm_gain_{site}", torch.stack(gains))
 
-    def learned_scalars(self, g: _Gather) -> None:
+    def learned_scalars(self, g: Gather) -> None:
         """Norm scalars per site (the norms' ``diag_scalars``), nGPT alpha and s means, Output-norm gain means."""
         blocks = self.model.blocks
         if hasattr(blocks[0], "attn_alpha"):  # nGPT: effective values

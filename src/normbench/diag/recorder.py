@@ -158,9 +158,14 @@ class Recorder:
     def finish(self, status: str, reason: str | None) -> dict:
         """The run's end: status, outcome (learned/unstable/stuck/diverged), per-layer statistics."""
         s = self.state
-        self.summary.update(status=status, reason=reason, step=s.step, tokens=s.tokens,
-                            tokens_per_param=round(s.tokens / self.c.length_params, 4),
-                            **self._spent())  # fmt: skip
+        self.summary.update(
+            status=status,
+            reason=reason,
+            step=s.step,
+            tokens=s.tokens,
+            tokens_per_param=round(s.tokens / self.c.length_params, 4),
+            **self._spent(),
+        )
         if self.is_main:
             baseline = outcomes.baseline_loss(self.c.data)
             self.summary.update(outcomes.run_results(self.summary, self.history, baseline, s.losses.spike.steps))

@@ -37,10 +37,14 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
 from normbench.config.schema import as_dict
 from normbench.diag.outcomes import step_stats
 from normbench.run.reader import RunReader
 from normbench.run.resume import BOOKKEEPING_KEYS
+from normbench.run.rundir import RunDir
 
 log = logging.getLogger("normbench")
 
@@ -48,9 +52,26 @@ log = logging.getLogger("normbench")
 DEPTH_KEYS = ("var_resid", "grad_norm_layer", "maxabs_resid")
 DEPTH_LINES = 6  # diag steps per chart: first, last and evenly spaced between
 # summary.json fields copied into the W&B run summary at finish()
-SUMMARY_KEYS = ("status", "reason", "best_val_loss", "final_val_loss", "final_loss", "tokens_per_s", "spikes",
-                "n_params", "wall_s", "outcome", "baseline_loss", "n_spikes", "var_growth", "grad_spread",
-                "grad_cv", "massive_ratio_peak", "massive_ratio_step", "logit_maxabs")  # fmt: skip
+SUMMARY_KEYS = (
+    "status",
+    "reason",
+    "best_val_loss",
+    "final_val_loss",
+    "final_loss",
+    "tokens_per_s",
+    "spikes",
+    "n_params",
+    "wall_s",
+    "outcome",
+    "baseline_loss",
+    "n_spikes",
+    "var_growth",
+    "grad_spread",
+    "grad_cv",
+    "massive_ratio_peak",
+    "massive_ratio_step",
+    "logit_maxabs",
+)
 
 
 def flatten_record(record: dict) -> dict:
@@ -83,7 +104,7 @@ def _has_credentials() -> bool:
 def _hydra_job():
     """Hydra's config of the running job, or None outside a Hydra app."""
     try:
-        from hydra.core.hydra_config import HydraConfig
+        from hydra.core.hydra_config import HydraConfig  # its failure is handled here
 
         return HydraConfig.get() if HydraConfig.initialized() else None
     except Exception:  # pragma: no cover - Hydra is a hard dependency
@@ -101,8 +122,6 @@ def _group(run_dir: Path) -> str | None:
     """Jobs of one multirun share a group; a single run has none."""
     hc = _hydra_job()
     if hc is not None:
-        from hydra.types import RunMode
-
         return sweep_group(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
     parent = run_dir.resolve().parent
     return sweep_group(parent) if (parent / "multirun.yaml").exists() else None
@@ -124,7 +143,6 @@ def _hydra_info() -> dict:
     hc = _hydra_job()
     if hc is None:
         return {}
-    from omegaconf import OmegaConf
 
     return {  # job.num / override_dirname are unset in a single (non-sweep) run
         "job_num": OmegaConf.select(hc, "job.num", default=None),
@@ -202,7 +220,7 @@ class WandbLogger:
                 run_dir,
             )
             mode = "offline"
-        import wandb
+        import wandb  # deferred (start-up time): wandb
 
         config = as_dict(cfg)
         if info := _hydra_info():
@@ -267,7 +285,7 @@ class WandbLogger:
 
     def _depth_charts(self) -> dict:
         """``depth/<metric>``: one line per chosen diag step, x = depth (layer index)."""
-        import wandb
+        import wandb  # deferred (start-up time): wandb
 
         charts = {}
         for key, profiles in self._profiles.items():
@@ -301,7 +319,6 @@ class WandbLogger:
 
     def _summarize(self) -> None:
         """Copy the run's status (completed/diverged/failed...) and results into the W&B summary."""
-        from normbench.run.rundir import RunDir
 
         summary = RunDir(self.run_dir).read_summary()
         if summary is None or summary.get("status") == "unreadable":

@@ -64,7 +64,7 @@ class DownstreamEval:
             return {}
         import lm_eval  # the optional `eval` extra, checked at start
 
-        from normbench.downstream.lm import NormbenchLM
+        from normbench.downstream.lm import NormbenchLM  # optional dependency (the eval extra)
 
         c = trainer.loop.c
         lm = NormbenchLM(trainer.raw_model, c.data.tokenizer, c.autocast, self.batch_size)

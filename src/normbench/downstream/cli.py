@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from normbench.downstream import require_harness
 from normbench.errors import ConfigError, Parser, error
 
 
@@ -34,7 +35,7 @@ def parse(argv: list[str]):
 
 def _checked_runs(run_dirs: list[str]) -> None:
     """Every run has a checkpoint before any is scored: a typo ends the command before an hour of work."""
-    from normbench.run.reader import RunReader
+    from normbench.run.reader import RunReader  # deferred (start-up time): yaml
 
     for run_dir in run_dirs:
         if not os.path.isdir(run_dir):
@@ -45,14 +46,13 @@ def _checked_runs(run_dirs: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.downstream import require_harness
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         args = parse(argv)
         require_harness()
         _checked_runs(args.run_dirs)
-        from normbench.downstream.harness import evaluate_run, task_manager
+        from normbench.downstream.harness import evaluate_run, task_manager  # deferred (start-up time): torch, yaml
 
         manager = task_manager(args.tasks, args.include_path)
         for run_dir in args.run_dirs:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from normbench.errors import ConfigError, first_line
+from normbench.export.run import load_run, run_tokenizer
 from normbench.run.eval_file import task_records, write_eval
 
 OFFLINE_DOC = "docs/scale-out.md §8 says how to bring the standard tasks' data to an offline node"
@@ -47,7 +48,7 @@ def task_manager(tasks: list[str], include_path: str | None = None, include_defa
 
 def run_device(cfg, device: str | None) -> torch.device:
     """The run's device (its ``device`` key, resolved as the trainer does) unless ``device`` names one."""
-    from normbench.train.build import resolve_device
+    from normbench.train.build import resolve_device  # deferred (start-up time): hydra, omegaconf, numpy
 
     if device is not None:
         cfg = cfg.copy()
@@ -59,9 +60,8 @@ def evaluate_run(run_dir, tasks: list[str], manager, limit=None, batch_size: int
     """Score the run at ``run_dir`` on ``tasks``; writes and returns its ``eval.json`` data."""
     import lm_eval  # the optional `eval` extra
 
-    from normbench.downstream.lm import NormbenchLM
-    from normbench.export.run import load_run, run_tokenizer
-    from normbench.runtime.precision import autocast_dtype, precision_name
+    from normbench.downstream.lm import NormbenchLM  # optional dependency (the eval extra)
+    from normbench.runtime.precision import autocast_dtype, precision_name  # deferred (start-up time): omegaconf
 
     run = load_run(run_dir)
     dev = run_device(run.cfg, device)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from normbench.errors import ConfigError, first_line
+from normbench.export.target import check_out_dir, staged
 
 __all__ = ["build_hf_model", "export_run", "load_exported", "max_logit_diff"]
 
@@ -24,8 +25,12 @@ TOLERANCE = 1e-4  # max |logit difference| at export, relative to max(1, max |lo
 
 def build_hf_model(model, cfg, vocab_size: int, custom: bool = False):
     """(kind, transformers model with ``model``'s weights); kind is gpt2/llama/qwen3/custom."""
-    from normbench.export.custom import config_dict, shipped_state, template_classes
-    from normbench.export.stock import build_stock, stock_kind
+    from normbench.export.custom import (  # deferred (start-up time): hydra, omegaconf
+        config_dict,
+        shipped_state,
+        template_classes,
+    )
+    from normbench.export.stock import build_stock, stock_kind  # deferred (start-up time): hydra, omegaconf
 
     config_cls, model_cls = template_classes()
     config = config_cls(**config_dict(model, cfg, vocab_size))  # first: refuses a norm it does not compute
@@ -50,7 +55,7 @@ def build_hf_model(model, cfg, vocab_size: int, custom: bool = False):
 
 def load_exported(path, kind: str | None = None):
     """``AutoModelForCausalLM.from_pretrained(path)``, with remote code only for the custom class."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # deferred (start-up time): transformers
 
     if kind is None:
         kind = "custom" if (Path(path) / "modeling_normbench.py").is_file() else "stock"
@@ -68,7 +73,7 @@ def max_logit_diff(model, hf, idx: torch.Tensor) -> tuple[float, float]:
 
 
 def _generation_config(vocab_size: int, n_tokens: int):
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # deferred (start-up time): transformers
 
     # rows past the tokenizer's vocabulary are padding (model.pad_vocab_to): never generated
     suppress = list(range(n_tokens, vocab_size)) or None
@@ -78,9 +83,8 @@ def _generation_config(vocab_size: int, n_tokens: int):
 def export_run(run_dir, out_dir, custom: bool = False, log=print, warn: bool = True) -> dict:
     """Export the run at ``run_dir`` to ``out_dir``; returns {kind, class, max_abs_diff, out_dir}. ``warn``:
     say on stderr when the run is still training (its ``.lock`` names a live process)."""
-    from normbench.export.run import load_run, run_tokenizer
-    from normbench.export.target import check_out_dir, staged
-    from normbench.export.tokenizer import hf_tokenizer
+    from normbench.export.run import load_run, run_tokenizer  # deferred (start-up time): yaml
+    from normbench.export.tokenizer import hf_tokenizer  # deferred (start-up time): numpy
 
     out_dir = Path(out_dir)
     check_out_dir(out_dir)  # before the checkpoint is read: a wrong OUT_DIR is refused at once
@@ -95,8 +99,8 @@ def export_run(run_dir, out_dir, custom: bool = False, log=print, warn: bool = T
 
 def _write_checked(stage: Path, run, kind: str, hf, tokenizer, out_dir: Path) -> float:
     """Write the export into ``stage``, load it back and compare logits; the max |difference|."""
-    from normbench.export.card import model_card
-    from normbench.export.custom import write_code
+    from normbench.export.card import model_card  # deferred (start-up time): hydra, omegaconf
+    from normbench.export.custom import write_code  # deferred (start-up time): hydra, omegaconf
 
     hf.save_pretrained(stage, safe_serialization=True)
     if kind == "custom":

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 from normbench.errors import ConfigError, Parser, error
 
 
 def export_main(argv: list[str]) -> int:
-    from normbench.export import export_run
+    from normbench.export import export_run  # deferred (start-up time): torch
 
     p = Parser(
         prog="python -m normbench export",
@@ -27,7 +29,7 @@ def export_main(argv: list[str]) -> int:
 
 
 def sample_main(argv: list[str]) -> int:
-    from normbench.export.sample import main
+    from normbench.export.sample import main  # deferred (start-up time): torch, hydra, omegaconf
 
     _quiet_transformers()
     return main(argv)
@@ -35,10 +37,9 @@ def sample_main(argv: list[str]) -> int:
 
 def _quiet_transformers() -> None:
     """No progress bars or load reports on the console (errors still surface)."""
-    import os
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # deferred (start-up time): transformers
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

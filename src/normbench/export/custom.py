@@ -52,11 +52,15 @@ _SPECS = (
     (
         PowerNorm,
         lambda m, has: {
-            "kind": "powernorm", "eps": m.eps, "groups": int(m.groups), "affine": has("weight"), "bias": has("bias"),
+            "kind": "powernorm",
+            "eps": m.eps,
+            "groups": int(m.groups),
+            "affine": has("weight"),
+            "bias": has("bias"),
         },
     ),
     (nn.Identity, lambda m, has: {"kind": "none"}),
-)  # fmt: skip
+)
 # what the template's build_norm computes; a norm class outside this list is refused naming its ``norm=``
 EXPORTED_NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "scalenorm", "crmsnorm", "seednorm", "batchnorm", "powernorm")
 # training-only state that the evaluation form does not read: not shipped
@@ -239,7 +243,7 @@ def write_code(out_dir: Path) -> None:
 
 def template_classes():
     """The template's (config class, model class), imported from normbench's copy (same code as shipped)."""
-    from normbench.hf_template.configuration_normbench import NormbenchConfig
-    from normbench.hf_template.modeling_normbench import NormbenchForCausalLM
+    from normbench.hf_template.configuration_normbench import NormbenchConfig  # deferred (start-up time): transformers
+    from normbench.hf_template.modeling_normbench import NormbenchForCausalLM  # deferred (start-up time): transformers
 
     return NormbenchConfig, NormbenchForCausalLM

@@ -52,7 +52,7 @@ def warn_if_live(run_dir: Path, step: int) -> None:
 def load_run(run_dir, warn: bool = True) -> Run:
     """The run at ``run_dir`` with its last checkpoint's weights; ConfigError (one line) otherwise.
     ``warn``: say on stderr when the run is still training (:func:`warn_if_live`)."""
-    from normbench.model import build_model
+    from normbench.model import build_model  # deferred (start-up time): hydra, omegaconf
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -87,8 +87,8 @@ def load_run(run_dir, warn: bool = True) -> Run:
 
 def run_tokenizer(cfg):
     """The run's normbench tokenizer (``bpe``: the trained one from the token cache, rebuilt if gone)."""
-    from normbench.data.corpus import load_data
-    from normbench.data.tokenizer import DOCUMENT_CORPORA, build_tokenizer
+    from normbench.data.corpus import load_data  # deferred (start-up time): hydra, omegaconf, numpy
+    from normbench.data.tokenizer import DOCUMENT_CORPORA, build_tokenizer  # deferred (start-up time): numpy
 
     name = cfg.data.tokenizer
     if name in ("byte", "gpt2") or name.startswith(("tiktoken:", "hf:")):

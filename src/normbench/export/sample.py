@@ -103,7 +103,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.export.run import load_run, run_tokenizer
+    from normbench.export.run import load_run, run_tokenizer  # deferred (start-up time): yaml
 
     try:
         args = parse(argv)
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
         if getattr(tok, "learned_size", None):  # a BPE that learned fewer merges than asked
             n_tokens = min(n_tokens, tok.learned_size)
         if args.hf:
-            from normbench.export import export_run, load_exported
+            from normbench.export import export_run, load_exported  # its failure is handled here
 
             with tempfile.TemporaryDirectory(prefix="normbench-sample-") as tmp:
                 export_run(args.run_dir, f"{tmp}/model", log=lambda *_: None, warn=False)  # load_run warned

@@ -115,7 +115,7 @@ def _shape(model: GPT, cfg) -> dict:
 
 def _gpt2(kind: str, model: GPT, cfg, vocab_size: int, sd: dict):
     """GPT2LMHeadModel: (class, config, state dict but the head)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel  # deferred (start-up time): transformers
 
     s, p = _shape(model, cfg), float(cfg.model.dropout)
     config = GPT2Config(
@@ -155,13 +155,13 @@ def _llama_or_qwen3(kind: str, model: GPT, cfg, vocab_size: int, sd: dict):
     """LlamaForCausalLM or Qwen3ForCausalLM: (class, config, state dict but the head)."""
     s, b0 = _shape(model, cfg), model.blocks[0]
     if kind == "llama":
-        from transformers import LlamaConfig as config_cls
-        from transformers import LlamaForCausalLM as hf_cls
+        from transformers import LlamaConfig as config_cls  # deferred (start-up time): transformers
+        from transformers import LlamaForCausalLM as hf_cls  # deferred (start-up time): transformers
 
         extra = {"attention_bias": b0.attn.core.c_attn.bias is not None, "mlp_bias": b0.mlp.core.c_fc.bias is not None}
     else:
-        from transformers import Qwen3Config as config_cls
-        from transformers import Qwen3ForCausalLM as hf_cls
+        from transformers import Qwen3Config as config_cls  # deferred (start-up time): transformers
+        from transformers import Qwen3ForCausalLM as hf_cls  # deferred (start-up time): transformers
 
         extra = {"attention_bias": False, "use_sliding_window": False, "max_window_layers": s["L"]}
     config = config_cls(

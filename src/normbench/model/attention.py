@@ -66,9 +66,18 @@ class Attention(nn.Module):
     PARAM_KINDS = {"head_scale": "scalar"}  # model/kinds.py
 
     def __init__(
-        self, d: int, n_head: int, bias: bool, dropout: float, norm_cfg, qk_norm: bool, v_norm: bool,
-        qk_width: bool = False, gate: str = "none", head_scale: bool = False,
-    ):  # fmt: skip
+        self,
+        d: int,
+        n_head: int,
+        bias: bool,
+        dropout: float,
+        norm_cfg,
+        qk_norm: bool,
+        v_norm: bool,
+        qk_width: bool = False,
+        gate: str = "none",
+        head_scale: bool = False,
+    ):
         super().__init__()
         self.n_head, self.head_dim, self.dropout = n_head, d // n_head, dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)

@@ -7,7 +7,10 @@ already applied when these checks run.
 
 from __future__ import annotations
 
+from omegaconf import OmegaConf
+
 from normbench.config.arch_traits import ARCH_TRAITS, arch_traits
+from normbench.config.files import config_dir
 from normbench.config.schema import qk_norm_mode
 from normbench.errors import ConfigError
 from normbench.model.simplegpt import SIMPLENORM_NORMS
@@ -196,9 +199,6 @@ MODEL_CHECKS = {"ngpt": _check_ngpt, "simplegpt": _check_simplenorm, "normfree":
 
 def _arch_default(arch: str, key: str):
     """``key`` as conf/arch/<arch>.yaml sets it (None where it does not): what a user did not set themselves."""
-    from omegaconf import OmegaConf
-
-    from normbench.config.files import config_dir
 
     path = config_dir() / "arch" / f"{arch}.yaml"
     return OmegaConf.load(path).get(key) if path.is_file() else None
@@ -216,8 +216,11 @@ def _check_norm_sites(cfg) -> list[str]:
     no_gain = f"norm={norm}{' with norm.affine=false' if has_gain else ''} has no gain vector"
     gains = f"({'/'.join(gain_norms())} with norm.affine=true)"
     if a.gain_offset and not (has_gain and cfg.norm.affine):
-        why = f"arch={arch} stores each norm gain as 1 + w" if _arch_default(arch, "gain_offset") else (
-            "arch.gain_offset=true stores each norm gain as 1 + w")  # fmt: skip
+        why = (
+            f"arch={arch} stores each norm gain as 1 + w"
+            if _arch_default(arch, "gain_offset")
+            else ("arch.gain_offset=true stores each norm gain as 1 + w")
+        )
         raise ConfigError(f"{why}; {no_gain} {gains}; arch.gain_offset=false keeps plain gains and is accepted")
     if traits.gain_init and not (has_gain and cfg.norm.affine):
         raise ConfigError(f"arch={arch} {traits.gain_init}; {no_gain} {gains}")

@@ -126,9 +126,17 @@ class Block(nn.Module):
         super().__init__()
         d = mcfg.d_model
         attn = Attention(
-            d, mcfg.n_head, mcfg.bias, mcfg.dropout, norm_cfg, spec.qk_norm, spec.v_norm, spec.qk_width, gate,
+            d,
+            mcfg.n_head,
+            mcfg.bias,
+            mcfg.dropout,
+            norm_cfg,
+            spec.qk_norm,
+            spec.v_norm,
+            spec.qk_width,
+            gate,
             spec.head_scale,
-        )  # fmt: skip
+        )
         self.attn = Sublayer(spec.attn, attn, norm_cfg, d, "attn", mcfg.dropout)
         mid = build_norm(norm_cfg, d_ff, "ffn", d) if spec.mlp.mid_norm else None
         mlp = MLP(d, d_ff, mcfg.mlp, mcfg.bias, mid)  # dropout on both sublayer outputs, after any output norm

@@ -103,8 +103,10 @@ def check(cfg: Any, own_model: bool) -> list[str]:
     if o.name not in ADAM_LIKE + KEEP_MATRIX_LR:
         raise ConfigError(f"{key} has rules for optim=adamw, lion, muon; optim={o.name} has none here")
     if m.mup_base_width <= 0 or m.d_model % m.mup_base_width and m.mup_base_width % m.d_model:
-        raise ConfigError(f"model.mup_base_width={m.mup_base_width} must divide model.d_model={m.d_model} or be "
-                          "a multiple of it (so the base model's shapes are whole)")  # fmt: skip
+        raise ConfigError(
+            f"model.mup_base_width={m.mup_base_width} must divide model.d_model={m.d_model} or be "
+            "a multiple of it (so the base model's shapes are whole)"
+        )
     head_dim = m.d_model // m.n_head
     if head_dim != m.mup_head_dim or m.mup_base_width % m.mup_head_dim:
         raise ConfigError(
@@ -118,7 +120,7 @@ def check(cfg: Any, own_model: bool) -> list[str]:
         raise ConfigError(f"{key} gives vectors and scalars no weight decay: set optim.{vectors[0]}=false")
     notes = [f"{key}: width x{width_mult(m):g} of d_base {m.mup_base_width} (docs/mup.md)"]
     if m.param == "completep":
-        from normbench.model.placement import block_specs
+        from normbench.model.placement import block_specs  # deferred (start-up time): hydra, omegaconf
 
         if a.tiny_init or not residual_side_free(block_specs(a, m.n_layer)):
             raise ConfigError(

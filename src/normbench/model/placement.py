@@ -90,7 +90,7 @@ def mix_ln_post_blocks(n_layer: int, post_ratio: float) -> int:
 
 def qk_kwargs(arch) -> dict:
     """BlockSpec's q/k-norm fields for ``arch.qk_norm`` (none | head | width; old bools too)."""
-    from normbench.config.schema import qk_norm_mode
+    from normbench.config.schema import qk_norm_mode  # deferred (start-up time): hydra, omegaconf
 
     mode = qk_norm_mode(arch.qk_norm)
     return {"qk_norm": mode != "none", "qk_width": mode == "width"}

@@ -88,8 +88,10 @@ class SimpleAttention(nn.Module):
         B, T, C = x.shape
         pos = 0 if kv is None else kv.length
         q, k, v = self.c_attn(x).split(C, dim=-1)
-        q, k, v = (n(t).view(B, T, self.n_head, self.head_dim).transpose(1, 2) for n, t in
-                   ((self.q_norm, q), (self.k_norm, k), (self.v_norm, v)))  # fmt: skip
+        q, k, v = (
+            n(t).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+            for n, t in ((self.q_norm, q), (self.k_norm, k), (self.v_norm, v))
+        )
         if rope is not None:
             cos, sin = rope
             cos, sin = cos[pos : pos + T], sin[pos : pos + T]

@@ -63,7 +63,7 @@ import torch.nn as nn
 from normbench.config import lr_rule
 from normbench.config.arch_traits import arch_traits
 from normbench.config.spec import spec_of
-from normbench.model import mup
+from normbench.model import build_model, mup
 from normbench.model.attention import Attention
 from normbench.model.gpt import MLP
 from normbench.model.kinds import KINDS, param_kinds  # noqa: F401 (KINDS: re-exported)
@@ -251,7 +251,6 @@ def base_shapes(model: nn.Module, cfg) -> dict[str, tuple[int, ...]]:
     init cost; microsoft/mup's base shapes); {} under sp."""
     if not mup.active(cfg.model):
         return {}
-    from normbench.model import build_model
 
     with torch.device("meta"):
         return mup.shapes(build_model(mup.base_config(cfg), model.vocab_size))

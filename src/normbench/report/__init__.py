@@ -48,7 +48,8 @@ from normbench.analysis.stats import (
     time_to_target,
     welch_interval,
 )
-from normbench.report.build import build_report, main, make_report
+from normbench.report.build import build_report, make_report
+from normbench.report.cli import main
 
 __all__ = [
     "Difference",

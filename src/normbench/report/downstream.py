@@ -99,11 +99,14 @@ def downstream_section(groups: list[Group]) -> list[tuple]:
         return []
     blocks: list[tuple] = [
         ("h", 2, "Downstream"),
-        ("p", "lm-evaluation-harness scores (`normbench eval`, each run's eval.json), one table per task: the "
-              "mean over seeds with the **seed as the unit** (runs sharing a seed averaged first), and the 95% "
-              "t-interval over seeds (none from one seed); ↑ higher is better, ↓ lower. `--metric TASK/METRIC` "
-              "puts one in the verdict box."),
-    ]  # fmt: skip
+        (
+            "p",
+            "lm-evaluation-harness scores (`normbench eval`, each run's eval.json), one table per task: the "
+            "mean over seeds with the **seed as the unit** (runs sharing a seed averaged first), and the 95% "
+            "t-interval over seeds (none from one seed); ↑ higher is better, ↓ lower. `--metric TASK/METRIC` "
+            "puts one in the verdict box.",
+        ),
+    ]
     for task, metrics in tasks.items():
         blocks += [("h", 3, task), ("table", *task_table(groups, task, metrics))]
         if note := _mixed(runs, task):

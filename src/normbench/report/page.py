@@ -41,7 +41,7 @@ code{background:#f2f2f2;padding:0 .2em;border-radius:3px;font-size:.92em}
 
 
 def _inline(text: str) -> str:
-    from markdown_it import MarkdownIt
+    from markdown_it import MarkdownIt  # deferred (start-up time): markdown_it
 
     return MarkdownIt("commonmark").renderInline(str(text))
 
@@ -73,8 +73,10 @@ def to_markdown(blocks: list[tuple]) -> str:
                 out += [f"*{caption[0]}*", ""]
             cell = lambda c: str(c).replace("|", "\\|")
             nums = _numeric_columns(header, rows)
-            out += ["| " + " | ".join(map(cell, header)) + " |",
-                    "|" + "".join("---:|" if i in nums else "---|" for i in range(len(header)))]  # fmt: skip
+            out += [
+                "| " + " | ".join(map(cell, header)) + " |",
+                "|" + "".join("---:|" if i in nums else "---|" for i in range(len(header))),
+            ]
             out += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
         elif kind == "img":
             out.append(f"![{rest[1]}]({rest[0]})" + (f"\n\n{rest[2]}" if len(rest) > 2 else ""))
@@ -111,8 +113,12 @@ def _body(blocks: list[tuple], out_dir: Path, heading: str = "") -> list[str]:
             cap = f"<figcaption>{_inline(rest[2])}</figcaption>" if len(rest) > 2 else ""
             body.append(f'<figure><img alt="{html.escape(rest[1])}" src="data:image/png;base64,{data}">{cap}</figure>')
         elif kind == "boxes":
-            inner = [f'<section class="box{" wide" if i == 0 else ""}"><h2>{_inline(t)}</h2>\n'
-                     + "\n".join(_body(b, out_dir, t)) + "</section>" for i, (t, b) in enumerate(rest[0])]  # fmt: skip
+            inner = [
+                f'<section class="box{" wide" if i == 0 else ""}"><h2>{_inline(t)}</h2>\n'
+                + "\n".join(_body(b, out_dir, t))
+                + "</section>"
+                for i, (t, b) in enumerate(rest[0])
+            ]
             body.append('<div class="boxes">\n' + "\n".join(inner) + "\n</div>")
     return body
 
@@ -121,7 +127,9 @@ def to_html(blocks: list[tuple], out_dir: Path, title: str = "normbench report")
     """The page, every figure embedded as a data URI (one file to send); ``title`` names it in the browser's
     tab and history (the sweep, or the claim)."""
     plain = re.sub(r"[*`]", "", title)  # a <title> shows no Markdown
-    head = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{html.escape(plain)}</title><style>{STYLE}</style></head>\n<body>\n")  # fmt: skip
+    head = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(plain)}</title><style>{STYLE}</style></head>\n<body>\n"
+    )
     return head + "\n".join(_body(blocks, out_dir)) + "\n</body></html>\n"

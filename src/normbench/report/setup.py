@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from normbench.analysis.loading import Group, Run, setting
+from normbench.config.recipes import recipe_values
+from normbench.config.schema import init_std_of
+from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, fixed_vocab
 from normbench.diag.outcomes import finite
 
 DASH = "—"
@@ -29,8 +32,12 @@ def _model(r: Run) -> str | None:
     name = setting(r, "model")
     if name is None:
         return None
-    parts = [f"{setting(r, 'model.n_layer')} blocks", f"d_model {setting(r, 'model.d_model')}",
-             f"{setting(r, 'model.n_head')} heads", f"seq {setting(r, 'model.seq_len')}"]  # fmt: skip
+    parts = [
+        f"{setting(r, 'model.n_layer')} blocks",
+        f"d_model {setting(r, 'model.d_model')}",
+        f"{setting(r, 'model.n_head')} heads",
+        f"seq {setting(r, 'model.seq_len')}",
+    ]
     extra = [x for x in (setting(r, "model.mlp"), setting(r, "model.pos")) if x]
     return f"{name} ({', '.join(p for p in parts if 'None' not in p)}{', ' if extra else ''}{', '.join(extra)})"
 
@@ -52,7 +59,6 @@ def _tokens_per_param(r: Run) -> str | None:
 
 def _forced(r: Run, key: str):
     """The value the run's arch forces for ``key`` whatever the config said (nGPT: no warmup, no decay)."""
-    from normbench.config.recipes import recipe_values
 
     return recipe_values(setting(r, "arch")).get(key)
 
@@ -68,8 +74,10 @@ def _optim(r: Run) -> str | None:
     if name in ("adamw", "lion"):
         bits += [f"betas ({betas})"] + ([f"eps {setting(r, 'optim.eps')}"] if name == "adamw" else [])
     elif name == "muon":
-        bits += [f"momentum {setting(r, 'optim.momentum')}", f"AdamW side: lr {setting(r, 'optim.adamw_lr') or 'lr'}, "
-                 f"betas ({betas}), eps {setting(r, 'optim.eps')}"]  # fmt: skip
+        bits += [
+            f"momentum {setting(r, 'optim.momentum')}",
+            f"AdamW side: lr {setting(r, 'optim.adamw_lr') or 'lr'}, betas ({betas}), eps {setting(r, 'optim.eps')}",
+        ]
     elif name == "sgd":
         bits.append(f"momentum {setting(r, 'optim.momentum')}")
     return f"{name}, " + ", ".join(b for b in bits if "None" not in b and "()" not in b)
@@ -77,8 +85,13 @@ def _optim(r: Run) -> str | None:
 
 def _decay(r: Run) -> str | None:
     """Which parameter kinds weight decay skips (optim.decay_*; optim/optimizers.py's policy)."""
-    kinds = (("norm_in", "input-norm gains"), ("norm_out", "output-norm gains"), ("bias", "biases"),
-             ("embed", "embeddings"), ("scalars", "scalars"))  # fmt: skip
+    kinds = (
+        ("norm_in", "input-norm gains"),
+        ("norm_out", "output-norm gains"),
+        ("bias", "biases"),
+        ("embed", "embeddings"),
+        ("scalars", "scalars"),
+    )
     flags = {k: setting(r, f"optim.decay_{k}") for k, _ in kinds}
     if any(v is None for v in flags.values()):
         return None
@@ -86,8 +99,11 @@ def _decay(r: Run) -> str | None:
         return "nothing is decayed (weight decay 0)"
     skipped = [what for k, what in kinds if flags[k] != "true"]
     decayed = [what for k, what in kinds if flags[k] == "true"]
-    return ("hidden matrices and an untied head decayed" + (f", also {', '.join(decayed)}" if decayed else "")
-            + (f"; not decayed: {', '.join(skipped)}" if skipped else ""))  # fmt: skip
+    return (
+        "hidden matrices and an untied head decayed"
+        + (f", also {', '.join(decayed)}" if decayed else "")
+        + (f"; not decayed: {', '.join(skipped)}" if skipped else "")
+    )
 
 
 def _lr(r: Run) -> str | None:
@@ -128,7 +144,6 @@ INIT_MEANS = {"auto": "0.02 x sqrt(768 / d_model), GPT-2's gain at this width", 
 def _init(r: Run) -> str | None:
     """The std the run recorded, with what ``model.init_std`` says (``auto``: GPT-2's gain at this width) and
     whether the arch's own rule replaced it."""
-    from normbench.config.schema import init_std_of
 
     std, given, d = _num(r, "init_std"), setting(r, "model.init_std"), _int(setting(r, "model.d_model"))
     if std is None:
@@ -158,7 +173,6 @@ def _embeddings(r: Run) -> str | None:
 def _vocab(r: Run) -> str | None:
     """The embedding rows the model was built with: the tokenizer's vocabulary (or model.vocab_size), padded
     to a multiple of model.pad_vocab_to (normbench.model.padded_vocab)."""
-    from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, fixed_vocab
 
     tok, pad = setting(r, "data.tokenizer"), _int(setting(r, "model.pad_vocab_to"))
     if tok is None or pad is None:
@@ -263,8 +277,11 @@ def setup_rows(groups: list[Group]) -> list[list[str]]:
     keys = list(groups[0].settings) if groups else []
     varied = "; ".join(f"{k} ({', '.join(dict.fromkeys(g.settings[k] for g in groups))})" for k in keys)
     seeds = sorted({s for r in runs if (s := setting(r, "seed")) is not None}, key=lambda s: float(s))
-    rows = [["varied", varied or "nothing (one group)"],
-            ["runs", f"{len(runs)} in {len(groups)} groups"], ["seeds", ", ".join(seeds) or DASH]]  # fmt: skip
+    rows = [
+        ["varied", varied or "nothing (one group)"],
+        ["runs", f"{len(runs)} in {len(groups)} groups"],
+        ["seeds", ", ".join(seeds) or DASH],
+    ]
     for what, fn in LINES:
         values = [v for r in runs if (v := fn(r)) is not None]
         if what == "commit" and not values:

@@ -52,9 +52,26 @@ def _settings(groups: list[Group], fixed: list[str]) -> list[str]:
     return [k for k in keys if k not in fixed]
 
 
-RUN_COLUMNS = ["run", "group", "seed", "status", "outcome", "step", "tokens", "final_val_loss", "best_val_loss",
-               "target", "steps_to_target", "tokens_to_target", "seconds_to_target", "tokens_per_s", "wall_s",
-               "n_params", "spikes", "reason"]  # fmt: skip
+RUN_COLUMNS = [
+    "run",
+    "group",
+    "seed",
+    "status",
+    "outcome",
+    "step",
+    "tokens",
+    "final_val_loss",
+    "best_val_loss",
+    "target",
+    "steps_to_target",
+    "tokens_to_target",
+    "seconds_to_target",
+    "tokens_per_s",
+    "wall_s",
+    "n_params",
+    "spikes",
+    "reason",
+]
 
 
 def run_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
@@ -67,26 +84,60 @@ def run_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
             t = target_for(r, target, defaults or {})
             hit = time_to_target(r, t)
             final, best = r.val_losses
-            tokens = s.get("tokens") if finite(s.get("tokens")) else max(
-                (rec["tokens"] for rec in r.records if finite(rec.get("tokens"))), default=None
-            )  # fmt: skip
-            row = {"run": r.name, "group": g.label, **{k: g.settings.get(k) for k in keys}, "seed": _seed(r),
-                   "status": r.status, "outcome": r.outcome, "step": r.last_step, "tokens": tokens,
-                   "final_val_loss": final, "best_val_loss": best, "target": t,
-                   "steps_to_target": hit.steps if hit else None, "tokens_to_target": hit.tokens if hit else None,
-                   "seconds_to_target": hit.seconds if hit else None, "tokens_per_s": _number(s.get("tokens_per_s")),
-                   "wall_s": _number(s.get("wall_s")), "n_params": _number(s.get("n_params")),
-                   "spikes": int(s["spikes"]) if finite(s.get("spikes")) else None,
-                   "reason": tables.run_reason(r)}  # fmt: skip
+            tokens = (
+                s.get("tokens")
+                if finite(s.get("tokens"))
+                else max((rec["tokens"] for rec in r.records if finite(rec.get("tokens"))), default=None)
+            )
+            row = {
+                "run": r.name,
+                "group": g.label,
+                **{k: g.settings.get(k) for k in keys},
+                "seed": _seed(r),
+                "status": r.status,
+                "outcome": r.outcome,
+                "step": r.last_step,
+                "tokens": tokens,
+                "final_val_loss": final,
+                "best_val_loss": best,
+                "target": t,
+                "steps_to_target": hit.steps if hit else None,
+                "tokens_to_target": hit.tokens if hit else None,
+                "seconds_to_target": hit.seconds if hit else None,
+                "tokens_per_s": _number(s.get("tokens_per_s")),
+                "wall_s": _number(s.get("wall_s")),
+                "n_params": _number(s.get("n_params")),
+                "spikes": int(s["spikes"]) if finite(s.get("spikes")) else None,
+                "reason": tables.run_reason(r),
+            }
             rows.append(row)
     return rows
 
 
-GROUP_COLUMNS = ["group", "runs", "outcomes", "status", "averaged", "partial", "final_val_loss_mean",
-                 "final_val_loss_std", "best_val_loss_mean", "best_val_loss_std", "target", "reached",
-                 "steps_to_target_mean", "steps_to_target_std", "tokens_to_target_mean", "tokens_to_target_std",
-                 "seconds_to_target_mean", "seconds_to_target_std", "tokens_per_s_mean", "loaded", "spikes",
-                 "notes"]  # fmt: skip
+GROUP_COLUMNS = [
+    "group",
+    "runs",
+    "outcomes",
+    "status",
+    "averaged",
+    "partial",
+    "final_val_loss_mean",
+    "final_val_loss_std",
+    "best_val_loss_mean",
+    "best_val_loss_std",
+    "target",
+    "reached",
+    "steps_to_target_mean",
+    "steps_to_target_std",
+    "tokens_to_target_mean",
+    "tokens_to_target_std",
+    "seconds_to_target_mean",
+    "seconds_to_target_std",
+    "tokens_per_s_mean",
+    "loaded",
+    "spikes",
+    "notes",
+]
 
 
 def group_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
@@ -105,16 +156,30 @@ def group_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
         targets = {t for r in g.runs if (t := target_for(r, target, defaults or {})) is not None}
         tps = [t for r in pool if finite(t := (r.summary or {}).get("tokens_per_s"))]
         spikes = [int(c) for r in g.runs if finite(c := (r.summary or {}).get("spikes"))]
-        row = {"group": g.label, **{k: g.settings.get(k) for k in keys}, "runs": len(g.runs),
-               "outcomes": outcome_counts(g.runs), "status": status_counts(g.runs), "averaged": len(pool),
-               "partial": partial, "final_val_loss_mean": _mean(finals), "final_val_loss_std": _std(finals),
-               "best_val_loss_mean": _mean(bests), "best_val_loss_std": _std(bests),
-               "target": targets.pop() if len(targets) == 1 else None, "reached": len(hits)}  # fmt: skip
+        row = {
+            "group": g.label,
+            **{k: g.settings.get(k) for k in keys},
+            "runs": len(g.runs),
+            "outcomes": outcome_counts(g.runs),
+            "status": status_counts(g.runs),
+            "averaged": len(pool),
+            "partial": partial,
+            "final_val_loss_mean": _mean(finals),
+            "final_val_loss_std": _std(finals),
+            "best_val_loss_mean": _mean(bests),
+            "best_val_loss_std": _std(bests),
+            "target": targets.pop() if len(targets) == 1 else None,
+            "reached": len(hits),
+        }
         for what in ("steps", "tokens", "seconds"):
             xs = [getattr(h, what) for h in hits]
             row |= {f"{what}_to_target_mean": _mean(xs), f"{what}_to_target_std": _std(xs)}
-        row |= {"tokens_per_s_mean": _mean(tps), "loaded": loaded,
-                "spikes": sum(spikes) if spikes else None, "notes": "; ".join(tables.group_notes(g))}  # fmt: skip
+        row |= {
+            "tokens_per_s_mean": _mean(tps),
+            "loaded": loaded,
+            "spikes": sum(spikes) if spikes else None,
+            "notes": "; ".join(tables.group_notes(g)),
+        }
         rows.append(row)
     return rows
 
@@ -147,6 +212,7 @@ def write_tables(out_dir: Path, groups: list[Group], target=None, defaults=None)
 
 NOTE = (  # the report's sentence above its runs table
     "The tables as data, every number unrounded (a mean and its std in two columns), beside this "
-               "report: `report_runs.csv` and `report_runs.json` (this table, with each run's settings, final "
-               "val loss, tokens and tokens/s), `report_groups.csv` and `report_groups.json` (the groups' table "
-               "above, with time to target).")  # fmt: skip
+    "report: `report_runs.csv` and `report_runs.json` (this table, with each run's settings, final "
+    "val loss, tokens and tokens/s), `report_groups.csv` and `report_groups.json` (the groups' table "
+    "above, with time to target)."
+)

@@ -82,8 +82,14 @@ def loaded_spread(runs: list[Run]) -> tuple[float, float] | None:
     """(lowest, highest) tokens/s of a group whose runs do the same work per token (FLOPs/token within 2%)
     yet differ in tokens/s by more than 20%: the spread is the machine's (other work on its cores), not the
     model's, and so are the group's tokens/s and seconds. None otherwise (or without both numbers)."""
-    pairs = [(f, t) for r in runs if finite(f := (r.summary or {}).get("flops_per_token"))
-             and finite(t := (r.summary or {}).get("tokens_per_s")) and f > 0 and t > 0]  # fmt: skip
+    pairs = [
+        (f, t)
+        for r in runs
+        if finite(f := (r.summary or {}).get("flops_per_token"))
+        and finite(t := (r.summary or {}).get("tokens_per_s"))
+        and f > 0
+        and t > 0
+    ]
     if len(pairs) < 2:
         return None
     fpt, tps = [f for f, _ in pairs], [t for _, t in pairs]
@@ -143,11 +149,20 @@ def main_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
         tps = [t for r in pool if finite(t := (r.summary or {}).get("tokens_per_s"))]
         spikes = [int(c) for r in g.runs if finite(c := (r.summary or {}).get("spikes"))]
         notes = group_notes(g)
-        rows.append([g.label, str(len(g.runs)), outcome_counts(g.runs), status_counts(g.runs),
-                     mean_std(finals, suffix=mark), mean_std(bests, suffix=mark), steps,
-                     _flagged(f"{statistics.fmean(tps):,.0f}" if tps else DASH, pool, loaded, with_range=True),
-                     str(sum(spikes)) if spikes else DASH,
-                     "; ".join(notes)])  # fmt: skip
+        rows.append(
+            [
+                g.label,
+                str(len(g.runs)),
+                outcome_counts(g.runs),
+                status_counts(g.runs),
+                mean_std(finals, suffix=mark),
+                mean_std(bests, suffix=mark),
+                steps,
+                _flagged(f"{statistics.fmean(tps):,.0f}" if tps else DASH, pool, loaded, with_range=True),
+                str(sum(spikes)) if spikes else DASH,
+                "; ".join(notes),
+            ]
+        )
     if same:
         header, rows = header[:4] + header[5:], [r[:4] + r[5:] for r in rows]
     return header, rows
@@ -173,19 +188,33 @@ def target_table(groups: list[Group], target=None, defaults=None) -> tuple[list[
     for g in sort_groups(groups):
         hits, n = _reached(g.runs, target, defaults)
         targets = sorted({t for r in g.runs if (t := target_for(r, target, defaults)) is not None})
-        rows.append([g.label, outcome_counts(g.runs), ", ".join(f"{t:g}" for t in targets) or DASH,
-                     f"{len(hits)}/{n}", mean_std([h.steps for h in hits], ".0f"),
-                     mean_std([h.tokens for h in hits], ",.0f"),
-                     _flagged(mean_std([h.seconds for h in hits], ".1f"), g.runs, loaded)])  # fmt: skip
+        rows.append(
+            [
+                g.label,
+                outcome_counts(g.runs),
+                ", ".join(f"{t:g}" for t in targets) or DASH,
+                f"{len(hits)}/{n}",
+                mean_std([h.steps for h in hits], ".0f"),
+                mean_std([h.tokens for h in hits], ",.0f"),
+                _flagged(mean_std([h.seconds for h in hits], ".1f"), g.runs, loaded),
+            ]
+        )
     return header, rows
 
 
 def layer_table(groups: list[Group]) -> tuple[list[str], list[list[str]]] | None:
     """End-of-run per-layer statistics (normbench.diag.outcomes.layer_stats), mean ± std over the
     completed runs; None when no run has diagnostics."""
-    header = ["group", "outcomes", "variance growth (last/first block)", "grad spread (first/last block)",
-              "grad CV across blocks", "peak massive ratio", f"first step massive ratio > {MASSIVE_THRESHOLD:g}",
-              "final max |logit|"]  # fmt: skip
+    header = [
+        "group",
+        "outcomes",
+        "variance growth (last/first block)",
+        "grad spread (first/last block)",
+        "grad CV across blocks",
+        "peak massive ratio",
+        f"first step massive ratio > {MASSIVE_THRESHOLD:g}",
+        "final max |logit|",
+    ]
     rows, any_data = [], False
     for g in sort_groups(groups):
         pool, partial = loss_pool(g)
@@ -194,11 +223,18 @@ def layer_table(groups: list[Group]) -> tuple[list[str], list[list[str]]] | None
         mark = " (partial)" if partial else ""
         any_data |= any(vals(k) for k in ("var_growth", "grad_cv", "logit_maxabs"))
         crossed = vals("massive_ratio_step")
-        rows.append([g.label, outcome_counts(g.runs), mean_std(vals("var_growth"), ".3g", mark),
-                     mean_std(vals("grad_spread"), ".3g", mark), mean_std(vals("grad_cv"), ".3g", mark),
-                     mean_std(vals("massive_ratio_peak"), ".3g", mark),
-                     _of_n(mean_std(crossed, ".0f"), len(crossed), len(stats)) if crossed else "never",
-                     mean_std(vals("logit_maxabs"), ".3g", mark)])  # fmt: skip
+        rows.append(
+            [
+                g.label,
+                outcome_counts(g.runs),
+                mean_std(vals("var_growth"), ".3g", mark),
+                mean_std(vals("grad_spread"), ".3g", mark),
+                mean_std(vals("grad_cv"), ".3g", mark),
+                mean_std(vals("massive_ratio_peak"), ".3g", mark),
+                _of_n(mean_std(crossed, ".0f"), len(crossed), len(stats)) if crossed else "never",
+                mean_std(vals("logit_maxabs"), ".3g", mark),
+            ]
+        )
     return (header, rows) if any_data else None
 
 
@@ -261,8 +297,20 @@ def run_reason(run: Run) -> str:
 
 
 def runs_table(groups: list[Group], target=None, defaults=None) -> tuple[list[str], list[list[str]]]:
-    header = ["run", "group", "seed", "status", "outcome", "step", "best val loss", "steps to target",
-              "tokens to target", "seconds to target", "spikes", "reason"]  # fmt: skip
+    header = [
+        "run",
+        "group",
+        "seed",
+        "status",
+        "outcome",
+        "step",
+        "best val loss",
+        "steps to target",
+        "tokens to target",
+        "seconds to target",
+        "spikes",
+        "reason",
+    ]
     rows = []
     for g in groups:
         for r in g.runs:
@@ -271,10 +319,20 @@ def runs_table(groups: list[Group], target=None, defaults=None) -> tuple[list[st
             not_reached = DASH if t is None else "not reached"
             best = r.val_losses[1]
             spikes = (r.summary or {}).get("spikes")
-            rows.append([r.name, g.label, setting(r, "seed") or DASH, r.status, r.outcome or DASH,
-                         str(r.last_step if r.last_step is not None else DASH),
-                         f"{best:.4f}" if best is not None else DASH,
-                         f"{hit.steps:.0f}" if hit else not_reached, f"{hit.tokens:,.0f}" if hit else not_reached,
-                         f"{hit.seconds:.1f}" if hit else not_reached,
-                         str(int(spikes)) if finite(spikes) else DASH, run_reason(r)])  # fmt: skip
+            rows.append(
+                [
+                    r.name,
+                    g.label,
+                    setting(r, "seed") or DASH,
+                    r.status,
+                    r.outcome or DASH,
+                    str(r.last_step if r.last_step is not None else DASH),
+                    f"{best:.4f}" if best is not None else DASH,
+                    f"{hit.steps:.0f}" if hit else not_reached,
+                    f"{hit.tokens:,.0f}" if hit else not_reached,
+                    f"{hit.seconds:.1f}" if hit else not_reached,
+                    str(int(spikes)) if finite(spikes) else DASH,
+                    run_reason(r),
+                ]
+            )
     return header, rows

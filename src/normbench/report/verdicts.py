@@ -21,6 +21,7 @@ nothing that learned: the box says no verdict can be made.
 
 from __future__ import annotations
 
+import difflib
 import statistics
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -31,6 +32,8 @@ from normbench.analysis import numbers
 from normbench.analysis.contrasts import Cell, Contrast, contrast, disagreement, holm, per_cell
 from normbench.analysis.loading import Group, Run
 from normbench.analysis.stats import METRICS, loss_pool, metric_fn, outcome_counts, target_for
+from normbench.config.files import config_dir
+from normbench.errors import ConfigError
 from normbench.run.eval_file import higher_is_better, split_metric
 
 METRIC_NAMES = {k.replace(" ", "_"): k for k in METRICS}  # --metric best_val_loss -> "best val loss"
@@ -41,9 +44,6 @@ UNITS = {"best val loss": "nats", "final val loss": "nats", "steps to target": "
 def metric_name(text: str) -> str:
     """``best_val_loss`` (or ``best val loss``) -> the metric's name, a downstream ``TASK/METRIC`` as it is;
     ConfigError naming the choices otherwise."""
-    import difflib
-
-    from normbench.errors import ConfigError
 
     if split_metric(text.strip()):
         return text.strip()
@@ -118,7 +118,6 @@ class Effect:
 
 def config_defaults() -> dict[str, str]:
     """The config groups' defaults (``arch: pre_ln``, ...), from conf/config.yaml's defaults list."""
-    from normbench.config.files import config_dir
 
     try:
         raw = yaml.safe_load((config_dir() / "config.yaml").read_text(encoding="utf-8")) or {}
@@ -164,8 +163,9 @@ def _value_fn(metric: str, target, defaults):
     return value
 
 
-def effect(groups: list[Group], key: str, value: str, base: str, metric: str = "best val loss", target=None,
-           defaults=None) -> Effect:  # fmt: skip
+def effect(
+    groups: list[Group], key: str, value: str, base: str, metric: str = "best val loss", target=None, defaults=None
+) -> Effect:
     """``value`` minus ``base`` of ``key``, within each setting of the other keys, pooled with the seed as the unit."""
     by_settings = {tuple(sorted(g.settings.items())): g for g in groups}
     get = _value_fn(metric, target, defaults)
@@ -177,8 +177,10 @@ def effect(groups: list[Group], key: str, value: str, base: str, metric: str = "
                 cells.append(Cell(" ".join(f"{k}={v}" for k, v in g.settings.items() if k != key), g, b))
     out = Effect(key, value, base, contrast(cells, get), per_cell(cells, get))
     out.note = disagreement([(label, c) for (label, c), cell in zip(out.per_setting, cells) if not _failed(cell)])
-    out.per_setting = [(label + (" (all stuck or diverged)" if _failed(cell) else ""), c)
-                       for (label, c), cell in zip(out.per_setting, cells)]  # fmt: skip
+    out.per_setting = [
+        (label + (" (all stuck or diverged)" if _failed(cell) else ""), c)
+        for (label, c), cell in zip(out.per_setting, cells)
+    ]
     runs = [r for c in cells for r in c.group.runs + c.base.runs]
     out.left_out = [f"{r.name} ({r.outcome_label})" for r in runs if get(r) is None]
     out.failed = _all_failed(runs)
@@ -253,8 +255,14 @@ def ranking(family: dict, key: str, values: list[str], base: str) -> str | None:
 
 def verdict_box(groups: list[Group], chosen=None, metric: str = "best val loss", target=None, defaults=None) -> Box:
     """One row per factor value against its baseline, with the effect at each setting of the other factors."""
-    header = ["factor", "compared", f"Δ {metric} [95% CI, this comparison alone]{unit_text(metric)}",
-              "verdict (Holm-adjusted over the box)", "per setting of the other factors", "interval"]  # fmt: skip
+    header = [
+        "factor",
+        "compared",
+        f"Δ {metric} [95% CI, this comparison alone]{unit_text(metric)}",
+        "verdict (Holm-adjusted over the box)",
+        "per setting of the other factors",
+        "interval",
+    ]
     family = comparisons(groups, chosen, metric, target, defaults)
     rows, ranks = [], []
     for key, base in baselines(groups, chosen).items():
@@ -299,8 +307,10 @@ def _no_verdict(groups: list[Group]) -> str | None:
     judged = [r for g in groups for r in g.runs if r.outcome is not None]
     if not judged or any(r.outcome not in ("stuck", "diverged") for r in judged):
         return None
-    return (f"No verdict can be made: every run got stuck or diverged ({outcome_counts(judged)}), so no value of any "
-            "factor learned anything to compare (train longer, or at another learning rate).")  # fmt: skip
+    return (
+        f"No verdict can be made: every run got stuck or diverged ({outcome_counts(judged)}), so no value of any "
+        "factor learned anything to compare (train longer, or at another learning rate)."
+    )
 
 
 def verdict_lines(groups: list[Group], metric: str = "best val loss") -> list[str]:

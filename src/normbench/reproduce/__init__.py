@@ -13,10 +13,15 @@ import sys
 import textwrap
 from dataclasses import replace
 
-from normbench.claims.registry import SCALES
+from normbench.claims.registry import SCALES, claim_ids, load_claim
+from normbench.claims.summary import fmt, verdict_line
 from normbench.errors import ConfigError, error
-from normbench.reproduce.ladders.duration import RATIOS
+from normbench.reproduce.ladders.duration import RATIOS, run_duration
+from normbench.reproduce.ladders.lr import NAME, run_lr_ladder
+from normbench.reproduce.ladders.scale import ladder_name, run_ladder
 from normbench.reproduce.request import OPTIONS, Request, parse, spelled_default
+from normbench.reproduce.runner import reproduce
+from normbench.reproduce.store import tally_line
 
 _USAGE = """usage: python -m normbench reproduce {{--list | ID | all}} [scale={scales}] [seeds=N] [out=DIR]
                                    [min_seeds=N] [ladder=true] [ladder_param=mup|sp] [duration=ladder|branch]
@@ -75,7 +80,6 @@ USAGE = _usage()
 
 
 def list_claims() -> list[str]:
-    from normbench.claims.registry import claim_ids, load_claim
 
     lines = []
     for cid in claim_ids():
@@ -86,8 +90,6 @@ def list_claims() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from normbench.claims.registry import claim_ids, load_claim
-    from normbench.claims.summary import verdict_line
 
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -113,8 +115,6 @@ def main(argv: list[str]) -> int:
             where = req.out / c.id
             print(f"normbench: {where / 'verdict.json'}, report {where / 'report.md'}")
     if tally:  # the whole suite: each distinct training counted once (reproduce/store.py)
-        from normbench.reproduce.store import tally_line
-
         print(f"normbench: {' '.join(req.ids) if req.ids != ('all',) else 'all'}: {tally_line(tally)}")
     sys.stdout.flush()
     return code
@@ -123,7 +123,6 @@ def main(argv: list[str]) -> int:
 def _run_claim(claim, req: Request, tally: list | None = None) -> dict | None:
     """The claim's verdict from its sweep, run or reused (None on a dry run); with a ladder (ladder=true,
     duration=, lr=ladder) that ladder instead, printed rung by rung."""
-    from normbench.reproduce.runner import reproduce
 
     if req.kind is None:
         return reproduce(claim, req, tally=tally)
@@ -135,7 +134,6 @@ def _run_claim(claim, req: Request, tally: list | None = None) -> dict | None:
 
 
 def _duration(claim, req: Request) -> None:
-    from normbench.reproduce.ladders.duration import run_duration
 
     result = run_duration(claim, req)
     if result is None:
@@ -152,7 +150,6 @@ def _duration(claim, req: Request) -> None:
 
 
 def _tests_line(rung: dict) -> str:
-    from normbench.claims.summary import fmt
 
     cis = [t["ci"] or (None, None) for t in rung["tests"]]
     return "; ".join(
@@ -162,7 +159,6 @@ def _tests_line(rung: dict) -> str:
 
 
 def _ladder(claim, req: Request) -> None:
-    from normbench.reproduce.ladders.scale import ladder_name, run_ladder
 
     ladder = run_ladder(claim, req)
     if ladder is None:
@@ -174,7 +170,6 @@ def _ladder(claim, req: Request) -> None:
 
 
 def _lr_ladder(claim, req: Request) -> None:
-    from normbench.reproduce.ladders.lr import NAME, run_lr_ladder
 
     result = run_lr_ladder(claim, req)
     if result is None:

@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import shlex
 
-from normbench.claims.registry import Claim, override_key
+from normbench.claims.registry import Claim, as_str, override_key
 from normbench.config.spec import spec_of
 
 
 def command(argv: list[str]) -> str:
     """The sweep as a shell command (``${hydra.job.override_dirname}`` and ``[a,b]`` quoted for bash), with
     the threads setting the runner gives it (plan.threads_env: jobs=N)."""
-    from normbench.reproduce.plan import threads_env
+    from normbench.reproduce.plan import threads_env  # deferred (start-up time): hydra, numpy
 
     env = [f"{k}={v}" for k, v in threads_env(argv).items()]
     return " ".join([*env, *(shlex.quote(a) for a in ["python", "-m", "normbench", "train", *argv])])
 
 
 def _spell(value) -> str:
-    from normbench.analysis.loading import norm_value
-    from normbench.claims.registry import as_str
+    from normbench.analysis.loading import norm_value  # deferred (start-up time): hydra, numpy
 
     return norm_value(as_str(value))
 
@@ -73,8 +72,13 @@ def sweep_estimate(cfgs: list, n_runs: int) -> tuple[str, float]:
     """(``about 40 s on this machine's CPU (estimate)``, seconds) for one sweep of ``n_runs`` runs over the
     grid points ``cfgs`` (the plan's composed configs, reproduce/plan.py): each one's time counted once
     per seed."""
-    from normbench.reproduce.estimate import SWEEP_START_S, calibration_note, job_seconds, spoken
-    from normbench.validation import to_config
+    from normbench.reproduce.estimate import (  # deferred (start-up time): hydra, numpy
+        SWEEP_START_S,
+        calibration_note,
+        job_seconds,
+        spoken,
+    )
+    from normbench.validation import to_config  # deferred (start-up time): hydra, numpy
 
     total, where = 0.0, "CPU"
     for cfg in cfgs:

@@ -29,7 +29,9 @@ import statistics
 import time
 from pathlib import Path
 
+from normbench.config.files import compose_config
 from normbench.runtime.cpu import cpu_model
+from normbench.runtime.length import run_steps
 
 START_S = 1.0  # per job: data cache, model build, final checkpoint and summary
 SWEEP_START_S = 3.0  # per sweep: the process, imports, Hydra's composition
@@ -73,7 +75,7 @@ def cache_file() -> Path:
 def machine_key() -> str:
     """What the rate depends on: the host, its CPU model, torch's version; and what was measured (the
     miniature's step on one thread: an entry of the older matmul calibration is not read as one)."""
-    import torch
+    import torch  # deferred (start-up time): torch
 
     return f"{socket.gethostname()} | {cpu_model()} | torch {torch.__version__} | miniature step, 1 thread"
 
@@ -81,12 +83,11 @@ def machine_key() -> str:
 @functools.lru_cache(maxsize=1)
 def _miniature():
     """(step, model FLOPs per step) of the miniature's eager fp32 training step (module docstring)."""
-    import torch
+    import torch  # deferred (start-up time): torch
 
-    from normbench.claims.benchmark import model_stepper
-    from normbench.config.files import compose_config
-    from normbench.runtime.flops import model_flops_per_token
-    from normbench.validation import to_config
+    from normbench.claims.benchmark import model_stepper  # deferred (start-up time): hydra, omegaconf, numpy
+    from normbench.runtime.flops import model_flops_per_token  # deferred (start-up time): torch
+    from normbench.validation import to_config  # deferred (start-up time): torch, hydra, omegaconf
 
     cfg = to_config(compose_config(["model=tiny", "model.n_layer=4", "arch=pre_ln", "norm=layernorm"]))
     model, step = model_stepper(cfg, 256, torch.device("cpu"))
@@ -96,7 +97,7 @@ def _miniature():
 
 def _measure_once() -> float:
     """Model FLOP/s of the miniature's eager fp32 step for about :data:`CALIBRATION_S` CPU-seconds, one thread."""
-    import torch
+    import torch  # deferred (start-up time): torch
 
     step, flops = _miniature()
     threads = torch.get_num_threads()
@@ -112,12 +113,17 @@ def _measure_once() -> float:
 
 
 def _calibrate() -> dict:
-    from normbench.claims.benchmark import machine_load
+    from normbench.claims.benchmark import machine_load  # deferred (start-up time): hydra, omegaconf, numpy
 
     before = machine_load()
     rates = [_measure_once() for _ in range(CALIBRATION_REPEATS)]
-    return {"flops": statistics.median(rates), "repeats": rates, "measured": time.strftime("%Y-%m-%d %H:%M"),
-            "loadavg": before["loadavg"], "cpu_count": before["cpu_count"]}  # fmt: skip
+    return {
+        "flops": statistics.median(rates),
+        "repeats": rates,
+        "measured": time.strftime("%Y-%m-%d %H:%M"),
+        "loadavg": before["loadavg"],
+        "cpu_count": before["cpu_count"],
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -151,8 +157,11 @@ def cpu_rate() -> float:
 def form_speedup(cfg) -> float:
     """:data:`FORM_SPEEDUP` of ``cfg``'s execution form on this kind of CPU (``compile=auto`` not yet pinned counts
     as eager)."""
-    from normbench.config.spec import spec_of
-    from normbench.runtime.precision import attn_fp32_active, cpu_native_bf16
+    from normbench.config.spec import spec_of  # deferred (start-up time): torch, omegaconf
+    from normbench.runtime.precision import (  # deferred (start-up time): torch, omegaconf
+        attn_fp32_active,
+        cpu_native_bf16,
+    )
 
     form = (cfg.compile is True, spec_of(cfg).precision, attn_fp32_active(cfg))  # precision=auto as resolved here
     return FORM_SPEEDUP[cpu_native_bf16()].get(form, 1.0)
@@ -168,9 +177,9 @@ def calibration_note(where: str) -> str:
 
 
 def _rate(cfg) -> tuple[float, str]:
-    import torch
+    import torch  # deferred (start-up time): torch
 
-    from normbench.runtime.flops import gpu_peak_flops
+    from normbench.runtime.flops import gpu_peak_flops  # deferred (start-up time): torch
 
     if cfg.device != "cpu" and torch.cuda.is_available():
         peak = cfg.peak_flops or gpu_peak_flops(torch.cuda.get_device_name(0)) or 100e12
@@ -180,8 +189,7 @@ def _rate(cfg) -> tuple[float, str]:
 
 def job_seconds(cfg) -> tuple[float, str]:
     """(seconds, "CPU"/"GPU") one job of the composed config ``cfg`` takes here, roughly."""
-    from normbench.runtime.length import run_steps
-    from normbench.runtime.memory import count_params
+    from normbench.runtime.memory import count_params  # deferred (start-up time): torch, hydra, omegaconf
 
     m, t = cfg.model, cfg.trainer
     vocab = m.vocab_size or cfg.data.vocab_size or VOCAB.get(str(cfg.data.tokenizer), 50257)
@@ -199,7 +207,7 @@ def job_seconds(cfg) -> tuple[float, str]:
 def _compile_seconds(where: str) -> float:
     """A compiled run's compiling on ``where`` (``_rate``'s "CPU"/"GPU"): warm (inductor's cache is shared by a
     claim's seeds and same-shaped runs)."""
-    from normbench.runtime.compiling import PROFILES
+    from normbench.runtime.compiling import PROFILES  # deferred (start-up time): torch, hydra, omegaconf
 
     return PROFILES["cuda" if where == "GPU" else "cpu"].warm_s
 

@@ -25,7 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from normbench.claims.registry import LENGTH_KEYS, Claim, override_key
+from normbench.errors import ConfigError
+from normbench.runtime import length
 
 
 @dataclass(frozen=True)
@@ -51,21 +55,20 @@ class Pinned:
 def pin(claim: Claim, scale: str, overrides=(), ratio: float | None = None, jobs=None) -> Pinned | None:
     """The scale's ``tokens_per_param`` (or ``ratio``: a duration rung's) as steps for every job, or None (no
     ratio, or the user set a length). ``jobs``: the claim's jobs composed for ``overrides`` already."""
-    from normbench.runtime import length
 
     ratio = ratio if ratio is not None else claim.sweep(scale).tokens_per_param
     if ratio is None or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return None
-    values, cfg = _baseline_job(claim, scale, overrides, jobs)
+    values, cfg = baseline_job(claim, scale, overrides, jobs)
     n = length.length_params(cfg)
     steps = max(1, round(float(ratio) * n / length.tokens_per_step(cfg)))
     return Pinned(float(ratio), steps, steps * length.tokens_per_step(cfg), n, dict(values))
 
 
-def _baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict, object]:
+def baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict, object]:
     """(swept values, composed config) of the baseline side of the first test that gives the verdict."""
-    from normbench.reproduce.shared import compose_jobs, test_sides
-    from normbench.run.resume import flat_config
+    from normbench.reproduce.shared import compose_jobs, test_sides  # deferred (start-up time): hydra, numpy
+    from normbench.run.resume import flat_config  # deferred (start-up time): hydra
 
     jobs = jobs if jobs is not None else compose_jobs(claim, scale, overrides)
     test = next(t for t in claim.tests if not t.informative)
@@ -74,7 +77,7 @@ def _baseline_job(claim: Claim, scale: str, overrides, jobs=None) -> tuple[dict,
     return values, next(c for v, c in jobs if v == values)
 
 
-def _asks_auto(claim: Claim, scale: str, overrides) -> str | None:
+def asks_auto(claim: Claim, scale: str, overrides) -> str | None:
     """``given`` where some job gets ``compile=auto`` from the claim's fixed overrides or the user's (the last
     ``compile=`` of them, or a swept value), ``default`` where none gives ``compile`` (conf/config.yaml's
     default, auto), None where it is given as true/false. Read from the overrides: composing every job to find
@@ -100,19 +103,17 @@ def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | Non
     """``compile=auto`` decided once against the baseline job (its model built on the meta device), as one
     ``compile=true|false`` for every job; None where no job would get ``compile=auto``. ``jobs``: the
     claim's jobs composed for ``overrides`` already."""
-    import torch
 
-    from normbench.model import build_model
-    from normbench.reproduce.shared import compose_jobs
-    from normbench.runtime import length
-    from normbench.runtime.compiling import decide
-    from normbench.train.build import resolve_device
+    from normbench.model import build_model  # deferred (start-up time): hydra
+    from normbench.reproduce.shared import compose_jobs  # deferred (start-up time): hydra, numpy
+    from normbench.runtime.compiling import decide  # deferred (start-up time): hydra
+    from normbench.train.build import resolve_device  # deferred (start-up time): hydra, numpy
 
-    asked = _asks_auto(claim, scale, overrides)
+    asked = asks_auto(claim, scale, overrides)
     if asked is None or (asked == "default" and not torch.cuda.is_available()):
         return None  # the default on CPU: every job resolves it alike, eager (config/spec.resolve_compile)
     jobs = jobs if jobs is not None else compose_jobs(claim, scale, overrides)
-    _, cfg = _baseline_job(claim, scale, overrides, jobs)
+    _, cfg = baseline_job(claim, scale, overrides, jobs)
     if asked == "default" and resolve_device(cfg).type != "cuda":
         return None
     with torch.device("meta"):
@@ -133,13 +134,11 @@ def check_corpus(claim: Claim, scale: str, overrides=(), jobs=None) -> None:
     """At ``scale=gpu``: refuse (one line) a corpus that 20 tokens per parameter of the baseline model would
     pass over more than ``MAX_PASSES`` times (Muennighoff et al. 2023), naming how to prepare one. A length the
     user gives (a smoke run's ``trainer.max_steps=100``) is theirs: the run's start-up line warns instead."""
-    from normbench.data.pipeline.prepared import train_tokens
-    from normbench.errors import ConfigError
-    from normbench.runtime import length
+    from normbench.data.pipeline.prepared import train_tokens  # deferred (start-up time): hydra, numpy
 
     if scale != "gpu" or {override_key(o) for o in overrides} & set(LENGTH_KEYS):
         return
-    _, cfg = _baseline_job(claim, scale, overrides, jobs)
+    _, cfg = baseline_job(claim, scale, overrides, jobs)
     need = CHINCHILLA * length.length_params(cfg)
     have, exact = train_tokens(cfg.data)
     data = f"data={cfg.data.name}"

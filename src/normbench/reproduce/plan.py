@@ -17,12 +17,16 @@ of other settings; ``<overrides>`` is Hydra's ``override_dirname`` of the swept 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from normbench.claims.registry import Claim, override_key
+from normbench.config.files import GROUPS
 
 _ABSENT = object()  # Plan._settable: no value to set (compose instead)
 
@@ -80,8 +84,8 @@ class Plan:
 
     def sides(self, test) -> tuple[list[Job], list[Job]]:
         """The jobs of a test's group and of its baseline (none for a baseline that is a number)."""
-        from normbench.reproduce.shared import test_sides
-        from normbench.run.resume import flat_config
+        from normbench.reproduce.shared import test_sides  # deferred (start-up time): hydra, numpy
+        from normbench.run.resume import flat_config  # deferred (start-up time): hydra
 
         group, base = test_sides(test, [(j, flat_config(j.cfg)) for j in self.jobs])
         return [j for j, _ in group], [j for j, _ in base]
@@ -98,7 +102,6 @@ class Plan:
         appended would give it: the key set in each composed config, since a plain value appended last is
         what Hydra's override does; composed again where that is not so (:meth:`_settable`). The override
         joins the sweeps' commands."""
-        from omegaconf import OmegaConf
 
         if self._settable(override) is _ABSENT:
             self.jobs = compose(self.claim, self.scale, [*self.users, override])
@@ -111,10 +114,7 @@ class Plan:
         """The value Hydra parses from ``override`` where setting it in the composed configs is what composing
         with it appended gives: a plain ``key=value`` of a key every job has and no grid sweeps; else
         _ABSENT (a config group, ``+key``, ``~key``, ``key=a,b``, a swept or unknown key, a parse error)."""
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from omegaconf import OmegaConf
-
-        from normbench.config.files import GROUPS
+        from hydra.core.override_parser.overrides_parser import OverridesParser  # deferred (start-up time): hydra
 
         key = override_key(override)
         if override.startswith("hydra"):
@@ -138,7 +138,6 @@ class Plan:
     def derived(self, overrides) -> Plan:
         """A copy of this plan (unpinned) with ``overrides`` added (:meth:`add`): a ladder's rung from the
         claim's own jobs, composed once for the whole ladder (again, once, where an override needs it)."""
-        import copy
 
         plan = Plan(self.claim, self.scale, self.seeds, list(self.overrides), self.out, copy.deepcopy(self.jobs))
         if any(plan._settable(o) is _ABSENT for o in overrides):
@@ -152,15 +151,18 @@ class Plan:
 
 def compose(claim: Claim, scale: str, overrides=()) -> list[Job]:
     """Every job of the claim's sweeps at ``scale`` composed once, in grid order."""
-    from normbench.reproduce.shared import compose_jobs
+    from normbench.reproduce.shared import compose_jobs  # deferred (start-up time): hydra, numpy
 
-    sweeps = [i for i, grid in enumerate(claim.grids(scale, overrides))
-              for _ in itertools.product(*(v for k, v in grid.items() if k != "seed"))]  # fmt: skip
+    sweeps = [
+        i
+        for i, grid in enumerate(claim.grids(scale, overrides))
+        for _ in itertools.product(*(v for k, v in grid.items() if k != "seed"))
+    ]
     return [Job(i, values, cfg) for i, (values, cfg) in zip(sweeps, compose_jobs(claim, scale, overrides))]
 
 
 def _pin_length(plan: Plan, log) -> None:
-    from normbench.reproduce.length import pin
+    from normbench.reproduce.length import pin  # deferred (start-up time): hydra, numpy
 
     pinned = pin(plan.claim, plan.scale, plan.users, jobs=plan.pairs)
     if pinned is not None:
@@ -170,7 +172,7 @@ def _pin_length(plan: Plan, log) -> None:
 
 
 def _pin_mode(plan: Plan, log) -> None:
-    from normbench.reproduce.length import pin_compile
+    from normbench.reproduce.length import pin_compile  # deferred (start-up time): hydra, numpy
 
     mode = pin_compile(plan.claim, plan.scale, plan.users, jobs=plan.pairs)
     if mode is not None:
@@ -181,7 +183,7 @@ def _pin_mode(plan: Plan, log) -> None:
 
 def _check_corpus(plan: Plan, log) -> None:
     """scale=gpu refuses a corpus it would repeat more than 4 times (reproduce/length.py)."""
-    from normbench.reproduce.length import check_corpus
+    from normbench.reproduce.length import check_corpus  # deferred (start-up time): hydra, numpy
 
     check_corpus(plan.claim, plan.scale, plan.users, jobs=plan.pairs)
 
@@ -212,7 +214,7 @@ def build(claim: Claim, scale: str, seeds: int | None, overrides, out: Path, log
 
 
 def _excluded(claim: Claim, scale: str, overrides) -> set[str]:
-    from normbench.run.resume import BOOKKEEPING_KEYS
+    from normbench.run.resume import BOOKKEEPING_KEYS  # deferred (start-up time): hydra
 
     return set(BOOKKEEPING_KEYS) | {override_key(o) for o in claim.settings(scale, overrides)}
 
@@ -226,22 +228,31 @@ def layout(claim: Claim, scale: str, seeds: int | None, overrides: list[str], ou
     digest = hashlib.sha1("\n".join(settings).encode()).hexdigest()[:8]
     root = Path(out) / claim.id / "runs" / f"{scale}-{digest}"
     argvs, jobs = [], []
-    from normbench.run.resume import BOOKKEEPING_KEYS
+    from normbench.run.resume import BOOKKEEPING_KEYS  # deferred (start-up time): hydra
 
     exclude = list(BOOKKEEPING_KEYS) + sorted({override_key(o) for o in settings})
     for i, grid in enumerate(claim.grids(scale, overrides)):  # a user override wins over a swept key
         if "seed" not in {override_key(o) for o in overrides}:  # seed=K: one seed, the user's
             grid["seed"] = [str(x) for x in range(n_seeds)]
-        argvs.append(["-m", *settings, *[f"{k}={','.join(v)}" for k, v in grid.items()], "trainer.resume=true",
-                      f"hydra.sweep.dir={root / f'sweep{i}'}", "hydra.sweep.subdir=${hydra.job.override_dirname}",
-                      f"hydra.job.config.override_dirname.exclude_keys=[{','.join(exclude)}]", *launch])  # fmt: skip
+        argvs.append(
+            [
+                "-m",
+                *settings,
+                *[f"{k}={','.join(v)}" for k, v in grid.items()],
+                "trainer.resume=true",
+                f"hydra.sweep.dir={root / f'sweep{i}'}",
+                "hydra.sweep.subdir=${hydra.job.override_dirname}",
+                f"hydra.job.config.override_dirname.exclude_keys=[{','.join(exclude)}]",
+                *launch,
+            ]
+        )
         jobs.append([dict(zip(grid, combo)) for combo in itertools.product(*grid.values())])
     return root, argvs, jobs
 
 
 def hydra_spelling(key: str, value) -> str:
     """A value as Hydra's sweeper writes it into a job's override (``1e-3`` -> ``0.001``, ``true`` -> ``True``)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # deferred (start-up time): hydra
 
     (parsed,) = OverridesParser.create().parse_overrides([f"{key}={value}"])
     return parsed.get_value_element_as_str()

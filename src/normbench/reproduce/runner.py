@@ -21,12 +21,15 @@ from pathlib import Path
 
 from normbench.analysis.loading import find_runs, norm_value, setting
 from normbench.claims import benchmark
+from normbench.claims.figure import plot_claim
 from normbench.claims.measure import FINISHED, judge_claim
 from normbench.claims.registry import Claim, cpu_mode_name
 from normbench.claims.skip_eval import read_skip, skip_losses
+from normbench.claims.summary import write_report
 from normbench.config.spec import spec_of
 from normbench.errors import ConfigError
 from normbench.reproduce import dryrun, store
+from normbench.reproduce.estimate import spoken
 from normbench.reproduce.plan import Plan, build, layout, threads_env
 from normbench.reproduce.request import Request
 from normbench.reproduce.shared import check_claim
@@ -90,16 +93,21 @@ def reproduce(
     timing = benchmark.timing(req.bench, None if req.launch else "no paired benchmark ran (--no-run)", log)
     result = judge_claim(claim, runs, scale, req.min_seeds, claim.sweep(scale).at, timing=timing)
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
-    result.update(length=_length(p.pinned, runs), runs_dir=str(root), n_runs=len(runs),
-                  compile=_compiled(p.mode, runs), mode=_mode(p), seconds=round(time.perf_counter() - start, 1),
-                  run_time_s=round(run_time, 1),
-                  commit=_commit(), settings=[*claim.sweep(scale).fixed, *p.overrides],
-                  protocol=protocol(claim, req))  # fmt: skip
+    result.update(
+        length=_length(p.pinned, runs),
+        runs_dir=str(root),
+        n_runs=len(runs),
+        compile=_compiled(p.mode, runs),
+        mode=_mode(p),
+        seconds=round(time.perf_counter() - start, 1),
+        run_time_s=round(run_time, 1),
+        commit=_commit(),
+        settings=[*claim.sweep(scale).fixed, *p.overrides],
+        protocol=protocol(claim, req),
+    )
     claim_dir = out / claim.id
     claim_dir.mkdir(parents=True, exist_ok=True)
     (claim_dir / "verdict.json").write_text(json.dumps(result, indent=1, default=str))
-    from normbench.claims.figure import plot_claim
-    from normbench.claims.summary import write_report
 
     plot_claim(result, runs, claim, claim_dir / "claim.png")
     write_report(result, root, claim_dir)
@@ -133,8 +141,6 @@ def execute(p: Plan, dry_run: bool = False, launch: bool = True, log=print, tall
     if tally is not None:
         tally.extend(store.estimates(p))
     if dry_run and len(planned) > 1:
-        from normbench.reproduce.estimate import spoken
-
         total = sum(n for n, _ in planned)
         log(f"normbench: {cid}: {total} runs in {len(planned)} sweeps, {spoken(sum(s for _, s in planned))}")
     return not dry_run
@@ -196,7 +202,11 @@ def protocol(claim: Claim, req: Request) -> dict:
 def _commit() -> str | None:
     try:
         here = Path(__file__).resolve().parent
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None  # fmt: skip
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -20,22 +20,22 @@ from __future__ import annotations
 import itertools
 
 from normbench.claims.registry import Claim, Test, as_str
-from normbench.config.files import GROUPS
+from normbench.config.files import GROUPS, compose_config
 from normbench.errors import ConfigError
+from normbench.runtime import length
 
 INIT = "init_std"
 TOKENS = "tokens"  # the tokens a job trains (runtime/length.py): one length per comparison
 
 
 def _spell(value) -> str:
-    from normbench.analysis.loading import norm_value
+    from normbench.analysis.loading import norm_value  # deferred (start-up time): hydra, numpy
 
     return norm_value(as_str(value))
 
 
 def compose(claim: Claim, overrides: list[str], what) -> object:
     """The config ``train`` would compose for ``overrides``; Hydra's error as one line naming ``what``."""
-    from normbench.config.files import compose_config
 
     try:
         return compose_config(overrides)
@@ -66,7 +66,7 @@ def _selects(flat: dict, where: dict) -> bool:
 
 
 def _free(key: str, about: set[str], declared: set[str]) -> bool:
-    from normbench.run.resume import FREE_KEYS
+    from normbench.run.resume import FREE_KEYS  # deferred (start-up time): hydra
 
     def under(k: str, prefixes) -> bool:
         return any(k == p or k.startswith(p + ".") for p in prefixes)
@@ -119,7 +119,6 @@ def _check_pair(claim: Claim, test: Test, g, b, about: set[str], declared: set[s
 
 def run_tokens(cfg) -> int:
     """The tokens a composed job trains: its steps (trainer.tokens_per_param resolved) x tokens per step."""
-    from normbench.runtime import length
 
     return length.run_steps(cfg) * length.tokens_per_step(cfg)
 
@@ -129,12 +128,14 @@ def check_claim(claim: Claim, scale: str, overrides=(), jobs=None) -> dict[str, 
     about (its group, baseline, ``at`` and ``tune`` keys) and the claim does not declare; else
     {test name: {side: the init_std values}} for the start-up printout. ``jobs``: the claim's jobs
     composed for ``overrides`` already (else composed here)."""
-    from normbench.model import weight_init_std
-    from normbench.run.resume import flat_config
+    from normbench.model import weight_init_std  # deferred (start-up time): hydra
+    from normbench.run.resume import flat_config  # deferred (start-up time): hydra
 
     declared = set((claim.part_of_claim or {}).keys())
-    jobs = [(values, flat_config(cfg), weight_init_std(cfg), run_tokens(cfg))
-            for values, cfg in (jobs if jobs is not None else compose_jobs(claim, scale, overrides))]  # fmt: skip
+    jobs = [
+        (values, flat_config(cfg), weight_init_std(cfg), run_tokens(cfg))
+        for values, cfg in (jobs if jobs is not None else compose_jobs(claim, scale, overrides))
+    ]
     inits: dict[str, dict[str, list[float]]] = {}
     for test in claim.tests:
         about = {*test.group, *(test.baseline if isinstance(test.baseline, dict) else {}), *test.at}

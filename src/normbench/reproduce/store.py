@@ -44,8 +44,14 @@ TRAJECTORY_FREE = (
     "trainer.skip_memory_check",
     "peak_flops",
 )
-MEASURED = ("trainer.log_every", "trainer.eval_every", "diag.every", "diag.batch", "diag.spike_factor",
-            "diag.spike_window")  # fmt: skip
+MEASURED = (
+    "trainer.log_every",
+    "trainer.eval_every",
+    "diag.every",
+    "diag.batch",
+    "diag.spike_factor",
+    "diag.spike_window",
+)
 DIAG_RANK = {"off": 0, "default": 1, "full": 2}
 TIMED = ("tokens_per_s", "seconds_to_target")
 STORE = "_runs"
@@ -62,8 +68,8 @@ def timed(claim) -> bool:
 def address(cfg, seed, measured: bool = True) -> str:
     """The content address of one run: the composed ``cfg`` with ``seed``, the trajectory-free keys left out
     (the measured ones kept; ``measured=False``: left out too, the address of the trajectory alone)."""
-    from normbench.config.spec import spec_of
-    from normbench.run.resume import flat_config
+    from normbench.config.spec import spec_of  # deferred (start-up time): torch, omegaconf
+    from normbench.run.resume import flat_config  # deferred (start-up time): hydra, omegaconf
 
     flat = flat_config(cfg)
     spec = spec_of(cfg)  # precision=auto and compile=auto as resolved: a run of today's default keeps its address
@@ -90,8 +96,8 @@ def _seed(job, run: dict):
 def _finished(run_dir: Path):
     """The run at ``run_dir`` (a RunReader: its summary and config, its metrics never read) if it finished
     (completed or diverged), else None."""
-    from normbench.claims.measure import FINISHED
-    from normbench.run.reader import RunReader
+    from normbench.claims.measure import FINISHED  # deferred (start-up time): torch, hydra, omegaconf
+    from normbench.run.reader import RunReader  # deferred (start-up time): yaml
 
     if not (run_dir / "summary.json").is_file():
         return None
@@ -145,7 +151,7 @@ def shared_dirs(p, i: int) -> bool:
 def missing_argvs(p, i: int) -> list[list[str]]:
     """Sweep ``i`` as one ``train -m`` per job with runs to train, over just those seeds: the same run
     directories as the grid's (the same sweep dir, subdir and excluded keys), none of the linked ones."""
-    from normbench.reproduce.plan import hydra_spelling
+    from normbench.reproduce.plan import hydra_spelling  # deferred (start-up time): torch, hydra, omegaconf
 
     todo: dict[str, tuple[dict, list[str]]] = {}
     for _, run_dir, job, run in _runs(p):
@@ -169,8 +175,8 @@ def estimates(p) -> list[tuple[str, float, bool, str]]:
     expects: what ``reproduce all --dry-run`` adds up over the claims (each address once). Two addresses of
     one trajectory are runs that differ only in the cadence of their records: one run at the finer cadence
     could serve both, if the claims' cadences were aligned (``tally_line`` counts them)."""
-    from normbench.reproduce.estimate import job_seconds
-    from normbench.validation import to_config
+    from normbench.reproduce.estimate import job_seconds  # deferred (start-up time): torch, hydra, omegaconf
+    from normbench.validation import to_config  # deferred (start-up time): torch, hydra, omegaconf
 
     seconds: dict[int, float] = {}
     out = []
@@ -187,13 +193,15 @@ def estimates(p) -> list[tuple[str, float, bool, str]]:
 def tally_line(tally: list[tuple[str, float, bool, str]]) -> str:
     """``282 runs, 243 distinct (39 shared between claims; distinct only by their records' cadence: 0), 243 to
     train: 15.3 CPU-hours (one thread a run), about 7.6 h of this machine's 2 cores at jobs=2 (estimate)``."""
-    from normbench.reproduce.estimate import spoken
+    from normbench.reproduce.estimate import spoken  # deferred (start-up time): torch, hydra, omegaconf
 
     distinct = {addr: (s, done) for addr, s, done, _ in tally}
     todo = [s for s, done in distinct.values() if not done]
     cadence = len(distinct) - len({t for *_, t in tally})  # distinct runs that differ only in the cadence
     shared = f"{len(tally) - len(distinct)} shared between claims; distinct only by their records' cadence: {cadence}"
     cores = os.cpu_count() or 1
-    return (f"{len(tally)} runs, {len(distinct)} distinct ({shared}), "
-            f"{len(todo)} to train: {sum(todo) / 3600:.1f} CPU-hours (one thread a run), {spoken(sum(todo) / cores)} "
-            f"of this machine's {cores} cores at jobs={cores} (estimate)")  # fmt: skip
+    return (
+        f"{len(tally)} runs, {len(distinct)} distinct ({shared}), "
+        f"{len(todo)} to train: {sum(todo) / 3600:.1f} CPU-hours (one thread a run), {spoken(sum(todo) / cores)} "
+        f"of this machine's {cores} cores at jobs={cores} (estimate)"
+    )

@@ -20,8 +20,12 @@ def hydra_value(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def resume_command(args: list[str], run_dir: Path | None = None, sweep_dir: Path | None = None,
-                   prefix: tuple[str, ...] | list[str] = TRAIN) -> str:  # fmt: skip
+def resume_command(
+    args: list[str],
+    run_dir: Path | None = None,
+    sweep_dir: Path | None = None,
+    prefix: tuple[str, ...] | list[str] = TRAIN,
+) -> str:
     """``PREFIX ARGS hydra.run.dir=RUN_DIR trainer.resume=true`` (with ``sweep_dir``: ``hydra.sweep.dir=``),
     ``ARGS`` without a run or sweep directory and resume flag of their own, each quoted for the shell."""
     kept = [a for a in args if not a.startswith(_OWN)]

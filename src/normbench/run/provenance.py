@@ -16,8 +16,9 @@ from pathlib import Path
 def code_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True,
-                             timeout=10)  # fmt: skip
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None

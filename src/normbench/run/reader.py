@@ -94,9 +94,9 @@ class RunReader:
         """The run's config over the schema (keys added since fill in with their defaults), from
         ``.hydra/config.yaml``, else from ``fallback`` (a checkpoint's flat config); None when neither
         exists. A key this version does not know leaves the run's own config as it is."""
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # deferred (start-up time): omegaconf
 
-        from normbench.config.schema import Config
+        from normbench.config.schema import Config  # deferred (start-up time): hydra, omegaconf
 
         if self.dir.config_path.is_file():
             loaded = OmegaConf.load(self.dir.config_path)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from normbench.config.lr_rule import flat_resolved
 from normbench.config.norm_keys import old_run_values
 from normbench.config.recipes import recipe_values
-from normbench.config.schema import as_dict
+from normbench.config.schema import as_dict, init_std_of, qk_norm_mode, upgrade_legacy
 from normbench.errors import ConfigError
 
 # Keys that define the model: a checkpoint can never be resumed with these changed.
@@ -114,9 +115,7 @@ def _canonical(flat: dict) -> dict:
     resumes under ``auto``; the values the arch forces (config/recipes.py: nGPT's warmup and weight decay),
     which a checkpoint made before they were applied to the config still holds as given; ``precision: auto`` as
     the precision it resolves to here (fp32 on CPU: the runs made before it was the default resume under it)."""
-    from normbench.config.lr_rule import flat_resolved
-    from normbench.config.schema import init_std_of, qk_norm_mode, upgrade_legacy
-    from normbench.config.spec import device_type, resolve_precision
+    from normbench.config.spec import device_type, resolve_precision  # deferred (start-up time): torch
 
     out = upgrade_legacy(flat)
     out.update({k: v for k, v in recipe_values(out.get("arch.name")).items() if k in out})

@@ -14,10 +14,13 @@ reads the summary through :meth:`RunDir.read_summary` and the lock's owner throu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import socket
 import time
+import warnings
 from pathlib import Path
 
 from normbench.run.metrics import JsonlWriter, read_jsonl, write_json_atomic
@@ -121,7 +124,6 @@ class RunDir:
         """The step of ``checkpoints/last.pt``, its tensors left unread (memory-mapped); None when there is
         none or it cannot be read. For a notice only: no CRC-32 check (train/checkpoint.py's ``load``
         refuses a damaged file in its own line)."""
-        import warnings
 
         import torch  # here: the lock's other users (the CLI's checks) need no torch
 
@@ -182,8 +184,6 @@ def job_dir_name(override_dirname: str, limit: int = 200) -> str:
     number keeps the names unique). A name past ``limit`` characters (file names end at 255 bytes)
     is cut, with a hash of the whole so that it stays unique and the same on every resume.
     """
-    import hashlib
-    import re
 
     last_part = lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1]
     name = re.sub(r"[^,=\[\]{}()]*/[^,=\[\]{}()]*", last_part, override_dirname)

@@ -90,7 +90,7 @@ UNKNOWN_GPU_PEAK = 100e12  # FLOP/s assumed for a GPU the peak table does not kn
 def has_cpp_compiler() -> bool:
     """Whether inductor finds the C++ compiler its CPU code needs (``CXX`` or g++/clang++ on PATH)."""
     try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
+        from torch._inductor.cpp_builder import get_cpp_compiler  # its failure is handled here
 
         return bool(get_cpp_compiler())
     except Exception:  # torch raises its own error types when none is found

@@ -38,8 +38,16 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed._composable import checkpoint
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from normbench.config.spec import spec_of
+from normbench.errors import ConfigError
+from normbench.runtime.precision import autocast_dtype
 
 
 def rank() -> int:
@@ -67,7 +75,7 @@ def export_submitit_env() -> bool:
     if "RANK" in os.environ or not os.environ.get("SUBMITIT_EXECUTOR"):
         return False
     try:
-        from submitit.helpers import TorchDistributedEnvironment
+        from submitit.helpers import TorchDistributedEnvironment  # optional dependency (the sweeps extra)
 
         env = TorchDistributedEnvironment()
     except Exception:  # submitit missing, or no job environment after all
@@ -105,7 +113,6 @@ FSDP_UNSUPPORTED_OPTIMS = ("muon", "adafactor")
 
 def check_config(cfg) -> None:
     """Refuse what cannot run correctly in this world; raises ConfigError (one line)."""
-    from normbench.errors import ConfigError
 
     if effective_parallel(cfg) == "fsdp" and cfg.optim.name in FSDP_UNSUPPORTED_OPTIMS:
         raise ConfigError(
@@ -133,8 +140,6 @@ def wrap_model(model: nn.Module, cfg, device: torch.device, log: Callable[[str],
         return (torch.compile(model) if use_compile else model), use_compile
     init(device)
     if mode == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         inner = torch.compile(model) if use_compile else model
         log(f"parallel: DDP over {world_size()} processes ({dist.get_backend()})")
         return DDP(inner, device_ids=[device.index] if device.type == "cuda" else None), use_compile
@@ -145,9 +150,6 @@ def mixed_precision(cfg):
     """FSDP2's ``MixedPrecisionPolicy`` for the run's precision: bf16 parameters in forward and backward
     (all-gathers move bf16) with gradients reduced in fp32 (torchtitan's default); None otherwise (fp32;
     fp16 keeps autocast alone, its GradScaler unscales fp32 gradients)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    from normbench.runtime.precision import autocast_dtype
 
     if autocast_dtype(cfg) != torch.bfloat16:
         return None
@@ -158,8 +160,6 @@ def _shard(model: nn.Module, cfg, device: torch.device, use_compile: bool, log: 
     """FSDP2 in place: each block its own unit (the last one kept gathered after forward: backward starts
     there), then the root, which holds the embedding and the head (tied: one parameter, gathered once per
     step, since FSDP2 keeps the root's parameters after forward) and the final norm."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(device.type, (world_size(),))
     policy = mixed_precision(cfg)
@@ -179,9 +179,6 @@ def checkpoint_activations(model: nn.Module) -> None:
     kept (torch's composable ``checkpoint``, non-reentrant, the RNG replayed: the same numbers; parameter
     names unchanged). ConfigError (one line) for a model whose blocks keep running statistics, which a
     recomputed forward would update twice."""
-    from torch.distributed._composable import checkpoint
-
-    from normbench.errors import ConfigError
 
     stateful = sorted({n.rsplit(".", 1)[-1] for n, _ in model.blocks.named_buffers() if "running" in n or "ema" in n})
     if stateful:
@@ -246,7 +243,6 @@ def gather_to_main(obj) -> list | None:
 
 
 def is_dtensor(t) -> bool:
-    from torch.distributed.tensor import DTensor
 
     return isinstance(t, DTensor)
 
@@ -298,11 +294,6 @@ def full_state_dicts(model: nn.Module, optimizer) -> tuple[dict, dict]:
     optimizer's dict is keyed by parameter name (``{"state": {name: ...}, "param_groups":
     [{"params": [name, ...], ...}]}``), one dict for all the optimizers of an OptimizerList.
     """
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
 
     options = StateDictOptions(**FULL_STATE)
     model_state = get_model_state_dict(model, options=options)
@@ -322,7 +313,7 @@ def load_full_state_dicts(model: nn.Module, optimizer, model_state: dict, optim_
     id-keyed dicts]}``) are converted first, matching parameters by their position in the param
     groups as ``torch.optim.Optimizer.load_state_dict`` does.
     """
-    from torch.distributed.checkpoint.state_dict import (
+    from torch.distributed.checkpoint.state_dict import (  # local: the module binds this name otherwise
         StateDictOptions,
         set_model_state_dict,
         set_optimizer_state_dict,

@@ -32,17 +32,17 @@ COUNTED_KINDS = ("matrix", "embed", "head")
 
 def config_vocab(cfg: Any) -> int:
     """The (padded) vocabulary the run's model is built with, from the config alone (no data loaded)."""
-    from normbench.data.tokenizer import config_data_vocab
-    from normbench.model import padded_vocab
+    from normbench.data.tokenizer import config_data_vocab  # deferred (start-up time): numpy
+    from normbench.model import padded_vocab  # deferred (start-up time): torch, hydra, omegaconf
 
     return padded_vocab(cfg, config_data_vocab(cfg.data))
 
 
 def length_params(cfg: Any, vocab: int | None = None) -> int:
     """N of ``trainer.tokens_per_param``: the weight-matrix parameters (embeddings and head included)."""
-    import torch
+    import torch  # deferred (start-up time): torch
 
-    from normbench.model import build_model
+    from normbench.model import build_model  # deferred (start-up time): torch, hydra, omegaconf
 
     with torch.device("meta"):
         model = build_model(cfg, vocab or config_vocab(cfg))
@@ -51,7 +51,7 @@ def length_params(cfg: Any, vocab: int | None = None) -> int:
 
 def count_matrices(model) -> int:
     """The parameters of ``model`` that :func:`length_params` counts (a tied tensor once)."""
-    from normbench.model.kinds import param_kinds
+    from normbench.model.kinds import param_kinds  # deferred (start-up time): torch, hydra, omegaconf
 
     params = dict(model.named_parameters())
     return sum(params[name].numel() for name, kind in param_kinds(model).items() if kind in COUNTED_KINDS)

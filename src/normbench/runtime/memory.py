@@ -46,6 +46,7 @@ from normbench.config.arch_traits import arch_traits
 from normbench.config.schema import qk_norm_mode
 from normbench.config.spec import spec_of
 from normbench.errors import ConfigError
+from normbench.model import build_model
 
 GB = 1024**3
 _BACKWARD_LAYERS = 2  # backward's working set: about two layers' worth of activation gradients and temporaries
@@ -79,7 +80,6 @@ def _gb(b: float) -> str:
 
 def count_params(cfg, vocab: int) -> tuple[int, list[tuple[str, tuple[int, ...]]]]:
     """(parameter count, [(name, shape)]) of the model ``build_model`` makes, built on the meta device."""
-    from normbench.model import build_model
 
     with torch.device("meta"):
         model = build_model(cfg, vocab)

@@ -14,7 +14,10 @@ import logging
 import os
 import shutil
 import time
+import warnings
 from pathlib import Path
+
+import torch
 
 from normbench.train import checkpoint as ckpt
 from normbench.train import sharded
@@ -27,9 +30,6 @@ LAST = "last.pt"
 def _file_step(path: Path) -> float:
     """The step of ``last.pt`` for choosing between formats; an unreadable one counts as the newest, so
     that a resume refuses it in its own line instead of quietly going back to an older checkpoint."""
-    import warnings
-
-    import torch
 
     try:
         with warnings.catch_warnings():

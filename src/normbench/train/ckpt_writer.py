@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 
 from normbench.errors import ConfigError
 from normbench.runtime.distributed import effective_parallel
@@ -37,7 +38,6 @@ from normbench.train import ckpt_store, sharded
 
 def check_async_available() -> None:
     """``trainer.ckpt_async=true`` on a torch without ``torch.distributed.checkpoint.async_save``: one line."""
-    import torch.distributed.checkpoint as dcp
 
     if not hasattr(dcp, "async_save"):
         raise ConfigError(
@@ -59,9 +59,17 @@ def _owned(obj):
 
 
 class CheckpointWriter:
-    def __init__(self, ckpt_dir: Path, *, sharded: bool, background: bool, keep, device: torch.device,
-                 spent: Callable[[str, float], None] | None = None,
-                 write_summary: Callable[[dict], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        ckpt_dir: Path,
+        *,
+        sharded: bool,
+        background: bool,
+        keep,
+        device: torch.device,
+        spent: Callable[[str, float], None] | None = None,
+        write_summary: Callable[[dict], None] | None = None,
+    ):
         self.dir, self.sharded, self.background = Path(ckpt_dir), sharded, background
         self.keep, self.device, self.write_summary = frozenset(keep), device, write_summary
         self.spent = spent or (lambda what, seconds: None)  # the throughput meter's ckpt_s: the training held up
@@ -77,8 +85,15 @@ class CheckpointWriter:
     def for_run(cls, cfg, c, ckpt_dir: Path, meter, write_summary) -> CheckpointWriter:
         """The writer of a run (``c``: train/build.py's components): sharded DCP when FSDP2 shards the state."""
         sharded = effective_parallel(cfg) == "fsdp"
-        return cls(ckpt_dir, sharded=sharded, background=c.t.ckpt_async, keep=c.t.save_at, device=c.device,
-                   spent=meter.spent, write_summary=write_summary)  # fmt: skip
+        return cls(
+            ckpt_dir,
+            sharded=sharded,
+            background=c.t.ckpt_async,
+            keep=c.t.save_at,
+            device=c.device,
+            spent=meter.spent,
+            write_summary=write_summary,
+        )
 
     def save(self, state, step: int) -> None:
         """Write the checkpoint of ``state`` (train/state.py) at ``step``: collective under torchrun."""

@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import torch
+
 from normbench.errors import first_line
 from normbench.runtime import distributed as dist_utils
 
@@ -238,7 +240,6 @@ class StopVotes:
         self.current = self.previous = None
 
     def ballot(self, caught: bool):
-        import torch
 
         return torch.full((), float(caught), device=self.device)
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from normbench.data.texts import _abspath, _first_line, _get, _hf_error, _hf_local
+from normbench.data.texts import abs_path, cfg_value, first_line, hf_error, hf_local_path
 from normbench.errors import DataError
 
 TEXT_SUFFIXES = (".txt", ".md", ".text")
@@ -47,7 +47,7 @@ def expand_paths(given: list[str], key: str = "data.paths") -> list[Path]:
         raise DataError(f"{key} is empty; data=files needs {key}=[a.jsonl,dir/,'shards/*.parquet',...]")
     out: list[Path] = []
     for item in given:
-        path = _abspath(item)
+        path = abs_path(item)
         if glob.has_magic(str(item)):
             found = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
         elif path.is_dir():
@@ -78,7 +78,7 @@ def _text_document(path: Path) -> str:
         with fsspec.open(str(path), "rb", compression="infer") as f:
             raw = f.read()
     except (OSError, ValueError, EOFError) as e:
-        raise DataError(f"data.paths: {path} cannot be read ({_first_line(e)})") from None
+        raise DataError(f"data.paths: {path} cannot be read ({first_line(e)})") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -89,7 +89,7 @@ def _text_document(path: Path) -> str:
 
 
 def _jsonl_rows(path: Path, field: str) -> Iterator[str]:
-    """The text of each line of an uncompressed ``.jsonl``, read with the json module, as :func:`_rows` gives it
+    """The text of each line of an uncompressed ``.jsonl``, read with the json module, as :func:`row_texts` gives it
     (a blank line, a row whose field is null or missing after the first: no document). Hand-written because the
     reader is the one process that feeds the tokenizing workers: datasets' streamed json reader took 5.2 CPU-s
     per 100 MB here against 0.6 s for this, which kept 2 workers at 1.45x the tokens/s of 1 on 2 cores
@@ -102,7 +102,7 @@ def _jsonl_rows(path: Path, field: str) -> Iterator[str]:
             try:
                 row = json.loads(line)
             except ValueError as e:
-                raise DataError(f"data.paths: {path} line {n} is not JSON ({_first_line(e)})") from None
+                raise DataError(f"data.paths: {path} line {n} is not JSON ({first_line(e)})") from None
             if not isinstance(row, dict):
                 raise DataError(f"data.paths: {path} line {n} is not a JSON object (a row is one object a line)")
             if first and field not in row:
@@ -119,7 +119,7 @@ def _jsonl_rows(path: Path, field: str) -> Iterator[str]:
             yield text
 
 
-def _rows(path: Path, field: str) -> Iterator[str]:
+def row_texts(path: Path, field: str) -> Iterator[str]:
     """The text of each row of a row file, streamed by ``datasets`` (an uncompressed .jsonl: :func:`_jsonl_rows`)."""
     if path.suffix == ".jsonl":
         yield from _jsonl_rows(path, field)
@@ -146,7 +146,7 @@ def _rows(path: Path, field: str) -> Iterator[str]:
     except DataError:
         raise
     except Exception as e:  # datasets/pyarrow raise many types for a bad file
-        raise DataError(f"data.paths: {path} cannot be read as {builder} ({_first_line(e)})") from None
+        raise DataError(f"data.paths: {path} cannot be read as {builder} ({first_line(e)})") from None
 
 
 def file_documents(paths: list[Path], field: str) -> Iterator[str]:
@@ -156,7 +156,7 @@ def file_documents(paths: list[Path], field: str) -> Iterator[str]:
             if text:  # an empty file is no document
                 yield text
         else:
-            yield from _rows(path, field)
+            yield from row_texts(path, field)
 
 
 # ----------------------------------------------------------------------------- Hugging Face datasets
@@ -167,8 +167,8 @@ def hf_dataset(cfg: Any, split: str):
     data.hf_streaming). datasets' own progress bars (downloads) stay as the user set them."""
     import datasets  # start-up cost: only for data=hf
 
-    path, conf, streaming = _get(cfg, "hf_path"), _get(cfg, "hf_config"), bool(_get(cfg, "hf_streaming"))
-    local = _hf_local(path)
+    path, conf, streaming = cfg_value(cfg, "hf_path"), cfg_value(cfg, "hf_config"), bool(cfg_value(cfg, "hf_streaming"))
+    local = hf_local_path(path)
     saved = local is not None and any(
         (local / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")
     )
@@ -189,7 +189,7 @@ def hf_dataset(cfg: Any, split: str):
     except DataError:
         raise
     except Exception as e:  # datasets raises many types; each becomes one line
-        raise _hf_error(e, path, local, conf, split) from None
+        raise hf_error(e, path, local, conf, split) from None
 
 
 def hf_documents(ds, path: str, field: str) -> Iterator[str]:
@@ -209,7 +209,7 @@ def hf_documents(ds, path: str, field: str) -> Iterator[str]:
     except KeyError:
         raise DataError(f"data.hf_text_field={field!r} is not a column of {path!r}") from None
     except Exception as e:  # a stream that breaks (network) is one line
-        raise DataError(f"data.hf_path={path!r}: reading it failed ({_first_line(e)}); run again to resume") from None
+        raise DataError(f"data.hf_path={path!r}: reading it failed ({first_line(e)}); run again to resume") from None
 
 
 # ----------------------------------------------------------------------------- a corpus' sources
@@ -218,17 +218,17 @@ def hf_documents(ds, path: str, field: str) -> Iterator[str]:
 def sources(cfg: Any) -> list[tuple[str | None, Iterator[str]]]:
     """The corpus as (split, documents) streams in order: split None is "train or val by the hash
     rule", "val" a given validation set."""
-    name, field = _get(cfg, "name"), _get(cfg, "hf_text_field")
+    name, field = cfg_value(cfg, "name"), cfg_value(cfg, "hf_text_field")
     if name == "files":
-        train = file_documents(expand_paths(_get(cfg, "paths")), field)
-        if not _get(cfg, "val_paths"):
+        train = file_documents(expand_paths(cfg_value(cfg, "paths")), field)
+        if not cfg_value(cfg, "val_paths"):
             return [(None, train)]
         return [
             ("train", train),
-            ("val", file_documents(expand_paths(_get(cfg, "val_paths"), "data.val_paths"), field)),
+            ("val", file_documents(expand_paths(cfg_value(cfg, "val_paths"), "data.val_paths"), field)),
         ]
-    path, val_split = _get(cfg, "hf_path"), _get(cfg, "hf_val_split")
-    train = hf_documents(hf_dataset(cfg, _get(cfg, "hf_split")), path, field)
+    path, val_split = cfg_value(cfg, "hf_path"), cfg_value(cfg, "hf_val_split")
+    train = hf_documents(hf_dataset(cfg, cfg_value(cfg, "hf_split")), path, field)
     if not val_split:
         return [(None, train)]
     return [("train", train), ("val", hf_documents(hf_dataset(cfg, val_split), path, field))]
@@ -237,14 +237,14 @@ def sources(cfg: Any) -> list[tuple[str | None, Iterator[str]]]:
 def identity(cfg: Any) -> dict:
     """What determines the documents, computed without reading them (so that a prepared corpus is
     found at once)."""
-    name = _get(cfg, "name")
+    name = cfg_value(cfg, "name")
     if name == "files":
-        ident: dict = {"files": files_identity(expand_paths(_get(cfg, "paths")))}
-        if _get(cfg, "val_paths"):
-            ident["val_files"] = files_identity(expand_paths(_get(cfg, "val_paths"), "data.val_paths"))
-        return {**ident, "text_field": _get(cfg, "hf_text_field")}
-    ident = {k: _get(cfg, k) for k in ("hf_path", "hf_config", "hf_split", "hf_val_split", "hf_text_field")}
-    local = _hf_local(ident["hf_path"]) if ident["hf_path"] else None
+        ident: dict = {"files": files_identity(expand_paths(cfg_value(cfg, "paths")))}
+        if cfg_value(cfg, "val_paths"):
+            ident["val_files"] = files_identity(expand_paths(cfg_value(cfg, "val_paths"), "data.val_paths"))
+        return {**ident, "text_field": cfg_value(cfg, "hf_text_field")}
+    ident = {k: cfg_value(cfg, k) for k in ("hf_path", "hf_config", "hf_split", "hf_val_split", "hf_text_field")}
+    local = hf_local_path(ident["hf_path"]) if ident["hf_path"] else None
     if local is not None:  # a local dataset can change in place: key on its files too
         files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
         ident["files"] = files_identity(files[:10000])
@@ -253,9 +253,9 @@ def identity(cfg: Any) -> dict:
 
 def known_size(cfg: Any) -> int | None:
     """Bytes of the local files (the progress bar's total; compressed files make it approximate)."""
-    if _get(cfg, "name") != "files":
+    if cfg_value(cfg, "name") != "files":
         return None
-    paths = expand_paths(_get(cfg, "paths")) + (
-        expand_paths(_get(cfg, "val_paths"), "data.val_paths") if _get(cfg, "val_paths") else []
+    paths = expand_paths(cfg_value(cfg, "paths")) + (
+        expand_paths(cfg_value(cfg, "val_paths"), "data.val_paths") if cfg_value(cfg, "val_paths") else []
     )
     return sum(os.path.getsize(p) for p in paths)

@@ -20,7 +20,7 @@ import numpy as np
 from normbench.data.cache import fmt
 from normbench.data.pipeline.prepare import read_manifest
 from normbench.data.pipeline.shards import concatenated, read_shard
-from normbench.data.texts import _abspath, _get
+from normbench.data.texts import abs_path, cfg_value
 from normbench.data.tokenizer import build_tokenizer
 from normbench.errors import DataError
 
@@ -84,14 +84,14 @@ def parse_mix(items) -> list[tuple[Path, float]]:
             raise DataError(f"data.mix: {item!r} is not DIR:WEIGHT (a weight such as 0.7)") from None
         if not w > 0:
             raise DataError(f"data.mix: the weight of {item!r} must be > 0")
-        out.append((_abspath(path), w))
+        out.append((abs_path(path), w))
     return out
 
 
 def open_mix(cfg: Any, log: Callable[[str], Any]) -> tuple:
     """TokenData's fields for a mixture of prepared corpora, all made with the config's tokenizer."""
-    name = _get(cfg, "tokenizer")
-    sources = parse_mix(_get(cfg, "mix"))
+    name = cfg_value(cfg, "tokenizer")
+    sources = parse_mix(cfg_value(cfg, "mix"))
     splits: dict[str, list] = {"train": [], "val": []}
     manifests = []
     for entry, _ in sources:
@@ -106,6 +106,10 @@ def open_mix(cfg: Any, log: Callable[[str], Any]) -> tuple:
     names, weights = [str(e) for e, _ in sources], [w for _, w in sources]
     train, val = (Mixed(splits[s], weights, names) for s in ("train", "val"))
     tokenizer = build_tokenizer(name, manifests[0]["vocab_size"], None, sources[0][0], eot=True)
-    log("mix: " + ", ".join(f"{Path(n).name} x{w:.3g} ({fmt(len(p))} tokens)" for n, w, p in
-                            zip(names, train.weights, train.parts)))  # fmt: skip
+    log(
+        "mix: "
+        + ", ".join(
+            f"{Path(n).name} x{w:.3g} ({fmt(len(p))} tokens)" for n, w, p in zip(names, train.weights, train.parts)
+        )
+    )
     return train, val, tokenizer.vocab_size, tokenizer, sources[0][0], True, 0

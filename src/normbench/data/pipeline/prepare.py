@@ -40,7 +40,7 @@ from normbench.data.cache import cache_root, entry_lock
 from normbench.data.pipeline import documents
 from normbench.data.pipeline.progress import Progress
 from normbench.data.pipeline.shards import ShardWriter
-from normbench.data.texts import _get
+from normbench.data.texts import cfg_value
 from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, build_tokenizer, fixed_vocab, token_dtype
 from normbench.errors import DataError
 
@@ -51,16 +51,17 @@ CHECKPOINT_S = 30.0
 
 def prepare_key(cfg: Any) -> dict:
     """Everything the shards depend on (not data.workers: they are the same for any count)."""
-    tok = _get(cfg, "tokenizer")
-    given_val = bool(_get(cfg, "val_paths") or _get(cfg, "hf_val_split"))
+    tok = cfg_value(cfg, "tokenizer")
+    given_val = bool(cfg_value(cfg, "val_paths") or cfg_value(cfg, "hf_val_split"))
     return {
         "format": PREPARE_FORMAT,
-        "corpus": _get(cfg, "name"),
+        "corpus": cfg_value(cfg, "name"),
         "source": documents.identity(cfg),
         "tokenizer": tok,
-        "vocab_size": fixed_vocab(tok, _get(cfg, "name")) or (_get(cfg, "vocab_size") if tok == "bpe" else None),
-        "val_fraction": None if given_val else float(_get(cfg, "val_fraction")),
-        "shard_tokens": int(_get(cfg, "shard_tokens")),
+        "vocab_size": fixed_vocab(tok, cfg_value(cfg, "name"))
+        or (cfg_value(cfg, "vocab_size") if tok == "bpe" else None),
+        "val_fraction": None if given_val else float(cfg_value(cfg, "val_fraction")),
+        "shard_tokens": int(cfg_value(cfg, "shard_tokens")),
     }
 
 
@@ -70,9 +71,9 @@ def _slug(text: str) -> str:
 
 def shard_prefix(cfg: Any) -> str:
     """The ``<name>`` of the shard files: the dataset's or the first path's name."""
-    if _get(cfg, "name") == "hf":
-        return _slug(Path(str(_get(cfg, "hf_path"))).name.lower())
-    first = Path(str(_get(cfg, "paths")[0]).rstrip("/*"))
+    if cfg_value(cfg, "name") == "hf":
+        return _slug(Path(str(cfg_value(cfg, "hf_path"))).name.lower())
+    first = Path(str(cfg_value(cfg, "paths")[0]).rstrip("/*"))
     return _slug(first.name.split(".")[0])
 
 
@@ -151,7 +152,7 @@ def _ordered_map(fn: Callable, items: Iterator, workers: int, spec: tuple) -> It
 
 def _batches(cfg: Any, skip: int, dtype: str) -> Iterator[tuple]:
     """The corpus' documents after the first ``skip`` (done before an interruption), in batches."""
-    val_fraction = float(_get(cfg, "val_fraction"))
+    val_fraction = float(cfg_value(cfg, "val_fraction"))
     batch: list = []
     size = 0
     n = 0
@@ -233,11 +234,11 @@ def usable_cores() -> int:
 
 def _tokenizer_spec(cfg: Any, entry: Path, log: Callable[[str], Any]) -> tuple:
     """What a worker builds its tokenizer from; a BPE is trained first on the training documents."""
-    name = _get(cfg, "tokenizer")
-    vocab = _get(cfg, "vocab_size") or (DEFAULT_BPE_VOCAB if name == "bpe" else None)
+    name = cfg_value(cfg, "tokenizer")
+    vocab = cfg_value(cfg, "vocab_size") or (DEFAULT_BPE_VOCAB if name == "bpe" else None)
     if name == "bpe" and not (entry / "tokenizer.json").exists():
         log(f"training a {vocab}-token BPE on the training documents of {entry.name} ...")
-        val_fraction = float(_get(cfg, "val_fraction"))
+        val_fraction = float(cfg_value(cfg, "val_fraction"))
         train_docs = (
             text
             for split, docs in documents.sources(cfg)
@@ -254,10 +255,10 @@ def _tokenize_all(cfg: Any, entry: Path, spec: tuple, state: dict, log: Callable
     if tok.eot_id is None:
         raise DataError(f"data.tokenizer={spec[0]} has no end-of-text token to put between documents")
     dtype = token_dtype(tok.vocab_size)
-    prefix, shard_tokens = shard_prefix(cfg), int(_get(cfg, "shard_tokens"))
+    prefix, shard_tokens = shard_prefix(cfg), int(cfg_value(cfg, "shard_tokens"))
     splits = {s: _Split(entry, prefix, s, dtype, shard_tokens, state.get(s, {})) for s in ("train", "val")}
     counts = state.get("counts", {"documents": {"train": 0, "val": 0}, "bytes": 0})
-    workers = int(_get(cfg, "workers") or usable_cores())
+    workers = int(cfg_value(cfg, "workers") or usable_cores())
     if state:
         log(
             f"resuming the prepare of {entry.name} after {counts['documents']['train'] + counts['documents']['val']} "
@@ -306,9 +307,9 @@ def _manifest(cfg: Any, key: dict, result: dict, seconds: float) -> dict:
     n = counts["documents"]["train"] + counts["documents"]["val"]
     if not n:
         where = (
-            f"data.paths={list(_get(cfg, 'paths'))}"
-            if _get(cfg, "name") == "files"
-            else f"data.hf_path={_get(cfg, 'hf_path')!r} (split {_get(cfg, 'hf_split')!r})"
+            f"data.paths={list(cfg_value(cfg, 'paths'))}"
+            if cfg_value(cfg, "name") == "files"
+            else f"data.hf_path={cfg_value(cfg, 'hf_path')!r} (split {cfg_value(cfg, 'hf_split')!r})"
         )
         raise DataError(f"{where}: the corpus holds no documents (empty files, or rows without text); give others")
     for split in ("train", "val"):

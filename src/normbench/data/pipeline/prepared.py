@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from normbench.data.cache import fmt
+from normbench.data.pipeline.documents import known_size
 from normbench.data.pipeline.prepare import entry_path, prepare, read_manifest
 from normbench.data.pipeline.shards import concatenated, read_shard
-from normbench.data.texts import _abspath, _get
+from normbench.data.texts import abs_path, cfg_value
 from normbench.data.tokenizer import DEFAULT_BPE_VOCAB, build_tokenizer, token_dtype
 from normbench.errors import DataError
 
@@ -36,20 +37,20 @@ def open_prepared(cfg: Any, log: Callable[[str], Any]) -> tuple:
                 raise DataError(f"shard {entry / rec['file']} does not match {entry}/manifest.json; remove {entry}")
             parts.append(shard)
         arrays.append(concatenated(parts))
-    name, vocab = _get(cfg, "tokenizer"), manifest["vocab_size"]
+    name, vocab = cfg_value(cfg, "tokenizer"), manifest["vocab_size"]
     tokenizer = build_tokenizer(name, vocab, None, entry, eot=True)
     docs = manifest["documents"]
     log(
-        f"prepared {_get(cfg, 'name')} at {entry}: {docs['train']} + {docs['val']} documents, "
+        f"prepared {cfg_value(cfg, 'name')} at {entry}: {docs['train']} + {docs['val']} documents, "
         f"{fmt(len(arrays[0]))} + {fmt(len(arrays[1]))} {name} tokens (train + val)"
     )
     return arrays[0], arrays[1], tokenizer.vocab_size, tokenizer, entry, True, int(manifest["bytes"])
 
 
 def _glob(key: str, pattern: str) -> list[Path]:
-    found = sorted(Path(p) for p in glob.glob(str(_abspath(pattern))))
+    found = sorted(Path(p) for p in glob.glob(str(abs_path(pattern))))
     if not found:
-        raise DataError(f"{key}={pattern!r} matches no file (looked at {_abspath(pattern)})")
+        raise DataError(f"{key}={pattern!r} matches no file (looked at {abs_path(pattern)})")
     return found
 
 
@@ -77,11 +78,11 @@ def _check_tokenizer(files: list[Path], shards: list[np.ndarray], tokenizer) -> 
 
 
 def open_external(cfg: Any, log: Callable[[str], Any]) -> tuple:
-    name = _get(cfg, "tokenizer")
-    vocab = _get(cfg, "vocab_size") or (DEFAULT_BPE_VOCAB if name == "bpe" else None)
+    name = cfg_value(cfg, "tokenizer")
+    vocab = cfg_value(cfg, "vocab_size") or (DEFAULT_BPE_VOCAB if name == "bpe" else None)
     arrays, files_of = [], []
     for split in ("train", "val"):
-        files = _glob(f"data.{split}", _get(cfg, split))
+        files = _glob(f"data.{split}", cfg_value(cfg, split))
         arrays.append([read_shard(f) for f in files])
         files_of.append(files)
     tokenizer = build_tokenizer(name, vocab, None, files_of[0][0].parent, eot=True)
@@ -101,13 +102,12 @@ def train_tokens(cfg: Any) -> tuple[int | None, bool]:
     """(the training tokens of ``cfg``'s corpus, exact?) without tokenizing anything: a prepared corpus'
     manifest, the shards' headers, else an estimate from its characters (a byte per token for ``byte``,
     four for the others); None where nothing tells (a hub dataset not prepared yet)."""
-    from normbench.data.pipeline.documents import known_size
 
-    name, tok = _get(cfg, "name"), _get(cfg, "tokenizer")
-    share = 1.0 - float(_get(cfg, "val_fraction"))
+    name, tok = cfg_value(cfg, "name"), cfg_value(cfg, "tokenizer")
+    share = 1.0 - float(cfg_value(cfg, "val_fraction"))
     per_token = 1.0 if tok == "byte" else 4.0
     if name == "shards":
-        files = [Path(p) for p in sorted(glob.glob(str(_abspath(_get(cfg, "train") or ""))))]
+        files = [Path(p) for p in sorted(glob.glob(str(abs_path(cfg_value(cfg, "train") or ""))))]
         return (sum(len(read_shard(f)) for f in files) or None), True
     if name in ("files", "hf"):
         manifest = read_manifest(entry_path(cfg)[0])
@@ -115,5 +115,5 @@ def train_tokens(cfg: Any) -> tuple[int | None, bool]:
             return int(manifest["tokens"]["train"]), True
         size = known_size(cfg)
         return (None if size is None else int(size * share / per_token)), False
-    chars = KJV_CHARS if name == "kjv" else int(_get(cfg, "synthetic_tokens"))
+    chars = KJV_CHARS if name == "kjv" else int(cfg_value(cfg, "synthetic_tokens"))
     return int(chars * share / per_token), False

@@ -1,6 +1,6 @@
-"""The report's figures: shared conventions, saving, and the learning-rate figure (matplotlib, no
-pyplot: no global state, no GUI backend). Loss, LR/grad-norm and depth figures: :mod:`.curves`; heatmaps
-and per-layer statistics: :mod:`.layers`.
+"""The report's figures: shared conventions and saving (matplotlib, no pyplot: no global state, no GUI
+backend). Loss, LR/grad-norm and depth figures: :mod:`.curves`; heatmaps and per-layer statistics:
+:mod:`.layers`; the learning-rate sweep: :mod:`.lr_sweep`.
 
 Conventions, the same in every figure: one colour per value of one factor (``arch`` when it
 varies: a fixed colour per architecture) and one line style per value of a second (``norm``
@@ -24,15 +24,15 @@ and in any of PDF and SVG, at ``dpi``.
 
 from __future__ import annotations
 
-import statistics
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from normbench.analysis.loading import Group, Run, is_lr_key, setting
-from normbench.analysis.stats import LEARNED, learned_everywhere
+from normbench.analysis.loading import Group, setting
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
 from normbench.model import norm_class
 from normbench.report.figures.layout import fit_page
+from normbench.report.figures.lines import RUN_ALPHA, RUN_LW
 
 ARCH_COLORS = {
     "pre_ln": "tab:blue",
@@ -44,8 +44,18 @@ ARCH_COLORS = {
     "deepnorm": "tab:pink",
     "ngpt": "tab:olive",
 }
-PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
-           "tab:cyan", "tab:gray")  # fmt: skip
+PALETTE = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:gray",
+)
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
 POINT_MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -73,14 +83,22 @@ def rc_for(width: float) -> dict:
     7 pt at a single column (3.3 in) rising to 9 pt at a double one (6.8 in), labels and titles 1 pt more."""
     t = min(1.0, max(0.0, (width - SINGLE) / (DOUBLE - SINGLE)))
     small, big = MIN_PT + 2.0 * t, MIN_PT + 1.0 + 2.0 * t
-    return {**RC, "font.size": big, "axes.titlesize": big, "axes.labelsize": big, "xtick.labelsize": small,
-            "ytick.labelsize": small, "legend.fontsize": small, "lines.linewidth": 1.2 + 0.4 * t}  # fmt: skip
+    return {
+        **RC,
+        "font.size": big,
+        "axes.titlesize": big,
+        "axes.labelsize": big,
+        "xtick.labelsize": small,
+        "ytick.labelsize": small,
+        "legend.fontsize": small,
+        "lines.linewidth": 1.2 + 0.4 * t,
+    }
 
 
 def font_pt(name: str = "xtick.labelsize") -> float:
     """An rc font size in points (inside :func:`rc`: the sizes :func:`rc_for` set)."""
-    import matplotlib
-    from matplotlib.font_manager import FontProperties
+    import matplotlib  # deferred (start-up time): matplotlib
+    from matplotlib.font_manager import FontProperties  # deferred (start-up time): matplotlib
 
     return FontProperties(size=matplotlib.rcParams[name]).get_size_in_points()
 
@@ -119,7 +137,7 @@ def set_log(ax, which: str = "y", scale: bool = True) -> None:
     """A logarithmic axis with plain tick labels (``100``, ``600``, ``0.01``): the default's superscripts
     (``6×10²``) are set at 70% of the tick size, under :data:`MIN_PT` at a single column. ``scale=False``:
     the labels only, on an axis already logarithmic (a colour bar's)."""
-    from matplotlib.ticker import LogFormatter
+    from matplotlib.ticker import LogFormatter  # deferred (start-up time): matplotlib
 
     class Plain(LogFormatter):  # which ticks get a label: LogFormatter's choice; the label: the number
         def _num_to_string(self, x, vmin, vmax):
@@ -142,15 +160,19 @@ def setup_caption(groups: list[Group]) -> str:
     runs = [r for g in groups for r in g.runs]
     first = runs[0]
     model = setting(first, "model")
-    size = ", ".join(f"{v} {k}" for k, v in (("blocks", setting(first, "model.n_layer")),
-                                             ("wide", setting(first, "model.d_model"))) if v)  # fmt: skip
+    size = ", ".join(
+        f"{v} {k}"
+        for k, v in (("blocks", setting(first, "model.n_layer")), ("wide", setting(first, "model.d_model")))
+        if v
+    )
     steps = {s for r in runs if (s := setting(r, "trainer.max_steps"))}
     n_seeds = max((len(g.runs) for g in groups), default=1)
     parts = [f"{len(runs)} runs in {len(groups)} groups"]
     parts += [f"model {model}" + (f" ({size})" if size else "")] if model else []
     parts += [f"{next(iter(steps))} steps" if len(steps) == 1 else "steps differ between runs"] if steps else []
-    parts.append(f"a line is the mean of up to {n_seeds} seeds, the band their min–max" if n_seeds > 1 else
-                 "one run per line")  # fmt: skip
+    parts.append(
+        f"a line is the mean of up to {n_seeds} seeds, the band their min–max" if n_seeds > 1 else "one run per line"
+    )
     return "; ".join(parts) + "."
 
 
@@ -215,16 +237,36 @@ class Styles:
         return "; ".join(parts)
 
     def handles(self, extras: tuple[str, ...] = ()) -> list:
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
+        from matplotlib.lines import Line2D  # deferred (start-up time): matplotlib
+        from matplotlib.patches import Patch  # deferred (start-up time): matplotlib
 
         h = [Line2D([], [], color=c, lw=2.5, label=f"{self.color_key} = {v}") for v, c in self.colors.items()]
         if self.style_key and len(self.linestyles) > 1:
-            h += [Line2D([], [], color="0.3", linestyle=ls, lw=1.5, marker=self.points[v], ms=4,
-                         label=f"{self.style_key} = {v}") for v, ls in self.linestyles.items()]  # fmt: skip
+            h += [
+                Line2D(
+                    [],
+                    [],
+                    color="0.3",
+                    linestyle=ls,
+                    lw=1.5,
+                    marker=self.points[v],
+                    ms=4,
+                    label=f"{self.style_key} = {v}",
+                )
+                for v, ls in self.linestyles.items()
+            ]
         if len(self.markers) > 1:
-            h += [Line2D([], [], color="0.3", marker=m, linestyle="none", label=", ".join(f"{k} = {x}" for k, x in
-                         zip(self.marker_keys, v))) for v, m in self.markers.items()]  # fmt: skip
+            h += [
+                Line2D(
+                    [],
+                    [],
+                    color="0.3",
+                    marker=m,
+                    linestyle="none",
+                    label=", ".join(f"{k} = {x}" for k, x in zip(self.marker_keys, v)),
+                )
+                for v, m in self.markers.items()
+            ]
         extra = {
             "band": Patch(color="0.6", alpha=0.3, label="seeds: min–max"),
             "runs": Line2D([], [], color="0.3", lw=RUN_LW, alpha=RUN_ALPHA, label="one run (thick: the mean)"),
@@ -233,18 +275,19 @@ class Styles:
             "diverged": Line2D([], [], color="0.3", lw=0.9, marker="x", mew=2, label="diverged run (× stop)"),
             "failed": Line2D([], [], color="0.3", lw=0.9, marker="|", ms=9, label="unfinished run"),
             "baseline": Line2D([], [], color="0.4", lw=1, linestyle=":", label="no-context baseline"),
-            "threshold": Line2D([], [], color="0.4", lw=1, linestyle=":",
-                                label=f"massive threshold ({MASSIVE_THRESHOLD:g})"),
-        }  # fmt: skip
+            "threshold": Line2D(
+                [], [], color="0.4", lw=1, linestyle=":", label=f"massive threshold ({MASSIVE_THRESHOLD:g})"
+            ),
+        }
         return h + [extra[e] for e in extras]
 
 
-def _figure(n: int, width: float, max_cols: int = 4, spare_legend: bool = True, height: float | None = None):
+def new_figure(n: int, width: float, max_cols: int = 4, spare_legend: bool = True, height: float | None = None):
     """A figure ``width`` inches wide with ``n`` panels in a :func:`grid` of at most ``max_cols`` columns,
     ``height`` per row (default: the grid's). Returns (figure, the n axes, the legend's axes): a slot the
     panels leave empty holds the legend when ``spare_legend``; else (None) the legend goes below, with room
     added for it. Other empty slots are switched off."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred (start-up time): matplotlib
 
     rows, cols, h = grid(n, width, max_cols=max_cols)
     below = lambda r, c: 0.0 if spare_legend and r * c > n else 0.7  # the legend's room when no slot is left
@@ -257,7 +300,7 @@ def _figure(n: int, width: float, max_cols: int = 4, spare_legend: bool = True, 
     return fig, axes[:n], axes[n] if spare else None
 
 
-def _finish(fig, styles: Styles, extras, path: Path, out: Output, legend_ax=None) -> None:
+def finish_figure(fig, styles: Styles, extras, path: Path, out: Output, legend_ax=None) -> None:
     """The shared legend (below the axes, or in ``legend_ax``, an empty panel), then save."""
     handles = styles.handles(tuple(extras))
     if legend_ax is not None:
@@ -270,12 +313,13 @@ def _finish(fig, styles: Styles, extras, path: Path, out: Output, legend_ax=None
 
 def _fitted_legend(fig, handles) -> None:
     """The legend below the axes in as many columns as fit the figure's width (measured, not guessed)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # deferred (start-up time): matplotlib
 
     renderer = FigureCanvasAgg(fig).get_renderer()  # a canvas to measure text with (savefig picks its own)
     for ncols in range(min(len(handles), 4), 0, -1):
-        legend = fig.legend(handles=handles, loc="outside lower center", ncols=ncols, frameon=False,
-                            columnspacing=1.0, handlelength=2.0)  # fmt: skip
+        legend = fig.legend(
+            handles=handles, loc="outside lower center", ncols=ncols, frameon=False, columnspacing=1.0, handlelength=2.0
+        )
         if ncols == 1 or legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
             return
         legend.remove()
@@ -286,7 +330,6 @@ def panel_title(ax, text: str, bold: bool = True, size: float | None = None) -> 
     its panel, and wrapped onto a second line where even that does not fit. Width estimate: a DejaVu Sans
     character is about 0.62 em wide (0.66 bold); a panel gets its column's share of the figure less 0.45 in
     of tick labels."""
-    import textwrap
 
     size = size or font_pt("axes.titlesize")
     cols = ax.get_gridspec().ncols if ax.get_gridspec() is not None else 1
@@ -298,97 +341,7 @@ def panel_title(ax, text: str, bold: bool = True, size: float | None = None) -> 
     ax.set_title(text, loc="left", fontweight="bold" if bold else "normal", fontsize=size)
 
 
-def _kind(run: Run) -> str:
-    """How a run not in the mean line is drawn."""
-    if run.status == "diverged":
-        return "diverged"
-    if run.outcome == "stuck":
-        return "stuck"
-    return "failed"
-
-
-END = {"diverged": {"marker": "x", "ms": 8, "mew": 2}, "stuck": {"marker": "s", "ms": 6, "mfc": "none"},
-       "failed": {"marker": "|", "ms": 10, "mew": 1.5}}  # fmt: skip
-
-
-def _single(ax, xs, ys, style: dict, kind: str, along: bool = False, top: float | None = None) -> None:
-    """One stuck/diverged/failed run: thin, with its kind's marker at the end (or at every point);
-    an end above ``top`` (the axes' upper limit) is marked on the top edge."""
-    ax.plot(xs, ys, color=style["color"], linestyle=style["linestyle"], lw=0.9, alpha=0.6)
-    pts = (xs, ys) if along else (xs[-1:], [min(ys[-1], top) if top is not None else ys[-1]])
-    (end,) = ax.plot(*pts, linestyle="none", color=style["color"], clip_on=top is not None, **END[kind])
-    end.set_in_layout(False)  # a marker on the top edge must not push the axes around
-
-
-RUN_LW, RUN_ALPHA = 0.7, 0.55  # report --runs: each run's own line, thin and light under its group's mean
-
-
-def _own_line(ax, run: Run, xs, ys, style: dict) -> None:
-    """One run's own curve (``report --runs``), in its group's colour and line style; its gid names the run
-    (``run:<name>``, also the element's id in an SVG)."""
-    ax.plot(xs, ys, color=style["color"], linestyle=style["linestyle"], lw=RUN_LW, alpha=RUN_ALPHA,
-            gid=f"run:{run.name}")  # fmt: skip
-
-
-def _mean_band(ax, xs, mean, lo, hi, style: dict, n: int, marker=None) -> None:
-    ax.plot(xs, mean, color=style["color"], linestyle=style["linestyle"], lw=1.6, marker=marker or style["marker"],
-            ms=3.5, markevery=None if marker else 0.1)  # fmt: skip
-    if n > 1:
-        ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.15, lw=0)
-
-
-def baselines_of(runs: list[Run]) -> list[float]:
-    return sorted({round(b, 6) for r in runs if finite(b := (r.summary or {}).get("baseline_loss"))})
-
-
-def plot_lr(sweep: dict[str, dict[float, list[Run]]], groups: list[Group], styles: Styles, path: Path,
-            out: Output = DEFAULT_OUT) -> None:  # fmt: skip
-    """Best val loss against lr, one line per series (the lr is the x axis, so not a line style)."""
-    with rc(out.width):
-        _plot_lr(sweep, groups, styles, path, out)
-
-
 def rc(width: float = WIDTH):
-    import matplotlib
+    import matplotlib  # deferred (start-up time): matplotlib
 
     return matplotlib.rc_context(rc_for(width))
-
-
-def _plot_lr(sweep, groups, styles, path, out) -> None:
-    width = min(out.width, 4.4)  # one panel: no wider than it needs, fonts as at the printed width
-    fig, (ax,), _ = _figure(1, width, height=min(3.2, 0.75 * width))
-    lr_keys = tuple(k for k in (groups[0].settings if groups else {}) if is_lr_key(k))
-    styles = Styles(groups, None if styles.color_key in lr_keys else styles.color_key, None, exclude=lr_keys)
-    series_style = {g.series: styles.of[g.label] for g in groups}
-    extras = {"band"}
-    for label, by_lr in sweep.items():
-        st = series_style[label]
-        xs, mean, lo, hi, full = [], [], [], [], []
-        for lr in sorted(by_lr):
-            runs = by_lr[lr]
-            bests = [b for r in runs if r.outcome in LEARNED and (b := r.val_losses[1]) is not None]
-            if bests:
-                xs.append(lr)
-                mean.append(statistics.fmean(bests))
-                lo.append(min(bests))
-                hi.append(max(bests))
-                full.append(learned_everywhere(runs))
-            stuck = [b for r in runs if r.outcome == "stuck" and (b := r.val_losses[1]) is not None]
-            if stuck:
-                ax.plot([lr] * len(stuck), stuck, linestyle="none", color=st["color"], **END["stuck"])
-                extras.add("stuck")
-            if any(r.outcome == "diverged" for r in runs):
-                ax.plot([lr], [0.97], color=st["color"], transform=ax.get_xaxis_transform(), **END["diverged"])
-                extras.add("diverged")
-        if xs:
-            ax.plot(xs, mean, color=st["color"], linestyle=st["linestyle"], lw=1.6)
-            ax.fill_between(xs, lo, hi, color=st["color"], alpha=0.15, lw=0)
-            for x, y, ok in zip(xs, mean, full):  # filled: every seed learned; hollow: not every seed
-                ax.plot([x], [y], "o", color=st["color"], mfc=st["color"] if ok else "white", ms=6)
-    for b in baselines_of([r for by_lr in sweep.values() for runs in by_lr.values() for r in runs]):
-        ax.axhline(b, color="0.4", lw=1, linestyle=":")
-        extras.add("baseline")
-    set_log(ax, "x")
-    ax.set(xlabel="peak learning rate (optim.lr)", ylabel=f"best val {LOSS_LABEL}")
-    order = [e for e in ("band", "stuck", "diverged", "baseline") if e in extras]
-    _finish(fig, styles, order, path, out)

@@ -36,28 +36,39 @@ from normbench.report.figures import (
     X_AXES,
     Output,
     Styles,
-    _figure,
-    _finish,
-    _kind,
-    _mean_band,
-    _own_line,
-    _single,
-    baselines_of,
+    finish_figure,
     is_wide,
+    new_figure,
     panel_title,
     rc,
     set_log,
 )
+from normbench.report.figures.lines import baselines_of, mean_band, own_line, run_kind, single_line
 
 DEPTH_LABEL = "depth l"  # 0: the embedding output, l: after block l (the captions say it)
 DEPTH = {  # metric -> (file, y label, caption, x label, first position: 0 for the stream, 1 for blocks)
-    "var_resid": ("var_resid_depth.png", "Var(h_l)", "Variance of the residual stream h_l against depth", DEPTH_LABEL,
-                  0),
-    "grad_norm_layer": ("grad_norm_layer_depth.png", "‖grad‖ of block l", "Gradient L2 norm of each block (before "
-                        "clipping) against depth", "block l", 1),
-    "maxabs_resid": ("maxabs_resid_depth.png", "max |h_l|", "Largest activation |h_l| of the residual stream "
-                     "against depth (massive activations)", DEPTH_LABEL, 0),
-}  # fmt: skip
+    "var_resid": (
+        "var_resid_depth.png",
+        "Var(h_l)",
+        "Variance of the residual stream h_l against depth",
+        DEPTH_LABEL,
+        0,
+    ),
+    "grad_norm_layer": (
+        "grad_norm_layer_depth.png",
+        "‖grad‖ of block l",
+        "Gradient L2 norm of each block (before clipping) against depth",
+        "block l",
+        1,
+    ),
+    "maxabs_resid": (
+        "maxabs_resid_depth.png",
+        "max |h_l|",
+        "Largest activation |h_l| of the residual stream against depth (massive activations)",
+        DEPTH_LABEL,
+        0,
+    ),
+}
 ALT = {  # each depth figure in words, for its image's alt text
     "var_resid": "variance of the residual stream against depth, one panel per training step",
     "grad_norm_layer": "gradient norm of each block against depth, one panel per training step",
@@ -82,8 +93,9 @@ def _points(run: Run, key: str, start: float, x: str) -> tuple[list[float], list
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def _means(ax, groups: list[Group], styles: Styles, key: str, start: float, points: bool, x: str = "step",
-           runs: bool = False) -> list[float]:  # fmt: skip
+def _means(
+    ax, groups: list[Group], styles: Styles, key: str, start: float, points: bool, x: str = "step", runs: bool = False
+) -> list[float]:
     """Each group's mean curve of ``key`` from step ``start`` on, with its seed band (``runs``: with its runs'
     own lines instead); returns the values drawn."""
     values = []
@@ -97,8 +109,8 @@ def _means(ax, groups: list[Group], styles: Styles, key: str, start: float, poin
         if kept:
             xs, mean, lo, hi = (list(c) for c in zip(*kept))
             for r in pool if runs else []:
-                _own_line(ax, r, *_points(r, key, start, x), st)
-            _mean_band(ax, xs, mean, lo, hi, st, 1 if runs else len(pool), marker=st["point"] if points else None)
+                own_line(ax, r, *_points(r, key, start, x), st)
+            mean_band(ax, xs, mean, lo, hi, st, 1 if runs else len(pool), marker=st["point"] if points else None)
             values += lo + hi
     return values
 
@@ -110,8 +122,8 @@ def _singles(ax, groups: list[Group], styles: Styles, key: str, start: float, to
         pool = healthy(g.runs)
         for r in g.runs:
             if r not in pool and (pts := _points(r, key, start, x))[0]:
-                _single(ax, *pts, styles.of[g.label], _kind(r), top=top)
-                kinds.add(_kind(r))
+                single_line(ax, *pts, styles.of[g.label], run_kind(r), top=top)
+                kinds.add(run_kind(r))
     return kinds
 
 
@@ -138,8 +150,9 @@ def missing(groups: list[Group], keys: tuple[str, ...]) -> str | None:
     return next((k for k in keys if not any(finite_series(r.records, k) for r in runs)), None)
 
 
-def plot_losses(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT, x: str = "step",
-                runs: bool = False) -> bool:  # fmt: skip
+def plot_losses(
+    groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT, x: str = "step", runs: bool = False
+) -> bool:
     """The loss figure on the x axis ``x`` (:data:`.X_AXES`), with each run's own line when ``runs``; False
     (nothing drawn) when no run logged a loss or the x axis's key."""
     if missing(groups, ("loss", X_AXES[x][0])):
@@ -151,7 +164,7 @@ def plot_losses(groups: list[Group], styles: Styles, path: Path, out: Output = D
 
 def _plot_losses(groups, styles, path, out, runs, x, own) -> None:
     zkey = "val_loss" if any(len(finite_series(r.records, "val_loss")) >= 2 for r in runs) else "loss"
-    fig, (full, zoom), _ = _figure(2, out.width, spare_legend=False)
+    fig, (full, zoom), _ = new_figure(2, out.width, spare_legend=False)
     extras = {"runs" if own else "band"}
     # (a): the whole run; a diverged run's blow-up would flatten everything else, so it sets no limit
     kept = [v for r in runs if r.status != "diverged" for _, v in finite_series(r.records, "loss")]
@@ -176,7 +189,7 @@ def _plot_losses(groups, styles, path, out, runs, x, own) -> None:
         ax.set_xlabel(X_AXES[x][1])
     full.set_ylabel(LOSS_LABEL)
     order = [e for e in ("band", "runs", "stuck", "diverged", "failed", "baseline") if e in extras | kinds]
-    _finish(fig, styles, order, path, out)
+    finish_figure(fig, styles, order, path, out)
 
 
 X_NOTES = {  # what a caption says of a non-default x axis
@@ -191,10 +204,11 @@ def caption_losses(groups: list[Group], x: str = "step", runs: bool = False) -> 
     rs = [r for g in groups for r in g.runs]
     zkey = "val_loss" if any(len(finite_series(r.records, "val_loss")) >= 2 for r in rs) else "loss"
     what = "validation loss at its evaluations" if zkey == "val_loss" else "training loss"
-    return (f"Loss against {X_AXES[x][1]}{X_NOTES[x]}. (a) Training loss over the whole run, the no-context "
-            f"baseline (unigram entropy) dotted. (b) The {what} from step {zoom_start(groups, zkey):g} on, its "
-            "y-range fitted to the mean curves, so the differences between groups show."
-            + (RUNS_NOTE if runs else ""))  # fmt: skip
+    return (
+        f"Loss against {X_AXES[x][1]}{X_NOTES[x]}. (a) Training loss over the whole run, the no-context "
+        f"baseline (unigram entropy) dotted. (b) The {what} from step {zoom_start(groups, zkey):g} on, its "
+        "y-range fitted to the mean curves, so the differences between groups show." + (RUNS_NOTE if runs else "")
+    )
 
 
 DYNAMICS = (  # metrics.jsonl key, panel title, y label
@@ -204,8 +218,9 @@ DYNAMICS = (  # metrics.jsonl key, panel title, y label
 DYNAMICS_ALT = "learning rate and total gradient norm against training step, one line per group"
 
 
-def plot_dynamics(groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT, x: str = "step",
-                  runs: bool = False) -> bool:  # fmt: skip
+def plot_dynamics(
+    groups: list[Group], styles: Styles, path: Path, out: Output = DEFAULT_OUT, x: str = "step", runs: bool = False
+) -> bool:
     """``lr_grad_norm.png``: the learning rate and the gradient norm, a panel each (the one logged, when a run
     logged only one); False when no run logged either, or the x axis's key."""
     keys = [k for k in DYNAMICS if not missing(groups, (k[0],))]
@@ -230,7 +245,7 @@ def _clip(groups: list[Group]) -> float | None:
 
 
 def _plot_dynamics(groups, styles, path, out, keys, x, own) -> None:
-    fig, axes, _ = _figure(len(keys), out.width, spare_legend=False)
+    fig, axes, _ = new_figure(len(keys), out.width, spare_legend=False)
     extras, kinds = {"runs" if own else "band"}, set()
     for i, (ax, (key, title, label)) in enumerate(zip(axes, keys)):
         values = _means(ax, groups, styles, key, -math.inf, False, x, own)
@@ -253,17 +268,19 @@ def _plot_dynamics(groups, styles, path, out, keys, x, own) -> None:
         ax.set(xlabel=X_AXES[x][1], ylabel=label)
         panel_title(ax, f"{'ab'[i]}  {title}")
     order = [e for e in ("band", "runs", "stuck", "diverged", "failed", "clip") if e in extras | kinds]
-    _finish(fig, styles, order, path, out)
+    finish_figure(fig, styles, order, path, out)
 
 
 def caption_dynamics(groups: list[Group], x: str = "step", runs: bool = False) -> str:
     clip = _clip(groups)
-    return (f"Learning rate and gradient norm against {X_AXES[x][1]}{X_NOTES[x]}, as logged at every log step. "
-            "(a) The learning rate of the first parameter group (`lr`): the warmup and the schedule each group "
-            "ran. (b) The L2 norm of all gradients before clipping (`grad_norm`), on a logarithmic axis where it "
-            "spans more than 30×"
-            + (f"; the clipping threshold ({clip:g}) dotted: above it, the step was clipped." if clip else ".")
-            + (RUNS_NOTE if runs else ""))  # fmt: skip
+    return (
+        f"Learning rate and gradient norm against {X_AXES[x][1]}{X_NOTES[x]}, as logged at every log step. "
+        "(a) The learning rate of the first parameter group (`lr`): the warmup and the schedule each group "
+        "ran. (b) The L2 norm of all gradients before clipping (`grad_norm`), on a logarithmic axis where it "
+        "spans more than 30×"
+        + (f"; the clipping threshold ({clip:g}) dotted: above it, the step was clipped." if clip else ".")
+        + (RUNS_NOTE if runs else "")
+    )
 
 
 def _profile(run: Run, key: str, step) -> tuple[int, list[float]] | None:
@@ -289,8 +306,11 @@ def default_depth_steps(groups: list[Group], key: str) -> list[int]:
 def _mean_profile(profs: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
     n = len(profs[0])
     cols = [[p[i] for p in profs if finite(p[i])] for i in range(n)]
-    return ([statistics.fmean(c) if c else math.nan for c in cols], [min(c) if c else math.nan for c in cols],
-            [max(c) if c else math.nan for c in cols])  # fmt: skip
+    return (
+        [statistics.fmean(c) if c else math.nan for c in cols],
+        [min(c) if c else math.nan for c in cols],
+        [max(c) if c else math.nan for c in cols],
+    )
 
 
 def _depth_panel(ax, groups: list[Group], styles: Styles, key: str, step, first: int) -> tuple[list, set, set]:
@@ -304,7 +324,7 @@ def _depth_panel(ax, groups: list[Group], styles: Styles, key: str, step, first:
         profs = [p for p in profs if len(p) == n]
         if profs:
             mean, lo, hi = _mean_profile(profs)
-            _mean_band(ax, list(range(first, first + n)), mean, lo, hi, st, len(profs), marker=st["point"])
+            mean_band(ax, list(range(first, first + n)), mean, lo, hi, st, len(profs), marker=st["point"])
             values += lo + hi
             if step == "end":
                 ends |= {p[0] for r in pool if (p := _profile(r, key, "end"))}
@@ -315,14 +335,15 @@ def _depth_panel(ax, groups: list[Group], styles: Styles, key: str, step, first:
             pts = [p for p in pts if step == "end" or p[0] <= step]
             if pts:
                 ys = [v if finite(v) else math.nan for v in pts[-1][1]]
-                _single(ax, list(range(first, first + len(ys))), ys, st, _kind(r), along=True)
-                kinds.add(_kind(r))
+                single_line(ax, list(range(first, first + len(ys))), ys, st, run_kind(r), along=True)
+                kinds.add(run_kind(r))
                 values += ys
     return values, kinds, ends
 
 
-def plot_depth(groups: list[Group], styles: Styles, key: str, steps: list[int], path: Path,
-               out: Output = DEFAULT_OUT) -> bool:  # fmt: skip
+def plot_depth(
+    groups: list[Group], styles: Styles, key: str, steps: list[int], path: Path, out: Output = DEFAULT_OUT
+) -> bool:
     with rc(out.width):
         return _plot_depth(groups, styles, key, steps, path, out)
 
@@ -330,7 +351,7 @@ def plot_depth(groups: list[Group], styles: Styles, key: str, steps: list[int], 
 def _plot_depth(groups, styles, key, steps, path, out) -> bool:
     _, ylabel, _, xlabel, first = DEPTH[key]
     panels = [*steps, "end"]
-    fig, axes, legend_ax = _figure(len(panels), out.width)
+    fig, axes, legend_ax = new_figure(len(panels), out.width)
     kinds, drawn, wide = set(), False, False
     for i, (ax, step) in enumerate(zip(axes, panels)):
         values, k, ends = _depth_panel(ax, groups, styles, key, step, first)
@@ -349,17 +370,19 @@ def _plot_depth(groups, styles, key, steps, path, out) -> bool:
         if i % ax.get_gridspec().ncols == 0:
             ax.set_ylabel(ylabel)
     order = [e for e in ("band", "stuck", "diverged", "failed") if e in {"band"} | kinds]
-    _finish(fig, styles, order, path, out, legend_ax=legend_ax)
+    finish_figure(fig, styles, order, path, out, legend_ax=legend_ax)
     return True
 
 
 def caption_depth(key: str, steps: list, groups: list[Group]) -> str:
     _, _, what, _, first = DEPTH[key]
     stuck = any(r not in healthy(g.runs) for g in groups for r in g.runs)
-    return (f"{what}, at steps {', '.join(map(str, steps))} and at the end of training; each panel has its own "
-            "y-range, all on one scale (logarithmic where any panel's values span more than 30×)"
-            + ("; blocks numbered 1..L" if first else "; l = 0 is the embedding output, l the stream after block l")
-            + ("; stuck/diverged runs drawn one by one at their last record." if stuck else "."))  # fmt: skip
+    return (
+        f"{what}, at steps {', '.join(map(str, steps))} and at the end of training; each panel has its own "
+        "y-range, all on one scale (logarithmic where any panel's values span more than 30×)"
+        + ("; blocks numbered 1..L" if first else "; l = 0 is the embedding output, l the stream after block l")
+        + ("; stuck/diverged runs drawn one by one at their last record." if stuck else ".")
+    )
 
 
 def check_x(x: str) -> None:

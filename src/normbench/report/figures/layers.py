@@ -13,6 +13,8 @@ import math
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from normbench.analysis.loading import Group, Run, series
 from normbench.analysis.stats import healthy, run_layer_series
 from normbench.diag.outcomes import MASSIVE_THRESHOLD, finite
@@ -21,26 +23,36 @@ from normbench.report.figures import (
     STEP_LABEL,
     Output,
     Styles,
-    _figure,
-    _finish,
-    _kind,
-    _mean_band,
-    _single,
+    finish_figure,
     font_pt,
     grid,
     log_if_wide,
+    new_figure,
     panel_title,
     rc,
     set_log,
 )
 from normbench.report.figures.layout import fit_page
+from normbench.report.figures.lines import mean_band, run_kind, single_line
 
 HEATMAPS = {  # key -> (file, colour label, y label, first row's number, what the colour shows, the rows)
-    "grad_norm_layer": ("grad_norm_layer_heatmap.png", "‖grad‖ of block l", "block l", 1,
-                        "the gradient L2 norm of the block (before clipping)", "the blocks 1..L, bottom to top"),
-    "var_resid": ("var_resid_heatmap.png", "Var(h_l)", "depth l", 0, "the variance of the residual stream",
-                  "the depths 0..L, bottom to top (0 is the embedding output, l the stream after block l)"),
-}  # fmt: skip
+    "grad_norm_layer": (
+        "grad_norm_layer_heatmap.png",
+        "‖grad‖ of block l",
+        "block l",
+        1,
+        "the gradient L2 norm of the block (before clipping)",
+        "the blocks 1..L, bottom to top",
+    ),
+    "var_resid": (
+        "var_resid_heatmap.png",
+        "Var(h_l)",
+        "depth l",
+        0,
+        "the variance of the residual stream",
+        "the depths 0..L, bottom to top (0 is the embedding output, l the stream after block l)",
+    ),
+}
 ALT = {  # each heatmap in words, for its image's alt text
     "grad_norm_layer": "heatmaps of each block's gradient norm by block and training step, one per group",
     "var_resid": "heatmaps of the residual-stream variance by depth and training step, one per group",
@@ -63,11 +75,13 @@ LAYER_STATS = (  # series key, panel title, y label
     ("massive_ratio_max", "massive activations", "max|h| / median|h|"),
     ("logit_maxabs", "output logit scale", "max |logit|"),
 )
-LAYER_CAPTION = ("Per-layer statistics against training step: (a) variance growth Var(h_L)/Var(h_1) of the "
-                 "residual stream from after block 1 to after block L; (b) gradient spread, block 1's gradient "
-                 "norm over block L's; (c) the coefficient of variation (std/mean) of the blocks' gradient "
-                 "norms; (d) the massive-activation ratio max|h|/median|h| of the worst layer; (e) the largest "
-                 "|output logit|.")  # fmt: skip
+LAYER_CAPTION = (
+    "Per-layer statistics against training step: (a) variance growth Var(h_L)/Var(h_1) of the "
+    "residual stream from after block 1 to after block L; (b) gradient spread, block 1's gradient "
+    "norm over block L's; (c) the coefficient of variation (std/mean) of the blocks' gradient "
+    "norms; (d) the massive-activation ratio max|h|/median|h| of the worst layer; (e) the largest "
+    "|output logit|."
+)
 
 
 def _matrix(runs: list[Run], key: str) -> tuple[list[int], list[list[float]]] | None:
@@ -84,8 +98,12 @@ def _matrix(runs: list[Run], key: str) -> tuple[list[int], list[list[float]]] | 
     rows = []
     for s in steps:
         lists = [v for v in by_step[s] if len(v) == n]
-        rows.append([statistics.fmean(c) if (c := [v[i] for v in lists if finite(v[i]) and v[i] > 0]) else math.nan
-                     for i in range(n)])  # fmt: skip
+        rows.append(
+            [
+                statistics.fmean(c) if (c := [v[i] for v in lists if finite(v[i]) and v[i] > 0]) else math.nan
+                for i in range(n)
+            ]
+        )
     return steps, rows
 
 
@@ -100,9 +118,8 @@ def plot_heatmap(groups: list[Group], key: str, path: Path, out: Output = DEFAUL
 
 
 def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
-    import numpy as np
-    from matplotlib.colors import LogNorm
-    from matplotlib.figure import Figure
+    from matplotlib.colors import LogNorm  # deferred (start-up time): matplotlib
+    from matplotlib.figure import Figure  # deferred (start-up time): matplotlib
 
     _, clabel, ylabel, first, *_ = HEATMAPS[key]
     room = out.width - 0.6  # 0.6 in: the colour bar
@@ -115,8 +132,14 @@ def _plot_heatmap(groups, key, path, out, mats, vals) -> None:
     mesh = None
     for i, (ax, (g, (steps, rows))) in enumerate(zip(axes, mats)):
         arr = np.array(rows, dtype=float).T  # layers x steps
-        mesh = ax.pcolormesh(steps, range(first, first + arr.shape[0]), np.ma.masked_invalid(arr), shading="nearest",
-                             norm=norm, cmap="viridis")  # fmt: skip
+        mesh = ax.pcolormesh(
+            steps,
+            range(first, first + arr.shape[0]),
+            np.ma.masked_invalid(arr),
+            shading="nearest",
+            norm=norm,
+            cmap="viridis",
+        )
         stopped = [r for r in g.runs if r.status == "diverged"]
         note = f" ({len(stopped)}/{len(g.runs)} diverged)" if stopped else ""
         if g.runs and all(r.outcome == "stuck" for r in g.runs):
@@ -158,18 +181,18 @@ def _stat_panel(ax, groups: list[Group], styles: Styles, per_run: dict, key: str
         xs = sorted(by_step)
         if xs:
             lo, hi = [min(by_step[s]) for s in xs], [max(by_step[s]) for s in xs]
-            _mean_band(ax, xs, [statistics.fmean(by_step[s]) for s in xs], lo, hi, st, len(pool), marker=st["point"])
+            mean_band(ax, xs, [statistics.fmean(by_step[s]) for s in xs], lo, hi, st, len(pool), marker=st["point"])
             values += lo + hi
         for r in g.runs:
             if r not in pool and (pts := per_run[id(r)].get(key)):
-                _single(ax, [p[0] for p in pts], [p[1] for p in pts], st, _kind(r))
-                kinds.add(_kind(r))
+                single_line(ax, [p[0] for p in pts], [p[1] for p in pts], st, run_kind(r))
+                kinds.add(run_kind(r))
                 values += [p[1] for p in pts]
     return values, kinds
 
 
 def _plot_layer_stats(groups, styles, path, out, per_run, keys) -> None:
-    fig, axes, legend_ax = _figure(len(keys), out.width, max_cols=3)  # the legend in a slot left empty, or below
+    fig, axes, legend_ax = new_figure(len(keys), out.width, max_cols=3)  # the legend in a slot left empty, or below
     ncols = axes[0].get_gridspec().ncols
     extras = {"band"}
     for i, (ax, (key, title, label)) in enumerate(zip(axes, keys)):
@@ -180,12 +203,20 @@ def _plot_layer_stats(groups, styles, path, out, per_run, keys) -> None:
             ax.axhline(MASSIVE_THRESHOLD, color="0.4", lw=1, linestyle=":")
             extras.add("threshold")
         elif key == "massive_ratio_max":  # said in the panel: the threshold line would flatten the data
-            ax.text(0.98, 0.04, f"threshold {MASSIVE_THRESHOLD:g}\nnot reached", transform=ax.transAxes, ha="right",
-                    va="bottom", fontsize=font_pt(), color="0.35")  # fmt: skip
+            ax.text(
+                0.98,
+                0.04,
+                f"threshold {MASSIVE_THRESHOLD:g}\nnot reached",
+                transform=ax.transAxes,
+                ha="right",
+                va="bottom",
+                fontsize=font_pt(),
+                color="0.35",
+            )
         log_if_wide(ax, values)
         ax.set_ylabel(label)
         if i >= len(keys) - ncols:
             ax.set_xlabel(STEP_LABEL)
         panel_title(ax, f"{'abcdefgh'[i]}  {title}")
     order = [e for e in ("band", "stuck", "diverged", "failed", "threshold") if e in extras]
-    _finish(fig, styles, order, path, out, legend_ax=legend_ax)
+    finish_figure(fig, styles, order, path, out, legend_ax=legend_ax)

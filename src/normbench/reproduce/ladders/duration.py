@@ -33,9 +33,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from normbench.analysis.loading import find_runs
 from normbench.claims.registry import Claim, override_key
 from normbench.errors import ConfigError
+from normbench.reproduce.ladders.scale import ladder_rung as rung_tests
+from normbench.reproduce.ladders.scale import write_ladder
 from normbench.reproduce.length import pin
+from normbench.reproduce.plan import start
+from normbench.reproduce.runner import reproduce
+from normbench.run.metrics import read_jsonl
 
 if TYPE_CHECKING:
     from normbench.reproduce.request import Request
@@ -88,31 +94,38 @@ def run_duration(claim: Claim, req: Request, log=print) -> dict | None:
     if req.dry_run:
         return None
     mode, scale, out = req.duration, req.scale, req.out
-    duration = {"claim": claim.id, "statement": claim.claim, "scale": scale, "mode": mode, "rungs": rungs,
-                "seconds": round(time.perf_counter() - start, 1),
-                "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1)}  # fmt: skip
-    from normbench.reproduce.ladders.scale import write_ladder
+    duration = {
+        "claim": claim.id,
+        "statement": claim.claim,
+        "scale": scale,
+        "mode": mode,
+        "rungs": rungs,
+        "seconds": round(time.perf_counter() - start, 1),
+        "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1),
+    }
 
     title = "effect against training length" + (" (WSD branches)" if mode == "branch" else "")
     name = "duration" if mode == "ladder" else "duration_branch"
-    write_ladder(duration, out / claim.id, name, x="tokens_per_param", xlabel="tokens per parameter", log_base=10,
-                 title=title)  # fmt: skip
+    write_ladder(
+        duration, out / claim.id, name, x="tokens_per_param", xlabel="tokens per parameter", log_base=10, title=title
+    )
     return duration
 
 
 def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: float | None = None) -> dict:
-    from normbench.reproduce.ladders.scale import _rung as rung_tests
 
-    entry = {"tokens_per_param": ratio, "steps": (result.get("length") or {}).get("steps"),
-             "verdict_json": str(where / claim.id / "verdict.json"), **rung_tests(result)}  # fmt: skip
+    entry = {
+        "tokens_per_param": ratio,
+        "steps": (result.get("length") or {}).get("steps"),
+        "verdict_json": str(where / claim.id / "verdict.json"),
+        **rung_tests(result),
+    }
     if run_time_s is not None:
         entry["run_time_s"] = round(run_time_s, 1)
     return entry
 
 
 def _standalone(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
-    from normbench.reproduce.plan import start
-    from normbench.reproduce.runner import reproduce
 
     scale, out, overrides = req.scale, req.out, list(req.overrides)
     base = start(claim, scale, req.seeds, overrides, out)  # every rung's plan from these jobs: composed once
@@ -128,8 +141,8 @@ def _standalone(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
 
 
 def _branched(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
-    from normbench.reproduce.plan import build, start
-    from normbench.reproduce.runner import plan, reproduce
+    from normbench.reproduce.plan import build, start  # local: the module binds this name otherwise
+    from normbench.reproduce.runner import plan, reproduce  # local: the module binds this name otherwise
 
     scale, seeds, out, overrides = req.scale, req.seeds, req.out, list(req.overrides)
     if _per_job_ratio(claim, scale, overrides) is not None:
@@ -147,8 +160,10 @@ def _branched(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
     save_at = f"trainer.save_at=[{','.join(map(str, forks.values()))}]"
     trunk_extra = [*wsd, f"trainer.max_steps={steps[rs[-1]]}", save_at]
     trunk_out = out / claim.id / "duration" / "branch" / f"tpp{rs[-1]:g}"
-    log(f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
-        + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items()))  # fmt: skip
+    log(
+        f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
+        + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items())
+    )
     top = reproduce(claim, req.rung(trunk_extra, trunk_out), log=log, base=base)
     trunk_ov = [*overrides, *trunk_extra]
     trunk = build(claim, scale, seeds, trunk_ov, trunk_out, log=lambda *a: None, base=base)  # where it trained: pinned
@@ -188,8 +203,6 @@ def seed_branches(trunk_root: Path, root: Path, step: int, log=print) -> float:
     """Each trunk run's checkpoint at ``step`` as the start of the same job under ``root`` (a branch run dir
     with the trunk's metrics up to the fork and ``branch.json``); skipped where the branch exists. Returns
     the trunk seconds up to the forks of the branches there are (the branches' shared, not own, time)."""
-    from normbench.analysis.loading import find_runs
-    from normbench.run.metrics import read_jsonl
 
     shared = 0.0
     for run in find_runs(trunk_root) if trunk_root.is_dir() else []:
@@ -211,6 +224,5 @@ def seed_branches(trunk_root: Path, root: Path, step: int, log=print) -> float:
 
 
 def _branch_seconds(root: Path) -> float:
-    from normbench.analysis.loading import find_runs
 
     return sum(float((r.summary or {}).get("wall_s") or 0) for r in (find_runs(root) if root.is_dir() else []))

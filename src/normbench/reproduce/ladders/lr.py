@@ -36,18 +36,22 @@ NAME = "lr_ladder"
 def refusal(claim: Claim, scale: str, overrides=()) -> str | None:
     """Why the claim cannot have an LR ladder at ``scale`` (one line), or None."""
     if any(t.tune == "optim.lr" for t in claim.tests):
-        return (f"claim {claim.id} judges each side at its own best optim.lr (tune: optim.lr), so it has no one LR "
-                "for lr=ladder to move")  # fmt: skip
+        return (
+            f"claim {claim.id} judges each side at its own best optim.lr (tune: optim.lr), so it has no one LR "
+            "for lr=ladder to move"
+        )
     if any("optim.lr" in grid for grid in claim.grids(scale)):  # the claim's own grids, whatever the user sets
-        return (f"claim {claim.id} sweeps optim.lr (its verdict is read off an LR grid), so it has no one LR for "
-                "lr=ladder to move; its grid is its LR ladder")  # fmt: skip
+        return (
+            f"claim {claim.id} sweeps optim.lr (its verdict is read off an LR grid), so it has no one LR for "
+            "lr=ladder to move; its grid is its LR ladder"
+        )
     return None
 
 
 def claim_lr(claim: Claim, scale: str, overrides=(), cfg=None) -> tuple[float, str]:
     """(the LR the claim's jobs train at, where it came from), from a composed job of the claim (``cfg``: one
     of its plan's, else its fixed settings composed)."""
-    from normbench.reproduce.shared import compose
+    from normbench.reproduce.shared import compose  # deferred (start-up time): hydra, numpy
 
     if cfg is None:
         cfg = compose(claim, claim.settings(scale, overrides), "(fixed settings)")
@@ -67,9 +71,9 @@ def _factor(f: float) -> str:
 def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
     """The claim's sweep at each rung's LR (the request's scale, seeds and overrides); lr_ladder.json and its
     figure (None on a dry run)."""
-    from normbench.reproduce.ladders.scale import _rung, write_ladder
-    from normbench.reproduce.plan import start as start_plan
-    from normbench.reproduce.runner import reproduce
+    from normbench.reproduce.ladders.scale import ladder_rung, write_ladder  # deferred (start-up time): hydra, numpy
+    from normbench.reproduce.plan import start as start_plan  # deferred (start-up time): hydra, numpy
+    from normbench.reproduce.runner import reproduce  # deferred (start-up time): hydra, numpy
 
     scale, out, overrides = req.scale, req.out, list(req.overrides)
     if why := refusal(claim, scale, overrides):
@@ -79,8 +83,11 @@ def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
     if not center > 0:
         raise ConfigError(f"claim {claim.id}: optim.lr={center:g}; an LR ladder needs an LR > 0")
     plan = rung_lrs(center)
-    log(f"normbench: {claim.id}: LR ladder at " + ", ".join(f"{lr:.4g} ({_factor(f)})" for f, lr in plan)
-        + f" of the claim's {center:.4g} ({source})")  # fmt: skip
+    log(
+        f"normbench: {claim.id}: LR ladder at "
+        + ", ".join(f"{lr:.4g} ({_factor(f)})" for f, lr in plan)
+        + f" of the claim's {center:.4g} ({source})"
+    )
     start, rungs = time.perf_counter(), []
     for factor, lr in plan:
         extra = [] if factor == 1.0 else [f"optim.lr={lr:.4g}"]
@@ -88,13 +95,34 @@ def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
         log(f"normbench: {claim.id}: LR rung {lr:.4g} ({_factor(factor)} the claim's)")
         result = reproduce(claim, req.rung(extra, where), log=log, base=base)
         if result is not None:
-            rungs.append({"lr": lr, "factor": round(factor, 4), "overrides": extra,
-                          "verdict_json": str(where / claim.id / "verdict.json"), **_rung(result)})  # fmt: skip
+            rungs.append(
+                {
+                    "lr": lr,
+                    "factor": round(factor, 4),
+                    "overrides": extra,
+                    "verdict_json": str(where / claim.id / "verdict.json"),
+                    **ladder_rung(result),
+                }
+            )
     if req.dry_run:
         return None
-    ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "lr": center, "lr_source": source,
-              "rungs": rungs, "seconds": round(time.perf_counter() - start, 1),
-              "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1)}  # fmt: skip
-    write_ladder(ladder, out / claim.id, NAME, x="lr", xlabel="peak learning rate (optim.lr)", log_base=10,
-                 title=f"effect against the learning rate (the claim's: {center:.4g})")  # fmt: skip
+    ladder = {
+        "claim": claim.id,
+        "statement": claim.claim,
+        "scale": scale,
+        "lr": center,
+        "lr_source": source,
+        "rungs": rungs,
+        "seconds": round(time.perf_counter() - start, 1),
+        "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1),
+    }
+    write_ladder(
+        ladder,
+        out / claim.id,
+        NAME,
+        x="lr",
+        xlabel="peak learning rate (optim.lr)",
+        log_base=10,
+        title=f"effect against the learning rate (the claim's: {center:.4g})",
+    )
     return ladder

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from normbench.claims.figure import save_figure
 from normbench.claims.registry import Claim
 
 if TYPE_CHECKING:
@@ -34,8 +35,12 @@ WIDTHS = (64, 128, 256)
 
 def mup_overrides(width: int, base_width: int, head_dim: int) -> list[str]:
     """A rung's muP keys: d_base is the claim's own width, d_head its own (model/mup.py's rule)."""
-    return [f"model.n_head={width // head_dim}", "model.param=mup", f"model.mup_base_width={base_width}",
-            f"model.mup_head_dim={head_dim}"]  # fmt: skip
+    return [
+        f"model.n_head={width // head_dim}",
+        "model.param=mup",
+        f"model.mup_base_width={base_width}",
+        f"model.mup_head_dim={head_dim}",
+    ]
 
 
 def rungs(claim: Claim, scale: str, base_width: int) -> list[list[str]]:
@@ -60,9 +65,9 @@ def _size(overrides: list[str], base: dict) -> dict:
 def run_ladder(claim: Claim, req: Request, log=print) -> dict | None:
     """The claim's sweep at each rung (the request's scale, seeds and overrides, ``req.ladder_param``'s
     parametrization); ladder.json and its figure (None on a dry run)."""
-    from normbench.reproduce.plan import start
-    from normbench.reproduce.runner import reproduce
-    from normbench.reproduce.shared import compose
+    from normbench.reproduce.plan import start  # deferred (start-up time): hydra, numpy
+    from normbench.reproduce.runner import reproduce  # deferred (start-up time): hydra, numpy
+    from normbench.reproduce.shared import compose  # deferred (start-up time): hydra, numpy
 
     scale, out, param = req.scale, req.out, req.ladder_param
     plan = start(claim, scale, req.seeds, list(req.overrides), out)  # every rung's plan from these jobs: composed once
@@ -79,13 +84,25 @@ def run_ladder(claim: Claim, req: Request, log=print) -> dict | None:
         log(f"normbench: {claim.id}: ladder rung d_model {size['d_model']}, {size['n_layer']} blocks")
         result = reproduce(claim, req.rung(rung, where), log=log, base=plan)
         if result is not None:
-            steps.append({**size, "overrides": rung, "verdict_json": str(where / claim.id / "verdict.json"),
-                          **_rung(result)})  # fmt: skip
+            steps.append(
+                {
+                    **size,
+                    "overrides": rung,
+                    "verdict_json": str(where / claim.id / "verdict.json"),
+                    **ladder_rung(result),
+                }
+            )
     if req.dry_run:
         return None
-    ladder = {"claim": claim.id, "statement": claim.claim, "scale": scale, "param": param, "rungs": steps,
-              "seconds": round(time.perf_counter() - start, 1),
-              "run_time_s": round(sum(s["run_time_s"] for s in steps), 1)}  # fmt: skip
+    ladder = {
+        "claim": claim.id,
+        "statement": claim.claim,
+        "scale": scale,
+        "param": param,
+        "rungs": steps,
+        "seconds": round(time.perf_counter() - start, 1),
+        "run_time_s": round(sum(s["run_time_s"] for s in steps), 1),
+    }
     write_ladder(ladder, out / claim.id, ladder_name(param))
     return ladder
 
@@ -95,16 +112,36 @@ def ladder_name(param: str) -> str:
     return "ladder" if param == "mup" else f"ladder_{param}"
 
 
-def _rung(result: dict) -> dict:
+def ladder_rung(result: dict) -> dict:
     tests = [
-        {k: t.get(k) for k in ("name", "kind", "verdict", "effect", "ci", "threshold", "direction", "transform",
-                               "interval", "n_seeds", "informative", "reason")}
+        {
+            k: t.get(k)
+            for k in (
+                "name",
+                "kind",
+                "verdict",
+                "effect",
+                "ci",
+                "threshold",
+                "direction",
+                "transform",
+                "interval",
+                "n_seeds",
+                "informative",
+                "reason",
+            )
+        }
         for t in result["tests"]
-    ]  # fmt: skip
+    ]
     length = result.get("length") or {}
     reached = length.get("reached") or [None]
-    return {"verdict": result["verdict"], "tests": tests, "run_time_s": result.get("run_time_s") or 0.0,
-            "steps": length.get("steps"), "tokens_per_param": reached[0]}  # fmt: skip
+    return {
+        "verdict": result["verdict"],
+        "tests": tests,
+        "run_time_s": result.get("run_time_s") or 0.0,
+        "steps": length.get("steps"),
+        "tokens_per_param": reached[0],
+    }
 
 
 def write_ladder(ladder: dict, claim_dir: Path, name: str, **plot) -> None:
@@ -114,16 +151,20 @@ def write_ladder(ladder: dict, claim_dir: Path, name: str, **plot) -> None:
     plot_ladder(ladder, claim_dir / f"{name}.png", **plot)
 
 
-def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_model", log_base: int = 2,
-                title: str = "effect against model width") -> Path:  # fmt: skip
+def plot_ladder(
+    ladder: dict,
+    path: Path,
+    x: str = "d_model",
+    xlabel: str = "d_model",
+    log_base: int = 2,
+    title: str = "effect against model width",
+) -> Path:
     """One panel per test: the effect against ``x`` (d_model; the duration ladder: tokens per parameter), log
     x, with its 95% interval, the threshold (or the on-par band) and zero; each point labelled with its verdict."""
-    import matplotlib
+    import matplotlib  # deferred (start-up time): matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from normbench.claims.figure import save_figure
+    import matplotlib.pyplot as plt  # deferred (start-up time): matplotlib
 
     rungs_ = ladder["rungs"]
     names = [t["name"] for t in rungs_[0]["tests"]] if rungs_ else []
@@ -136,12 +177,23 @@ def plot_ladder(ladder: dict, path: Path, x: str = "d_model", xlabel: str = "d_m
                 continue
             ci = t.get("ci") or [None, None]
             if ci[0] is not None:
-                ax.errorbar([px], [t["effect"]], yerr=[[t["effect"] - ci[0]], [ci[1] - t["effect"]]], fmt="o",
-                            color="C0", capsize=4)  # fmt: skip
+                ax.errorbar(
+                    [px],
+                    [t["effect"]],
+                    yerr=[[t["effect"] - ci[0]], [ci[1] - t["effect"]]],
+                    fmt="o",
+                    color="C0",
+                    capsize=4,
+                )
             else:
                 ax.plot([px], [t["effect"]], "o", color="C0")
-            ax.annotate(t["verdict"].replace("DOES NOT HOLD", "NOT"), (px, t["effect"]), textcoords="offset points",
-                        xytext=(6, 4), fontsize=7)  # fmt: skip
+            ax.annotate(
+                t["verdict"].replace("DOES NOT HOLD", "NOT"),
+                (px, t["effect"]),
+                textcoords="offset points",
+                xytext=(6, 4),
+                fontsize=7,
+            )
         line = [(px, t["effect"]) for px, t in pts if t["effect"] is not None]
         ax.plot([px for px, _ in line], [y for _, y in line], color="C0", alpha=0.4)
         ax.axhline(0, color="k", lw=0.8)
