@@ -66,7 +66,7 @@ class DownstreamEval:
 
         from normbench.downstream.lm import NormbenchLM  # optional dependency (the eval extra)
 
-        c = trainer.loop.c
+        c = trainer.loop.built
         lm = NormbenchLM(trainer.raw_model, c.data.tokenizer, c.autocast, self.batch_size)
         logging.getLogger("lm_eval").setLevel(logging.WARNING)
         try:

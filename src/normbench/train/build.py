@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import torch
 
@@ -21,12 +21,12 @@ from normbench.config import lr_rule
 from normbench.config.schema import as_dict
 from normbench.config.spec import spec_of
 from normbench.data.batches import Batches, fixed_batches
-from normbench.data.corpus import load_data
+from normbench.data.corpus import TokenData, load_data
 from normbench.diag.diagnostics import Diagnostics
 from normbench.errors import ConfigError
 from normbench.model import build_model, padded_vocab, weight_init_std
 from normbench.model.stabilizers import QKClip
-from normbench.optim.optimizers import build_optimizer
+from normbench.optim.optimizers import OptimizerList, build_optimizer
 from normbench.run.rundir import RunDir
 from normbench.runtime import distributed as dist_utils
 from normbench.runtime import length, memory, precision
@@ -90,18 +90,18 @@ def make_scaler(device: torch.device, name: str):
 @dataclass
 class Components:
     device: torch.device
-    data: Any  # data.Data: train/val token arrays, vocab size
+    data: TokenData  # train/val token arrays, vocab size
     vocab: int
     raw_model: torch.nn.Module  # the GPT itself (sharded in place under FSDP)
     model: torch.nn.Module  # what the step calls: raw_model wrapped by DDP / FSDP2 / torch.compile
-    optimizer: Any  # optim.OptimizerGroup
-    qk_clip: Any  # stabilizers.QKClip under optim.qk_clip=true, else None
-    scaler: Any  # torch.amp.GradScaler under fp16, else None
-    autocast: Any  # a context manager factory
+    optimizer: OptimizerList  # one optimizer per kind of parameter, stepped together
+    qk_clip: QKClip | None  # under optim.qk_clip=true
+    scaler: torch.amp.GradScaler | None  # under fp16
+    autocast: Callable[[], contextlib.AbstractContextManager]  # the forward's precision context, made per use
     batches: Batches
     val_batches: list
     diag: Diagnostics
-    t: SimpleNamespace  # cfg.trainer, plain
+    settings: SimpleNamespace  # cfg.trainer, plain (grad_accum, log_every, grad_clip, ...)
     sched: SimpleNamespace  # cfg.sched, plain
     max_steps: int
     tokens_per_step: int
@@ -161,7 +161,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         batches=batches,
         val_batches=val_batches,
         diag=diag,
-        t=plain(cfg.trainer),
+        settings=plain(cfg.trainer),
         sched=plain(cfg.sched),  # plain copies of what the step loop reads: an OmegaConf read costs microseconds
         max_steps=steps,
         tokens_per_step=t.batch_size * t.grad_accum * T,

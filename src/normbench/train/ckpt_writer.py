@@ -88,8 +88,8 @@ class CheckpointWriter:
         return cls(
             ckpt_dir,
             sharded=sharded,
-            background=c.t.ckpt_async,
-            keep=c.t.save_at,
+            background=c.settings.ckpt_async,
+            keep=c.settings.save_at,
             device=c.device,
             spent=meter.spent,
             write_summary=write_summary,

@@ -268,7 +268,7 @@ def stop_requested(trainer, due: bool) -> bool:
     else:
         stop_now = trainer.loop.votes.any()
         if stop_now:
-            device = trainer.loop.c.device
+            device = trainer.loop.built.device
             trainer.stop_signal = dist_utils.any_rank_max(trainer.stop_signal or 0, device) or signal.SIGTERM
     if stop_now:
         STOP.safe_point()  # checkpoint and summary from here: the watchdog's deadline is off

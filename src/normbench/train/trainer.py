@@ -56,7 +56,7 @@ class Loop:
     """What the trainer runs, declared in one place: the built components (train/build.py) and the
     loop's stateful parts (loop_parts.py), each saying when it is due."""
 
-    c: builder.Components
+    built: builder.Components  # what train/build.py made: model, optimizer, data, device, settings
     state: TrainState  # what a checkpoint holds (the parts' state included)
     meter: Throughput
     recorder: Recorder
@@ -89,15 +89,15 @@ class Trainer:
 
     @property
     def model(self) -> torch.nn.Module:
-        return self.loop.c.model
+        return self.loop.built.model
 
     @property
     def raw_model(self) -> torch.nn.Module:
-        return self.loop.c.raw_model
+        return self.loop.built.raw_model
 
     @property
     def max_steps(self) -> int:
-        return self.loop.c.max_steps
+        return self.loop.built.max_steps
 
     @property
     def recorder(self) -> Recorder:
@@ -107,52 +107,58 @@ class Trainer:
     def setup(self) -> None:
         self.cfg, notes = prepare(self.cfg)  # typed and validated, once (validation.validate)
         cfg = self.cfg
-        c = builder.build(cfg, self.rank, self.world, notes)
-        meter = Throughput(c.tokens_per_step, c.device)
-        evals = Evaluation(c.t.eval_every, c.max_steps)
+        built = builder.build(cfg, self.rank, self.world, notes)
+        meter = Throughput(built.tokens_per_step, built.device)
+        evals = Evaluation(built.settings.eval_every, built.max_steps)
         spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)
-        losses = LossWatch(c.t.diverge_factor, c.t.max_skipped, spike)
-        state = TrainState(cfg, c, meter, evals, losses, self.summary)
+        losses = LossWatch(built.settings.diverge_factor, built.settings.max_skipped, spike)
+        state = TrainState(cfg, built, meter, evals, losses, self.summary)
         ckpt_dir = self.rundir.checkpoint_path.parent  # last.pt, or sharded step_<N>.dcp (train/ckpt_store.py)
-        resumed = state.resume(ckpt_dir, cfg, c.max_steps, c.sched)
-        recorder = Recorder(cfg, self.rundir, c, state, meter, resumed)
-        ckpts = Checkpoints(c.t.ckpt_every, c.max_steps, c.t.save_at, c.t.ckpt_every_s)
-        writer = CheckpointWriter.for_run(cfg, c, ckpt_dir, meter, self.rundir.write_summary if self.is_main else None)
-        diag = DiagSchedule(c.diag, cfg.diag.every, c.max_steps)
-        self.loop = Loop(c, state, meter, recorder, evals, ckpts, writer, diag, losses, StopVotes(c.device))
+        resumed = state.resume(ckpt_dir, cfg, built.max_steps, built.sched)
+        recorder = Recorder(cfg, self.rundir, built, state, meter, resumed)
+        ckpts = Checkpoints(
+            built.settings.ckpt_every, built.max_steps, built.settings.save_at, built.settings.ckpt_every_s
+        )
+        writer = CheckpointWriter.for_run(
+            cfg, built, ckpt_dir, meter, self.rundir.write_summary if self.is_main else None
+        )
+        diag = DiagSchedule(built.diag, cfg.diag.every, built.max_steps)
+        self.loop = Loop(built, state, meter, recorder, evals, ckpts, writer, diag, losses, StopVotes(built.device))
         recorder.start()
 
     # ------------------------------------------------------------------- loop
     def fit(self) -> dict:
-        p, c, s = self.loop, self.loop.c, self.loop.state
-        p.meter.start(s.step)  # wall clock and steady-state throughput go on across a resume
-        if p.evals.missing:  # interrupted during this step's evaluation: do it now, into its record
+        loop, built, state = self.loop, self.loop.built, self.loop.state
+        loop.meter.start(state.step)  # wall clock and steady-state throughput go on across a resume
+        if loop.evals.missing:  # interrupted during this step's evaluation: do it now, into its record
             self._finish_eval()
         log.info(
             "training %d steps (%s tokens/step, %d already done) on %s, precision %s",
-            *(c.max_steps, f"{c.tokens_per_step:,}", s.step, c.device, precision_name(self.cfg)),
+            *(built.max_steps, f"{built.tokens_per_step:,}", state.step, built.device, precision_name(self.cfg)),
         )
         self.model.train()
-        while s.step < c.max_steps:
-            p.meter.step_start(s.step)
-            lr = set_lr(c.optimizer, lr_factor(s.step, c.max_steps, c.sched))
-            diag_now = p.diag.due(s.step + 1)
+        while state.step < built.max_steps:
+            loop.meter.step_start(state.step)
+            lr = set_lr(built.optimizer, lr_factor(state.step, built.max_steps, built.sched))
+            diag_now = loop.diag.due(state.step + 1)
             loss, grad_norm = self.train_step(diag_now)
             if diag_now:
-                c.diag.before_step()
+                built.diag.before_step()
             self.optimizer_step(grad_norm)
             if diag_now:
-                c.diag.after_step()
-            p.losses.add(loss)
-            s.step, s.tokens = s.step + 1, s.tokens + c.tokens_per_step
-            eval_now, ckpt_now = p.evals.due(s.step), p.ckpts.due(s.step)
-            log_now = s.step % c.t.log_every == 0 or s.step == c.max_steps or diag_now or eval_now
+                built.diag.after_step()
+            loop.losses.add(loss)
+            state.step, state.tokens = state.step + 1, state.tokens + built.tokens_per_step
+            eval_now, ckpt_now = loop.evals.due(state.step), loop.ckpts.due(state.step)
+            log_now = (
+                state.step % built.settings.log_every == 0 or state.step == built.max_steps or diag_now or eval_now
+            )
             if log_now and (status := self.log_step(lr, grad_norm, diag_now, eval_now)):
                 return self._finish("diverged", status)
             if log_now:  # a background checkpoint that has ended is committed; a checkpoint by time is due
-                p.writer.poll()
-                ckpt_now = ckpt_now or p.ckpts.time_due(s.step, c.device)
-            stop_now = stop_requested(self, vote_due(s.step, synced=log_now or ckpt_now))
+                loop.writer.poll()
+                ckpt_now = ckpt_now or loop.ckpts.time_due(state.step, built.device)
+            stop_now = stop_requested(self, vote_due(state.step, synced=log_now or ckpt_now))
             if stop_now or ckpt_now:
                 if status := self._flush_losses():
                     return self._finish("diverged", status)
@@ -165,10 +171,10 @@ class Trainer:
     # ------------------------------------------------------------------ steps
     def train_step(self, diag_now: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradients of one global batch; returns (mean loss over all ranks, grad norm before clipping)."""
-        c = self.loop.c
-        micro_batches = c.batches.global_step(c.t.grad_accum, self.rank, self.world)
+        built = self.loop.built
+        micro_batches = built.batches.global_step(built.settings.grad_accum, self.rank, self.world)
         loss_sum = self.forward_backward(micro_batches)
-        scale = 1.0 / c.t.grad_accum
+        scale = 1.0 / built.settings.grad_accum
         if self.world > 1:  # one collective: the global loss, and how many ranks caught a stop signal
             vote = self.loop.votes.ballot(self.stop_signal is not None)
             reduced = dist_utils.all_reduce_sum(torch.stack([loss_sum, vote]))
@@ -176,27 +182,27 @@ class Trainer:
             self.loop.votes.count(reduced[1])
         else:
             loss_mean = loss_sum * scale
-        if c.scaler is not None:
-            for opt in c.optimizer.optimizers:
-                c.scaler.unscale_(opt)
+        if built.scaler is not None:
+            for opt in built.optimizer.optimizers:
+                built.scaler.unscale_(opt)
         if diag_now:
-            c.diag.grad_norms()  # before clipping, as docs/contract.md §4 defines them
-        clip = c.t.grad_clip if c.t.grad_clip > 0 else math.inf
-        grad_norm = dist_utils.clip_grad_norm_(c.raw_model.parameters(), clip)  # total over FSDP shards too
+            built.diag.grad_norms()  # before clipping, as docs/contract.md §4 defines them
+        clip = built.settings.grad_clip if built.settings.grad_clip > 0 else math.inf
+        grad_norm = dist_utils.clip_grad_norm_(built.raw_model.parameters(), clip)  # total over FSDP shards too
         return loss_mean, grad_norm
 
     def forward_backward(self, micro_batches: list) -> torch.Tensor:
         """Accumulate this rank's gradients over its micro-batches; returns the sum of their losses."""
-        c = self.loop.c
-        loss_sum = torch.zeros((), device=c.device)
+        built = self.loop.built
+        loss_sum = torch.zeros((), device=built.device)
         # this rank's mean; DDP/FSDP average over ranks, so the gradient is the global-batch mean
         grad_scale = 1.0 / len(micro_batches)
         for i, (x, y) in enumerate(micro_batches):
-            with dist_utils.maybe_no_sync(c.model, i == len(micro_batches) - 1), c.autocast():
-                _, loss = c.model(x, y)
+            with dist_utils.maybe_no_sync(built.model, i == len(micro_batches) - 1), built.autocast():
+                _, loss = built.model(x, y)
             loss_for_grad = loss * grad_scale
-            if c.scaler is not None:
-                loss_for_grad = c.scaler.scale(loss_for_grad)
+            if built.scaler is not None:
+                loss_for_grad = built.scaler.scale(loss_for_grad)
             loss_for_grad.backward()
             loss_sum += loss.detach()
         return loss_sum
@@ -212,91 +218,92 @@ class Trainer:
         zeroed on the device (no NaN/inf reaches the weights or the optimizer's moments), is counted in
         ``skipped``, and the optimizer steps on the zeros (docs/reliability.md: the semantics since issue 51).
         """
-        c, losses = self.loop.c, self.loop.losses
+        built, losses = self.loop.built, self.loop.losses
         stepped: bool | torch.Tensor = True
-        if c.scaler is not None:
-            before = c.scaler._scale.clone()  # torch's public get_scale() is a host read; the tensor is not
-            for opt in c.optimizer.optimizers:
-                c.scaler.step(opt)
-            c.scaler.update()
-            stepped = c.scaler._scale >= before  # lowered: the scaler skipped this step
+        if built.scaler is not None:
+            before = built.scaler._scale.clone()  # torch's public get_scale() is a host read; the tensor is not
+            for opt in built.optimizer.optimizers:
+                built.scaler.step(opt)
+            built.scaler.update()
+            stepped = built.scaler._scale >= before  # lowered: the scaler skipped this step
             losses.count("amp_skipped", ~stepped)
         else:
-            if c.t.skip_nonfinite:
+            if built.settings.skip_nonfinite:
                 stepped = torch.isfinite(grad_norm)
-                dist_utils.zero_grads_unless(c.raw_model.parameters(), stepped)
+                dist_utils.zero_grads_unless(built.raw_model.parameters(), stepped)
                 losses.count("skipped", ~stepped)
-            c.optimizer.step()
-        c.raw_model.after_step()  # nGPT re-normalization, outside any compiled graph (after a skip: idempotent)
-        if c.qk_clip is not None:  # every step (a skipped one only resets), so DDP ranks stay in step
-            c.qk_clip.step(apply=stepped)
-        c.optimizer.zero_grad(set_to_none=True)
+            built.optimizer.step()
+        built.raw_model.after_step()  # nGPT re-normalization, outside any compiled graph (after a skip: idempotent)
+        if built.qk_clip is not None:  # every step (a skipped one only resets), so DDP ranks stay in step
+            built.qk_clip.step(apply=stepped)
+        built.optimizer.zero_grad(set_to_none=True)
         return stepped
 
     @torch.no_grad()
     def evaluate(self) -> float | None:
         """Mean validation loss; None when a stop signal cut it short (one process: under torchrun
         every rank must run the same batches, so there only the grace deadline stops it)."""
-        c = self.loop.c
+        built = self.loop.built
         self.model.eval()
-        total = torch.zeros((), device=c.device)
-        for batch in c.val_batches:
+        total = torch.zeros((), device=built.device)
+        for batch in built.val_batches:
             if self.stop_signal is not None and self.world == 1:
                 self.model.train()
                 return None
             total += self.eval_loss(batch)
         self.model.train()
-        return (total / len(c.val_batches)).item()
+        return (total / len(built.val_batches)).item()
 
     def eval_loss(self, batch: torch.Tensor) -> torch.Tensor:
-        c = self.loop.c
-        batch = batch.to(c.device, non_blocking=True)  # a no-op for the run's own (on the device since build)
-        with c.autocast():
-            _, loss = c.model(batch[:, :-1], batch[:, 1:])
+        built = self.loop.built
+        batch = batch.to(built.device, non_blocking=True)  # a no-op for the run's own (on the device since build)
+        with built.autocast():
+            _, loss = built.model(batch[:, :-1], batch[:, 1:])
         return loss.float()
 
     # --------------------------------------------------------- log, stop, checkpoint
     def log_step(self, lr: float, grad_norm: torch.Tensor, diag_now: bool, eval_now: bool) -> str | None:
         """The record of a log step (losses synced, diagnostics, evaluation); a divergence's reason or None."""
-        p, c, s = self.loop, self.loop.c, self.loop.state
-        tps, step_time = p.meter.window(s.step)  # first: it waits for the device, so the window holds all its work
-        losses, status = p.losses.drain(s.step, s)
+        loop, built, state = self.loop, self.loop.built, self.loop.state
+        # first: it waits for the device, so the window holds all its work
+        tps, step_time = loop.meter.window(state.step)
+        losses, status = loop.losses.drain(state.step, state)
         record = {
-            "step": s.step,
-            "tokens": s.tokens,
+            "step": state.step,
+            "tokens": state.tokens,
             "loss": losses[-1],
             "lr": lr,
             "grad_norm": grad_norm.item(),
             "tokens_per_s": tps,
-            "time_s": p.meter.wall(),
+            "time_s": loop.meter.wall(),
             "step_time_s": step_time,
-            "mfu": mfu(c.flops_per_token, tps, c.peak_flops, self.world),
-            "peak_mem_gb": peak_memory_gb(c.device),
-            "spikes": p.losses.spike.count,  # loss spikes so far (diagnostics.SpikeDetector)
+            "mfu": mfu(built.flops_per_token, tps, built.peak_flops, self.world),
+            "peak_mem_gb": peak_memory_gb(built.device),
+            "spikes": loop.losses.spike.count,  # loss spikes so far (diagnostics.SpikeDetector)
         }
-        record.update(c.qk_clip.metrics() if c.qk_clip is not None else {})
-        if spike_steps := p.losses.spike.pop_steps():
+        record.update(built.qk_clip.metrics() if built.qk_clip is not None else {})
+        if spike_steps := loop.losses.spike.pop_steps():
             record["spike_steps"] = spike_steps
         if diag_now:  # the diagnostic forward is training-time cost: in the next window's tokens/s
             t_diag = time.perf_counter()
-            record.update(c.diag.collect())
-            p.meter.spent("diag_s", time.perf_counter() - t_diag)
+            record.update(built.diag.collect())
+            loop.meter.spent("diag_s", time.perf_counter() - t_diag)
         if eval_now and status is None:
             t_eval = time.perf_counter()
             val = self.evaluate()
             for callback in self.callbacks:  # e.g. downstream tasks (downstream/callback.py), timed as evaluation
-                record.update(callback(self, s.step))
-            p.meter.spent("eval_s", time.perf_counter() - t_eval)
-            if p.evals.record(val):
-                record["val_loss"] = p.evals.last
-        p.recorder.log(record, tps)
+                record.update(callback(self, state.step))
+            loop.meter.spent("eval_s", time.perf_counter() - t_eval)
+            if loop.evals.record(val):
+                record["val_loss"] = loop.evals.last
+        loop.recorder.log(record, tps)
         return status
 
     def _flush_losses(self) -> str | None:
         """Before a checkpoint, the losses since the last log step get a log step's bookkeeping, so the
         checkpoint takes the spike/divergence state and a resume continues it exactly."""
-        s = self.loop.state
-        losses, status = self.loop.losses.drain(s.step, s)
+        state = self.loop.state
+        losses, status = self.loop.losses.drain(state.step, state)
         if losses and status is None:
             self.loop.recorder.final_loss(losses[-1])
         return status
