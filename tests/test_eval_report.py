@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
@@ -126,3 +127,29 @@ def test_a_claim_metric_is_a_known_one_or_task_slash_metric(tmp_path):
     }
     with pytest.raises(ConfigError, match=r"metric=arc_easy is not one of: .*, or TASK/METRIC"):
         write_claim(tmp_path / "claims", [test])
+
+
+def test_the_tables_as_data_carry_each_runs_scores_and_each_groups_over_seeds(tmp_path):
+    root = scored_sweep(tmp_path / "sweep")
+    assert report.main([str(root), "--no-figures", "--group-by", "arch"]) == 0
+    runs = json.loads((root / "report_runs.json").read_text())
+    assert len(runs) == len(ACC) * len(NORM_SHIFT) * len(SEEDS)
+    for row in runs:
+        assert row["arc_easy/acc"] == pytest.approx(
+            acc(row["arch"], row["run"].split("norm=")[1].split(",")[0], row["seed"])
+        )
+        assert list(row)[-1] == "reason"  # the scores before the reason, as the contract's column list
+    groups = {g["arch"]: g for g in json.loads((root / "report_groups.json").read_text())}
+    for arch in ACC:
+        per_seed = [statistics.fmean(acc(arch, n, s) for n in NORM_SHIFT) for s in SEEDS]
+        g = groups[arch]
+        assert g["arc_easy/acc_mean"] == pytest.approx(statistics.fmean(per_seed))
+        assert g["arc_easy/acc_std"] == pytest.approx(statistics.stdev(per_seed)) and g["arc_easy/acc_seeds"] == 3
+    header = (root / "report_runs.csv").read_text().splitlines()[0].split(",")
+    assert "arc_easy/acc" in header and header[-1] == "reason"
+
+
+def test_no_eval_json_no_score_columns(tmp_path):
+    root = make_sweep(tmp_path / "sweep")
+    assert report.main([str(root), "--no-figures"]) == 0
+    assert not any("/" in k for k in json.loads((root / "report_runs.json").read_text())[0])

@@ -18,9 +18,18 @@ import statistics
 from pathlib import Path
 
 from normbench.analysis.loading import Group, Run, setting
-from normbench.analysis.stats import loss_pool, outcome_counts, status_counts, target_for, time_to_target
+from normbench.analysis.stats import (
+    loss_pool,
+    outcome_counts,
+    seed_means,
+    status_counts,
+    target_for,
+    time_to_target,
+)
 from normbench.diag.outcomes import finite
 from normbench.report import tables
+from normbench.report.downstream import tasks_of
+from normbench.run.eval_file import downstream_value
 
 RUNS, GROUPS = "report_runs", "report_groups"  # file stems: .csv and .json of each
 FILES = tuple(f"{stem}.{ext}" for stem in (RUNS, GROUPS) for ext in ("csv", "json"))
@@ -74,9 +83,16 @@ RUN_COLUMNS = [
 ]
 
 
+def _downstream_metrics(groups: list[Group]) -> list[tuple[str, str]]:
+    """(task, metric) of every score in the runs' eval.json files (``normbench eval``), in the order first seen."""
+    return [(t, m) for t, ms in tasks_of([r for g in groups for r in g.runs]).items() for m in ms]
+
+
 def run_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
-    """One record per run, as the "All runs" table orders them, its grouping keys after ``group``."""
+    """One record per run, as the "All runs" table orders them, its grouping keys after ``group`` and its
+    downstream scores (``TASK/METRIC``, from eval.json) before ``reason``."""
     keys = _settings(groups, RUN_COLUMNS)
+    scores = _downstream_metrics(groups)
     rows = []
     for g in groups:
         for r in g.runs:
@@ -108,8 +124,9 @@ def run_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
                 "wall_s": _number(s.get("wall_s")),
                 "n_params": _number(s.get("n_params")),
                 "spikes": int(s["spikes"]) if finite(s.get("spikes")) else None,
-                "reason": tables.run_reason(r),
             }
+            row |= {f"{t}/{m}": downstream_value(r.downstream, t, m) for t, m in scores}
+            row["reason"] = tables.run_reason(r)
             rows.append(row)
     return rows
 
@@ -146,6 +163,7 @@ def group_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
     time to target over the ``reached`` runs that got there (``target``: null where the group's runs have
     different targets, one per corpus), tokens/s with ``loaded`` where the report flags it."""
     keys = _settings(groups, GROUP_COLUMNS)
+    scores = _downstream_metrics(groups)
     loaded = tables.sweep_loaded(groups)  # the machine's load, the same for every group (tables.sweep_loaded)
     rows = []
     for g in tables.sort_groups(groups):
@@ -178,8 +196,11 @@ def group_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
             "tokens_per_s_mean": _mean(tps),
             "loaded": loaded,
             "spikes": sum(spikes) if spikes else None,
-            "notes": "; ".join(tables.group_notes(g)),
         }
+        for t, m in scores:  # over seeds, the seed as the unit (a seed's runs averaged first), as the report's table
+            per_seed = list(seed_means(g.runs, lambda r, t=t, m=m: downstream_value(r.downstream, t, m)).values())
+            row |= {f"{t}/{m}_mean": _mean(per_seed), f"{t}/{m}_std": _std(per_seed), f"{t}/{m}_seeds": len(per_seed)}
+        row["notes"] = "; ".join(tables.group_notes(g))
         rows.append(row)
     return rows
 
@@ -213,6 +234,6 @@ def write_tables(out_dir: Path, groups: list[Group], target=None, defaults=None)
 NOTE = (  # the report's sentence above its runs table
     "The tables as data, every number unrounded (a mean and its std in two columns), beside this "
     "report: `report_runs.csv` and `report_runs.json` (this table, with each run's settings, final "
-    "val loss, tokens and tokens/s), `report_groups.csv` and `report_groups.json` (the groups' table "
-    "above, with time to target)."
+    "val loss, tokens, tokens/s and downstream scores), `report_groups.csv` and `report_groups.json` (the "
+    "groups' table above, with time to target and the downstream scores over seeds)."
 )
