@@ -75,7 +75,8 @@ def build_report(
     if figures_too:
         blocks += [("h", 2, "Figures"), ("p", f"Every figure: {figures.setup_caption(groups)}")]
         save = figures.Output(tuple(formats), dpi, width)
-        gallery.figure_section(blocks, plots, groups, styles, sweep, steps, out_dir, save, x, runs_too)
+        drawn = gallery.figure_section(groups, styles, sweep, steps, out_dir, save, x, runs_too)
+        blocks, plots = blocks + drawn.blocks, drawn.plots
     table_files.write_tables(out_dir, groups, target, defaults)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(to_markdown(blocks), encoding="utf-8")

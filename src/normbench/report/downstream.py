@@ -42,16 +42,21 @@ def check_metric(metric: str, runs: list[Run]) -> None:
     raise ConfigError(f"--metric {metric}: no run has it ({have}; score them with python -m normbench eval)")
 
 
+def per_seed(runs: list[Run], task: str, metric: str) -> list[float]:
+    """The metric's value per seed over ``runs`` (a seed's runs averaged first: one unit), those that have it."""
+    return list(seed_means(runs, lambda r: downstream_value(r.downstream, task, metric)).values())
+
+
 def _cell(runs: list[Run], task: str, metric: str) -> str:
     """mean [95% CI over seeds] (n seeds) of the metric; the mean alone from one seed."""
-    per_seed = list(seed_means(runs, lambda r: downstream_value(r.downstream, task, metric)).values())
-    if not per_seed:
+    values = per_seed(runs, task, metric)
+    if not values:
         return DASH
-    mean = statistics.fmean(per_seed)
-    if len(per_seed) < 2:
+    mean = statistics.fmean(values)
+    if len(values) < 2:
         return f"{mean:.4f} (1 seed)"
-    low, high = one_sample_interval(per_seed)
-    return f"{level(mean, low, high)} ({len(per_seed)} seeds)"
+    low, high = one_sample_interval(values)
+    return f"{level(mean, low, high)} ({len(values)} seeds)"
 
 
 def level(mean: float, low: float, high: float) -> str:

@@ -38,8 +38,6 @@ class Gallery:
 
 
 def figure_section(
-    blocks,
-    plots,
     groups,
     styles,
     sweep,
@@ -48,11 +46,11 @@ def figure_section(
     save: figures.Output,
     x: str = "step",
     runs_too: bool = False,
-) -> None:
-    """Each figure with its caption appended to ``blocks`` (the setup is stated once, above them) and its
-    files to ``plots``. The PNG is embedded; the other formats lie next to it."""
-    style = f"; line style and point marker: `{styles.style_key}`" if styles.style_key else ""
-    style = style if len(styles.linestyles) > 1 else ""
+) -> Gallery:
+    """Each figure with its caption (the setup is stated once, above them): the page's blocks and the files
+    written. The PNG is embedded; the other formats lie next to it."""
+    two_factors = styles.style_key and len(styles.linestyles) > 1
+    style = f"; line style and point marker: `{styles.style_key}`" if two_factors else ""
     gallery = Gallery(out_dir, save, steps, f" Colour: `{styles.color_key}`{style}.")
     _curves(gallery, groups, styles, x, runs_too)
     _layers(gallery, groups, styles)
@@ -64,8 +62,7 @@ def figure_section(
             "hollow, some did not; squares, stuck runs; ×, an lr where a run diverged."
         )
         gallery.add("lr_sweep.png", True, what, "val_loss", caption)
-    blocks += gallery.blocks
-    plots += gallery.plots
+    return gallery
 
 
 def _curves(gallery: Gallery, groups, styles, x: str, runs_too: bool) -> None:

@@ -21,14 +21,12 @@ from normbench.analysis.loading import Group, Run, setting
 from normbench.analysis.stats import (
     loss_pool,
     outcome_counts,
-    seed_means,
     status_counts,
     target_for,
     time_to_target,
 )
 from normbench.diag.outcomes import finite
-from normbench.report import tables
-from normbench.report.downstream import tasks_of
+from normbench.report import downstream, tables
 from normbench.run.eval_file import downstream_value
 
 RUNS, GROUPS = "report_runs", "report_groups"  # file stems: .csv and .json of each
@@ -85,7 +83,7 @@ RUN_COLUMNS = [
 
 def _downstream_metrics(groups: list[Group]) -> list[tuple[str, str]]:
     """(task, metric) of every score in the runs' eval.json files (``normbench eval``), in the order first seen."""
-    return [(t, m) for t, ms in tasks_of([r for g in groups for r in g.runs]).items() for m in ms]
+    return [(t, m) for t, ms in downstream.tasks_of([r for g in groups for r in g.runs]).items() for m in ms]
 
 
 def run_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
@@ -198,7 +196,7 @@ def group_rows(groups: list[Group], target=None, defaults=None) -> list[dict]:
             "spikes": sum(spikes) if spikes else None,
         }
         for t, m in scores:  # over seeds, the seed as the unit (a seed's runs averaged first), as the report's table
-            per_seed = list(seed_means(g.runs, lambda r, t=t, m=m: downstream_value(r.downstream, t, m)).values())
+            per_seed = downstream.per_seed(g.runs, t, m)
             row |= {f"{t}/{m}_mean": _mean(per_seed), f"{t}/{m}_std": _std(per_seed), f"{t}/{m}_seeds": len(per_seed)}
         row["notes"] = "; ".join(tables.group_notes(g))
         rows.append(row)
