@@ -216,7 +216,7 @@ def test_the_loop_keeps_only_the_loop():
     """train/ holds the loop and its state (and the state's checkpoints: the single file, sharded DCP, which
     one is the run's, how they are written); the optimizers, diagnostics and runtime moved out."""
     names = {p.stem for p in (SRC / "normbench" / "train").glob("*.py")}
-    loop = {"__init__", "build", "loop_parts", "signals", "state", "trainer"}
+    loop = {"__init__", "build", "callbacks", "loop_parts", "signals", "state", "trainer"}
     assert names == loop | {"checkpoint", "sharded", "ckpt_store", "ckpt_writer"}
 
 

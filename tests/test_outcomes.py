@@ -168,8 +168,8 @@ def test_injected_spikes_make_a_learned_run_unstable(tmp_path, monkeypatch):
     inject = {150, 170}  # optimizer steps done before the step: the records number them 151, 171
     original = Trainer.train_step
 
-    def spiky(self, diag_now=False):
-        loss, grad_norm = original(self, diag_now)
+    def spiky(self):
+        loss, grad_norm = original(self)
         return (loss * 2 if self.step in inject else loss), grad_norm
 
     monkeypatch.setattr(Trainer, "train_step", spiky)

@@ -13,7 +13,11 @@ import torch
 from normbench.config import spec as spec_module
 from normbench.config.spec import RunSpec, spec_of
 from normbench.errors import ConfigError
-from normbench.runtime import compiling, precision
+from normbench.model import build_model
+from normbench.model.kinds import param_kinds
+from normbench.run.metrics import read_jsonl
+from normbench.runtime import compiling, length, precision
+from normbench.train import build, trainer
 from normbench.train.build import resolve_device
 from normbench.validation import prepare
 
@@ -35,7 +39,18 @@ def test_prepare_resolves_auto_once_into_a_frozen_spec():
         precision_source="precision=auto: fp32 on CPU",
         compile=False,  # compile=auto on CPU: eager, whatever the length
         compile_source=spec_module.resolve_compile(compose(["model=tiny"]), on_cuda=False, estimate=None)[1],
+        length=cfg.spec.length,  # below, by hand
     )
+    run_len = cfg.spec.length
+    # 600 steps (trainer.max_steps), warmup null = 10% of them, GPT-2's 0.02 carried to d 64 at its gain
+    assert (run_len.max_steps, run_len.warmup_steps) == (600, 60)
+    assert run_len.init_std == pytest.approx(0.02 * (768 / 64) ** 0.5)
+    with torch.device("meta"):  # N: the weight matrices of the model the config builds (256-byte vocabulary)
+        model = build_model(cfg, 256)
+    assert run_len.length_params == sum(
+        p.numel() for name, p in model.named_parameters() if param_kinds(model)[name] in ("matrix", "embed", "head")
+    )
+    assert run_len.source.startswith("length: 600 steps x 1,024 tokens") and "from trainer.max_steps" in run_len.source
     assert cfg.optim.lr == "auto"  # the request stays as written (the run's config, its resume check)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.spec.lr = 1.0
@@ -138,3 +153,47 @@ def test_runs_of_the_old_defaults_resume_and_keep_their_store_address():
     assert config_diff({"precision": "bf16"}, {"precision": "auto"}) == ["precision"]  # auto is fp32 here
     old = compose(["model=tiny", "precision=fp32", "compile=false"])
     assert address(compose(["model=tiny"]), 0) == address(old, 0)
+
+
+# ------------------------------------------------------------- the length, warmup and init std (issue 54)
+def test_the_length_is_resolved_once_and_the_run_trains_it(tmp_path):
+    """tokens_per_param gives the steps in the spec; the run trains exactly them, with the spec's warmup in its
+    LR schedule, and records the spec (summary.json) with its length."""
+    overrides = ["model=tiny", "trainer.tokens_per_param=0.5", "sched.warmup_steps=null", "diag=off"]
+    cfg, _ = prepare(compose([*overrides, "trainer.batch_size=4"]))
+    run_len = cfg.spec.length
+    assert run_len.max_steps == round(0.5 * run_len.length_params / (4 * 64))  # R x N / tokens per step
+    assert run_len.warmup_steps == int(0.1 * run_len.max_steps) > 0
+    summary = trainer.run(compose([*overrides, "trainer.batch_size=4", "trainer.log_every=1"]), tmp_path)
+    assert summary["max_steps"] == run_len.max_steps
+    assert summary["spec"]["length"]["max_steps"] == run_len.max_steps
+    records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "lr" in r]
+    assert records[-1]["step"] == run_len.max_steps
+    lrs = [r["lr"] for r in records]
+    peak = cfg.spec.lr
+    assert lrs[0] == pytest.approx(peak / run_len.warmup_steps)  # step 0 of the warmup: 1/warmup of the peak
+    assert lrs[run_len.warmup_steps - 1] == pytest.approx(peak)  # its last step reaches the peak
+
+
+def test_a_model_smaller_than_the_config_says_decides_its_own_length(caplog):
+    """A data vocabulary that differs from the config's (a BPE trained to fewer tokens than data.vocab_size):
+    the build counts the model it trains, re-resolves the length by the same rule and says so."""
+    cfg, _ = prepare(compose(["model=tiny", "trainer.tokens_per_param=1"]))
+    real = build_model(cfg, 128)  # as if the data had 128 tokens, not 256
+    with caplog.at_level("INFO", logger="normbench"):
+        planned = cfg.spec.length
+        run_len = build.checked_length(cfg, real)
+    n = sum(p.numel() for name, p in real.named_parameters() if param_kinds(real)[name] in ("matrix", "embed", "head"))
+    assert run_len.length_params == n < planned.length_params
+    assert cfg.spec.length == run_len and run_len.max_steps == round(n / length.tokens_per_step(cfg))
+    assert "the data's vocabulary gives" in caplog.text
+
+
+def test_the_attention_mode_is_in_the_spec():
+    """attn_fp32 keeps the attention kernel out of an autocast: true in the spec only where there is one."""
+    assert spec_of(compose(["model=tiny", "precision=bf16", "attn_fp32=true"])).attn_fp32 is True
+    assert spec_of(compose(["model=tiny", "precision=fp32", "attn_fp32=true"])).attn_fp32 is False  # no autocast
+    assert spec_of(compose(["model=tiny", "precision=bf16", "attn_fp32=false"])).attn_fp32 is False
+    assert precision.precision_name(compose(["model=tiny", "precision=bf16", "attn_fp32=true"])) == (
+        "bf16, attention fp32"
+    )

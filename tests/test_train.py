@@ -18,7 +18,7 @@ from normbench.cli import listing
 from normbench.config import files
 from normbench.run.metrics import read_jsonl
 from normbench.runtime import throughput
-from normbench.train import checkpoint, trainer
+from normbench.train import callbacks, checkpoint, trainer
 from normbench.validation import validate
 
 from conftest import TINY, compose, run_cli
@@ -378,7 +378,7 @@ def test_ranks_split_the_global_batch_of_one_process():
 def test_eta_is_smoothed(monkeypatch):
     """Log windows alternate 1 s and 3 s per step (evals, diagnostics): the ETA moves by far less than x3."""
     clock = iter([0.0, 10.0, 40.0, 50.0, 80.0, 90.0, 120.0])
-    monkeypatch.setattr(trainer.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(throughput.time, "perf_counter", lambda: next(clock))
     eta = throughput.Eta()
     etas = [eta.remaining(step, 1000, 1.0) / (1000 - step) for step in range(0, 70, 10)]
     assert etas[1] == 1.0  # the first window's rate as it is
@@ -396,7 +396,7 @@ def test_a_plugin_that_cannot_be_imported_is_one_line(tmp_path):
 def test_summary_says_where_the_wall_clock_went_besides_the_steps(tmp_path, monkeypatch):
     """eval_s, ckpt_s and diag_s (issue 51): a checkpoint write slowed by 0.2 s shows in ckpt_s, an evaluation
     slowed by 0.1 s per batch in eval_s; each is a part of wall_s."""
-    save, evaluate = checkpoint.save_atomic, trainer.Trainer.evaluate
+    save, evaluate = checkpoint.save_atomic, callbacks.Validate.evaluate
 
     def slow_save(state, path):
         time.sleep(0.2)
@@ -407,7 +407,7 @@ def test_summary_says_where_the_wall_clock_went_besides_the_steps(tmp_path, monk
         return evaluate(self)
 
     monkeypatch.setattr(checkpoint, "save_atomic", slow_save)
-    monkeypatch.setattr(trainer.Trainer, "evaluate", slow_evaluate)
+    monkeypatch.setattr(callbacks.Validate, "evaluate", slow_evaluate)
     cfg = compose([*TINY, "trainer.max_steps=20", "trainer.ckpt_every=10", "trainer.eval_every=10"])
     s = trainer.run(cfg, tmp_path / "run")
     assert s["ckpt_s"] >= 0.2 * 2  # steps 10 and 20 (the last)

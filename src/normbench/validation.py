@@ -14,6 +14,7 @@ a range check); a norm's key: its keys class's ``check`` (config/norm_keys.py).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -39,14 +40,14 @@ from normbench.config.schema import (
     qk_norm_mode,
     schema_node,
 )
-from normbench.config.spec import run_spec
+from normbench.config.spec import RunLength, run_spec
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
-from normbench.model import GPT, check_combination, model_class, mup, stabilizers
+from normbench.model import GPT, check_combination, model_class, mup, stabilizers, weight_init_std
 from normbench.model.placement import arch_names
 from normbench.norm.norm_api import norm_class
 from normbench.norm.norms import NORMS as registry
-from normbench.optim.optimizers import OPTIMIZERS
+from normbench.optim.optimizers import OPTIMIZERS, warmup_steps
 from normbench.runtime import compiling, length
 from normbench.runtime import distributed as dist_utils
 
@@ -227,6 +228,21 @@ def _check_schedule(cfg: Any) -> None:
     length.check_ratio(t.tokens_per_param)
 
 
+def run_length(cfg: Any, n: int | None = None) -> RunLength:
+    """The run's length, warmup and init std: the spec's values that need the model (config/spec.RunLength).
+    N (``n``) is counted on the meta device at the config's vocabulary (runtime/length.config_vocab); the build
+    checks it against the model it trains (train/build.py)."""
+    n = n or length.length_params(cfg)
+    steps = length.run_steps(cfg, n=n)
+    return RunLength(
+        max_steps=steps,
+        length_params=n,
+        warmup_steps=warmup_steps(cfg.sched, steps),
+        init_std=weight_init_std(cfg),
+        source=length.describe(cfg, steps, n),
+    )
+
+
 def _check_length(cfg: Any) -> None:
     """The run's length (runtime/length.py) and a warmup shorter than it."""
     s, t = cfg.sched, cfg.trainer
@@ -251,7 +267,8 @@ def prepare(cfg: Any) -> tuple[Config, list[str]]:
             cfg = OmegaConf.merge(OmegaConf.structured(schema_node()), cfg)  # a plain mapping: the schema first
         cfg = OmegaConf.to_object(cfg)
     notes = validate(cfg)
-    cfg.spec = run_spec(cfg, compiling.estimate_for_run)  # after validate: the arch's recipe may set keys it reads
+    spec = run_spec(cfg, compiling.estimate_for_run)  # after validate: the arch's recipe may set keys it reads
+    cfg.spec = dataclasses.replace(spec, length=run_length(cfg))
     return cfg, notes
 
 

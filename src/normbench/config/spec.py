@@ -1,7 +1,8 @@
 """A run's resolved spec: the values its config leaves to a rule, resolved once.
 
 ``optim.lr: auto`` is a request ("the recipe's LR carried to this width", config/lr_rule.py), not a number;
-``precision: auto`` and ``compile: auto`` are requests too ("the fast form where the hardware has it").
+``precision: auto`` and ``compile: auto`` are requests too ("the fast form where the hardware has it"), and
+``attn_fp32`` matters only under an autocast (the spec says whether the attention kernel runs in fp32).
 :func:`run_spec` turns them into values, here and nowhere else; :func:`normbench.validation.prepare` sets the
 result on the typed config it returns (``cfg.spec``, frozen), and every reader (the optimizer builder, the
 autocast, the model wrapper, the start-up lines, summary.json, the claims' dry run and LR ladder) takes the value
@@ -19,8 +20,14 @@ a test's) gets its spec resolved by :func:`spec_of` when asked.
   claim with the estimate on either device (reproduce/length.pin_compile), so a claim's jobs never reach this rule
   undecided.
 
-What is not here yet, and why: the init std is the model's own (an arch may override the rule: model/gpt.py),
-and the run's length and warmup depend on the data's vocabulary, known when the run is built (train/build.py).
+The run's length, warmup and init std depend on the model: its weight-matrix count N (``trainer.tokens_per_param``,
+runtime/length.py, counted on the meta device from the config's vocabulary) and its class's init rule (an arch may
+override ``model.init_std``: model/gpt.py). Their rules live with the model, a layer above this package, so
+:func:`normbench.validation.prepare` resolves them and fills the spec's :class:`RunLength` (``spec.length``) beside
+the values resolved here; the trainer, the schedule, the start-up lines and summary.json read them from there.
+``spec_of`` on a config that was not prepared leaves ``length`` None: its readers (the autocast, the optimizer's
+LRs, a claim's dry run) need none of it. The passes over the data are the one value left to the build: they
+need the corpus's token count, known once the data is loaded (train/build.py's start-up line).
 """
 
 from __future__ import annotations
@@ -38,6 +45,17 @@ CompileRule = Callable[[Any], tuple[bool, str]]  # cfg -> (compile, why): compil
 
 
 @dataclass(frozen=True)
+class RunLength:
+    """The run's length and the model-dependent values beside it, resolved by validation.prepare."""
+
+    max_steps: int  # optimizer steps: trainer.max_steps, max_tokens or tokens_per_param (runtime/length.run_steps)
+    length_params: int  # N of tokens_per_param: the weight matrices, embeddings and head included
+    warmup_steps: int  # sched.warmup_steps, or its null resolved: 10% of the run (optim.warmup_steps)
+    init_std: float  # the std the plain matrices start from, by the model class's rule (model.weight_init_std)
+    source: str  # the start-up line's account of the length (runtime/length.describe)
+
+
+@dataclass(frozen=True)
 class RunSpec:
     lr: float  # optim.lr as the number the optimizer is built with (auto: lr_ref x lr_ref_width / width)
     lr_source: str  # where it came from: "optim.lr=auto (0.0006 x 768/64)" or "optim.lr=0.002"
@@ -46,6 +64,8 @@ class RunSpec:
     precision_source: str = "precision=fp32"  # "precision=auto: bf16 (this GPU computes in bf16)"
     compile: bool = False  # whether the step runs under torch.compile
     compile_source: str = "compile=false"  # compile=auto's reason (the estimate's numbers on CUDA)
+    attn_fp32: bool = False  # the attention kernel in fp32: attn_fp32=true under a bf16/fp16 autocast (else moot)
+    length: RunLength | None = None  # set by validation.prepare; None on a config it did not see (spec_of)
 
 
 def run_spec(cfg: Any, compile_estimate: CompileRule | None = None) -> RunSpec:
@@ -64,6 +84,7 @@ def run_spec(cfg: Any, compile_estimate: CompileRule | None = None) -> RunSpec:
         precision_source=precision_source,
         compile=compile_on,
         compile_source=compile_source,
+        attn_fp32=bool(getattr(cfg, "attn_fp32", False)) and precision in ("bf16", "fp16"),
     )
 
 

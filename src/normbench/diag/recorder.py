@@ -66,8 +66,8 @@ class Recorder:
             wall_s=0.0,
             **dict.fromkeys(SPENT, 0.0),  # eval_s, ckpt_s, diag_s (runtime/throughput.py)
             n_params=c.n_params,
-            length_params=c.length_params,
-            init_std=c.init_std,
+            length_params=c.length.length_params,
+            init_std=c.length.init_std,
             lr=spec.lr,  # optim.lr's number (auto resolved once: config/spec.py)
             lr_source=spec.lr_source,
             spec=dataclasses.asdict(spec),  # the run's resolved spec (config/spec.py)
@@ -80,7 +80,7 @@ class Recorder:
             precision=spec.precision,  # precision=auto resolved (config/spec.py)
             attn_fp32=attn_fp32_active(cfg),  # the SDPA kernel in fp32 under autocast
             compiled=c.compiled,
-            max_steps=c.max_steps,
+            max_steps=c.length.max_steps,
             host=socket.gethostname(),
             world_size=self.world,
             commit=code_commit(),  # the code that ran (run/provenance.py); the report's setup box shows it
@@ -90,6 +90,22 @@ class Recorder:
         self.summary.update({k: s.resumed_summary[k] for k in KEPT_ON_RESUME if k in s.resumed_summary})
         self.write_summary()
 
+    def step_record(self, loss: float, lr: float, grad_norm: float, tps: float, step_time: float) -> dict:
+        """A log step's own values (docs/contract.md §4), before the loop's and its callbacks' additions."""
+        c, s = self.c, self.state
+        return {
+            "step": s.step,
+            "tokens": s.tokens,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens_per_s": tps,
+            "time_s": self.meter.wall(),
+            "step_time_s": step_time,
+            "mfu": mfu(c.flops_per_token, tps, c.peak_flops, self.world),
+            "peak_mem_gb": peak_memory_gb(c.device),
+        }
+
     def log(self, record: dict, tps: float) -> None:
         """One log step: its record, the console line, and the summary's running numbers."""
         self.loss_step = record["step"]
@@ -98,11 +114,11 @@ class Recorder:
             self.history.add(record)
             self.wandb.log(record)
             c = self.c
-            remaining = self.eta.remaining(record["step"], c.max_steps, c.tokens_per_step / max(tps, 1e-9))
+            remaining = self.eta.remaining(record["step"], c.length.max_steps, c.tokens_per_step / max(tps, 1e-9))
             val = f" | val {record['val_loss']:.4f}" if "val_loss" in record else ""
             log.info(
                 "step %d/%d | loss %.4f%s | lr %.2e | grad %.3f | %s tok/s | ETA %s",
-                *(record["step"], c.max_steps, record["loss"], val, record["lr"], record["grad_norm"]),
+                *(record["step"], c.length.max_steps, record["loss"], val, record["lr"], record["grad_norm"]),
                 *(f"{tps:,.0f}", fmt_time(remaining)),
             )
         self._update(record["loss"])
@@ -128,7 +144,7 @@ class Recorder:
         return dict(
             step=s.step,
             tokens=s.tokens,
-            tokens_per_param=round(s.tokens / self.c.length_params, 4),
+            tokens_per_param=round(s.tokens / self.c.length.length_params, 4),
             final_val_loss=s.evals.last,
             best_val_loss=s.evals.best if math.isfinite(s.evals.best) else None,
             spikes=s.losses.spike.count,
@@ -163,7 +179,7 @@ class Recorder:
             reason=reason,
             step=s.step,
             tokens=s.tokens,
-            tokens_per_param=round(s.tokens / self.c.length_params, 4),
+            tokens_per_param=round(s.tokens / self.c.length.length_params, 4),
             **self._spent(),
         )
         if self.is_main:

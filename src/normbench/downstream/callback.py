@@ -1,14 +1,14 @@
 """Downstream tasks while training (``eval.tasks=[piqa] eval.every=500``; off by default): a trainer callback.
 
 OLMo-core runs its downstream evaluators as trainer callbacks and llm.c scores HellaSwag during training; here
-:class:`DownstreamEval` is handed to the trainer by ``normbench train`` (cli.run_job) when ``eval.tasks`` names
-tasks, and at each validation step that is a multiple of ``eval.every`` (and the last step; ``eval.every=0``:
-the last step only) it scores the model as it is with :class:`~normbench.downstream.lm.NormbenchLM`. Each
-metric goes into that step's metrics.jsonl record (and W&B) as ``downstream/TASK/METRIC``. The evaluation
-reads the model and leaves everything else as it found it: the model back in training mode and the random
-number generators restored (the harness seeds Python's, NumPy's and torch's), so a run trains the same with
-and without it and resumes exactly. The task names are checked when the run starts, in one line. One process
-only: under torchrun, score the checkpoints afterwards with ``normbench eval``.
+:class:`DownstreamEval` (a :class:`~normbench.train.callbacks.Callback`) is handed to the trainer by ``normbench
+train`` (cli.run_job) when ``eval.tasks`` names tasks, and at each validation step that is a multiple of
+``eval.every`` (and the last step; ``eval.every=0``: the last step only) it scores the model as it is with
+:class:`~normbench.downstream.lm.NormbenchLM`. Each metric goes into that step's metrics.jsonl record (and W&B)
+as ``downstream/TASK/METRIC``. The evaluation reads the model and leaves everything else as it found it: the
+model back in training mode and the random number generators restored (the harness seeds Python's, NumPy's and
+torch's), so a run trains the same with and without it and resumes exactly. The task names are checked when the
+run starts, in one line. One process only: under torchrun, score the checkpoints afterwards with ``normbench eval``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import time
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ from normbench.downstream.harness import task_manager
 from normbench.errors import ConfigError
 from normbench.run.eval_file import task_records
 from normbench.runtime import distributed as dist_utils
+from normbench.train.callbacks import Callback
 
 PREFIX = "downstream"
 
@@ -44,8 +46,8 @@ def kept_rng():
             torch.cuda.set_rng_state_all(cuda)
 
 
-class DownstreamEval:
-    """``f(trainer, step)`` -> {``downstream/TASK/METRIC``: value} at its steps, {} at the others."""
+class DownstreamEval(Callback):
+    """At its steps, ``downstream/TASK/METRIC`` into the step's record, timed as evaluation (``eval_s``)."""
 
     def __init__(self, cfg):
         require_harness()
@@ -59,9 +61,17 @@ class DownstreamEval:
     def due(self, step: int, max_steps: int) -> bool:
         return step == max_steps or (self.every > 0 and step % self.every == 0)
 
-    def __call__(self, trainer, step: int) -> dict:
-        if not self.due(step, trainer.max_steps):
-            return {}
+    def wants_record(self, step: int) -> bool:
+        return self.due(step, self.trainer.max_steps)
+
+    def on_record(self, step: int, record: dict, diverged: bool) -> None:
+        if self.wants_record(step) and not diverged:
+            started = time.perf_counter()
+            record.update(self.scores(self.trainer))
+            self.trainer.loop.meter.spent("eval_s", time.perf_counter() - started)
+
+    def scores(self, trainer) -> dict:
+        """{``downstream/TASK/METRIC``: value} of the model as it is now."""
         import lm_eval  # the optional `eval` extra, checked at start
 
         from normbench.downstream.lm import NormbenchLM  # optional dependency (the eval extra)

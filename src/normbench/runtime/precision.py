@@ -25,8 +25,9 @@ def autocast_dtype(cfg) -> torch.dtype | None:
 
 
 def attn_fp32_active(cfg) -> bool:
-    """Whether ``attn_fp32`` changes anything: it is set and there is an autocast to keep the kernel out of."""
-    return bool(getattr(cfg, "attn_fp32", False)) and autocast_dtype(cfg) is not None
+    """Whether ``attn_fp32`` changes anything: it is set and there is an autocast to keep the kernel out of (the
+    run spec's ``attn_fp32``, config/spec.py)."""
+    return spec_of(cfg).attn_fp32
 
 
 def precision_name(cfg) -> str:

@@ -8,6 +8,7 @@ returns them as one :class:`Components`; the trainer only runs them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable
@@ -19,19 +20,19 @@ import torch
 
 from normbench.config import lr_rule
 from normbench.config.schema import as_dict
-from normbench.config.spec import spec_of
+from normbench.config.spec import RunLength, spec_of
 from normbench.data.batches import Batches, fixed_batches
 from normbench.data.corpus import TokenData, load_data
 from normbench.diag.diagnostics import Diagnostics
 from normbench.errors import ConfigError
-from normbench.model import build_model, padded_vocab, weight_init_std
+from normbench.model import build_model, padded_vocab
 from normbench.model.stabilizers import QKClip
 from normbench.optim.optimizers import OptimizerList, build_optimizer
 from normbench.run.rundir import RunDir
 from normbench.runtime import distributed as dist_utils
 from normbench.runtime import length, memory, precision
 from normbench.runtime.flops import model_flops_per_token, peak_flops
-from normbench.validation import validate
+from normbench.validation import run_length, validate
 
 log = logging.getLogger("normbench")
 
@@ -103,11 +104,9 @@ class Components:
     diag: Diagnostics
     settings: SimpleNamespace  # cfg.trainer, plain (grad_accum, log_every, grad_clip, ...)
     sched: SimpleNamespace  # cfg.sched, plain
-    max_steps: int
+    length: RunLength  # the spec's (config/spec.py): max steps, N, warmup, init std; checked against the model
     tokens_per_step: int
     n_params: int
-    length_params: int  # N of tokens_per_param: the weight matrices (runtime/length.py)
-    init_std: float  # the std the plain matrices and embedding started from (model.weight_init_std)
     flops_per_token: float
     peak_flops: float | None
     compiled: bool  # whether the step runs under torch.compile (compile=true, or compile=auto's decision)
@@ -138,10 +137,8 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         )
     vocab = padded_vocab(cfg, data.vocab_size)
     memory.check(cfg, vocab, device, log=log.info, world=world)  # refuse what cannot fit
-    raw_model, model, n_params, init_std, flops_per_token, compiled = _build_model(cfg, vocab, device)
-    n_length = length.count_matrices(raw_model)
-    steps = length.run_steps(cfg, vocab, n_length)
-    _log_length(cfg, steps, n_length, len(data.train))
+    raw_model, model, n_params, run_len, flops_per_token, compiled = _build_model(cfg, vocab, device)
+    _log_length(cfg, run_len, len(data.train))
     if world > 1:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
@@ -162,41 +159,60 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
         val_batches=val_batches,
         diag=diag,
         settings=plain(cfg.trainer),
-        sched=plain(cfg.sched),  # plain copies of what the step loop reads: an OmegaConf read costs microseconds
-        max_steps=steps,
+        # plain copies of what the step loop reads (an OmegaConf read costs microseconds); the warmup resolved
+        sched=SimpleNamespace(**{**as_dict(cfg.sched), "warmup_steps": run_len.warmup_steps}),
+        length=run_len,
         tokens_per_step=t.batch_size * t.grad_accum * T,
         n_params=n_params,
-        length_params=n_length,
-        init_std=init_std,
         flops_per_token=flops_per_token,
         peak_flops=peak_flops(device, cfg.peak_flops),
         compiled=compiled,
     )
 
 
-def _log_length(cfg, steps: int, n_length: int, corpus_tokens: int) -> None:
+def checked_length(cfg, raw_model: torch.nn.Module) -> RunLength:
+    """The spec's length (validation.prepare counted N at the config's vocabulary), checked against the model
+    built at the data's: a BPE trained to fewer tokens than ``data.vocab_size`` gives a smaller model, whose N
+    then decides (re-resolved by the same rule, and said); the spec is updated so every reader sees one value."""
+    n = length.count_matrices(raw_model)
+    spec = spec_of(cfg)
+    if spec.length is not None and spec.length.length_params == n:
+        return spec.length
+    if spec.length is not None:
+        log.info(
+            "note: the data's vocabulary gives %s weight-matrix params, not %s: the length follows it",
+            f"{n:,}",
+            f"{spec.length.length_params:,}",
+        )
+    run_len = run_length(cfg, n)
+    if getattr(cfg, "spec", None) is not None:
+        cfg.spec = dataclasses.replace(spec, length=run_len)
+    return run_len
+
+
+def _log_length(cfg, run_len: RunLength, corpus_tokens: int) -> None:
     """The start-up line of the run's length, with the passes over the training tokens it makes (a warning
     past 4: runtime/length.passes)."""
-    t = cfg.trainer
-    n_passes, too_many = length.passes(steps * t.batch_size * t.grad_accum * cfg.model.seq_len, corpus_tokens)
-    log.info("%s; %.2f passes over the training tokens", length.describe(cfg, steps, n_length), n_passes)
+    n_passes, too_many = length.passes(run_len.max_steps * length.tokens_per_step(cfg), corpus_tokens)
+    log.info("%s; %.2f passes over the training tokens", run_len.source, n_passes)
     if too_many:
         log.warning("warning: %s", too_many)
 
 
 def _build_model(cfg, vocab: int, device: torch.device):
-    """The model on ``device`` (logged with its size and init) and what the step calls (wrapped)."""
+    """The model on ``device`` (logged with its size and init), its length (the spec's, checked against it) and
+    what the step calls (wrapped)."""
     raw_model = build_model(cfg, vocab).to(device)
     n_params = raw_model.num_params()
-    init_std = weight_init_std(cfg)
+    run_len = checked_length(cfg, raw_model)
     log.info(
         "model: arch=%s norm=%s  %d layers, d_model %d, %d heads, seq %d, vocab %d  ->  %s params, init std %.4g (%s)",
         *(cfg.arch.name, cfg.norm.name, cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head),
-        *(cfg.model.seq_len, vocab, f"{n_params:,}", init_std, f"model.init_std={cfg.model.init_std}"),
+        *(cfg.model.seq_len, vocab, f"{n_params:,}", run_len.init_std, f"model.init_std={cfg.model.init_std}"),
     )
     flops_per_token = model_flops_per_token(raw_model, cfg.model)
     model, compiled = dist_utils.wrap_model(raw_model, cfg, device, log=log.info)
-    return raw_model, model, n_params, init_std, flops_per_token, compiled
+    return raw_model, model, n_params, run_len, flops_per_token, compiled
 
 
 def _batches_and_diagnostics(cfg, data, raw_model, device: torch.device):

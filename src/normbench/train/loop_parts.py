@@ -3,7 +3,6 @@
 - :class:`Evaluation`: when the val loss is measured, its last and best value, and an evaluation a
   stop signal cut short (the resume does it into that step's record);
 - :class:`Checkpoints`: when a checkpoint is written between log steps (the trainer writes the last one);
-- :class:`DiagSchedule`: when the diagnostics (diag/diagnostics.py) run;
 - :class:`LossWatch`: the per-step losses, kept on the device until a log step or a checkpoint needs
   them (a host sync per step would stall the GPU), then checked for divergence and loss spikes.
 
@@ -19,7 +18,7 @@ import time
 
 import torch
 
-from normbench.diag.diagnostics import Diagnostics, SpikeDetector
+from normbench.diag.diagnostics import SpikeDetector
 from normbench.runtime import distributed as dist_utils
 
 
@@ -79,18 +78,6 @@ class Checkpoints:
 
     def saved(self) -> None:
         self.last_t = time.monotonic()
-
-
-class DiagSchedule:
-    """Diagnostics at the first step, every ``every`` steps (records at 1, every, 2*every, ...) and the
-    last step (depth plots and per-layer statistics show the end of training); never when disabled."""
-
-    def __init__(self, diag: Diagnostics, every: int, max_steps: int):
-        self.diag, self.every, self.max_steps = diag, every, max_steps
-
-    def due(self, step: int) -> bool:
-        """``step``: the step about to run (the hooks must be in place for its forward/backward)."""
-        return self.diag.enabled and (step == 1 or step % self.every == 0 or step == self.max_steps)
 
 
 class LossWatch:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -175,7 +176,9 @@ def _warn_schedule_change(state: dict, old_cfg: dict, max_steps: int, sched) -> 
     step = state["step"]
     if not isinstance(old_max, int) or old_max == max_steps or step >= max_steps:
         return
-    before = lr_factor(min(step, old_max - 1), old_max, sched)
+    # ``sched`` carries this run's resolved warmup; the old length's is its own (null: 10% of the old length)
+    old_sched = SimpleNamespace(**{**vars(sched), "warmup_steps": old_cfg.get("sched.warmup_steps")})
+    before = lr_factor(min(step, old_max - 1), old_max, old_sched)
     after = lr_factor(step, max_steps, sched)
     if abs(after - before) > 0.01 * max(before, after):
         log.warning(

@@ -2,17 +2,19 @@
 
 Laid out as torchtitan's trainer: :func:`normbench.train.build.build` makes the components,
 :class:`normbench.train.state.TrainState` is what a checkpoint holds, :class:`normbench.runtime.throughput.
-Throughput` times the steps, the loop's stateful parts (train/loop_parts.py: evaluation, checkpoints,
-diagnostics, loss watching) each say when they are due, all of it held as one :class:`Loop`, and
-:meth:`Trainer.fit` is the algorithm: set the LR, forward/backward over micro-batches, clip, step,
-re-normalize (nGPT), log, evaluate, checkpoint, stop on a signal (train/signals.py wires them).
+Throughput` times the steps, all of it held as one :class:`Loop`, and :meth:`Trainer.fit` is the algorithm:
+set the LR, forward/backward over micro-batches, clip, step, re-normalize (nGPT), log, checkpoint, stop on a
+signal (train/signals.py wires them). What happens at diagnostic, validation and downstream-evaluation steps
+is a callback behind one small protocol (train/callbacks.py, after OLMo-core's): each says which steps'
+records it writes into and acts at fixed points of the step. The loop's stateful parts (train/loop_parts.py:
+evaluation, checkpoints, loss watching) each say when they are due.
 
 Determinism: on CPU the same seed gives the same losses to the last bit, and a resumed run
 continues exactly (the schedule is a pure function of the step; everything else is in the state).
 
-Extension points (tests use them, as may plugins named by ``NORMBENCH_PLUGINS``, cli/__init__.py):
-:meth:`Trainer.forward_backward` (one step's gradients), :meth:`Trainer.eval_loss` (one
-validation batch), :meth:`Trainer.optimizer_step`, :meth:`Trainer.save_checkpoint`.
+Extension points (tests use them, as may plugins named by ``NORMBENCH_PLUGINS``, cli/__init__.py): callbacks
+(``run(cfg, run_dir, callbacks=[...])``), :meth:`Trainer.forward_backward` (one step's gradients),
+:meth:`Trainer.eval_loss` (one validation batch), :meth:`Trainer.optimizer_step`, :meth:`Trainer.save_checkpoint`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import contextlib
 import logging
 import math
 import signal
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,12 +36,12 @@ from normbench.optim.optimizers import lr_factor, set_lr
 from normbench.run.lock import RunLock
 from normbench.run.rundir import RunDir
 from normbench.runtime import distributed as dist_utils
-from normbench.runtime.flops import mfu, peak_memory_gb
 from normbench.runtime.precision import precision_name
 from normbench.runtime.throughput import Throughput
 from normbench.train import build as builder
+from normbench.train.callbacks import Callback, Diagnose, Validate
 from normbench.train.ckpt_writer import CheckpointWriter
-from normbench.train.loop_parts import Checkpoints, DiagSchedule, Evaluation, LossWatch
+from normbench.train.loop_parts import Checkpoints, Evaluation, LossWatch
 from normbench.train.signals import RunSignals, StopVotes, hand_on, last_words, stop_requested, vote_due
 from normbench.train.state import TrainState
 from normbench.validation import prepare
@@ -49,6 +51,10 @@ log = logging.getLogger("normbench")
 
 class Interrupted(Exception):
     pass
+
+
+class Diverged(Exception):
+    """The run diverged (its reason: train/loop_parts.LossWatch); it ends with status ``diverged``."""
 
 
 @dataclass
@@ -63,15 +69,15 @@ class Loop:
     evals: Evaluation
     ckpts: Checkpoints
     writer: CheckpointWriter  # the checkpoint's format, and whether it is written in the background
-    diag: DiagSchedule
     losses: LossWatch
     votes: StopVotes  # torchrun: which ranks caught a stop signal
+    callbacks: list[Callback]  # diagnostics, validation, then the caller's (train/callbacks.py)
 
 
 class Trainer:
-    def __init__(self, cfg, run_dir: Path, callbacks=()):
+    def __init__(self, cfg, run_dir: Path, callbacks: Sequence[Callback] = ()):
         self.cfg, self.run_dir, self.rundir = cfg, Path(run_dir), RunDir(run_dir)
-        self.callbacks = list(callbacks)  # at evaluation steps: f(trainer, step) -> metrics for the record
+        self.extra_callbacks = list(callbacks)  # after the trainer's own (train/callbacks.py)
         self.rank, self.world = dist_utils.rank(), dist_utils.world_size()
         self.is_main = self.rank == 0
         self.stop_signal: int | None = None
@@ -97,11 +103,15 @@ class Trainer:
 
     @property
     def max_steps(self) -> int:
-        return self.loop.built.max_steps
+        return self.loop.built.length.max_steps
 
     @property
     def recorder(self) -> Recorder:
         return self.loop.recorder
+
+    @property
+    def validation(self) -> Validate:
+        return next(cb for cb in self.loop.callbacks if isinstance(cb, Validate))
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -109,67 +119,88 @@ class Trainer:
         cfg = self.cfg
         built = builder.build(cfg, self.rank, self.world, notes)
         meter = Throughput(built.tokens_per_step, built.device)
-        evals = Evaluation(built.settings.eval_every, built.max_steps)
+        evals = Evaluation(built.settings.eval_every, built.length.max_steps)
         spike = SpikeDetector(cfg.diag.spike_factor, cfg.diag.spike_window)
         losses = LossWatch(built.settings.diverge_factor, built.settings.max_skipped, spike)
         state = TrainState(cfg, built, meter, evals, losses, self.summary)
         ckpt_dir = self.rundir.checkpoint_path.parent  # last.pt, or sharded step_<N>.dcp (train/ckpt_store.py)
-        resumed = state.resume(ckpt_dir, cfg, built.max_steps, built.sched)
+        resumed = state.resume(ckpt_dir, cfg, built.length.max_steps, built.sched)
         recorder = Recorder(cfg, self.rundir, built, state, meter, resumed)
         ckpts = Checkpoints(
-            built.settings.ckpt_every, built.max_steps, built.settings.save_at, built.settings.ckpt_every_s
+            built.settings.ckpt_every, built.length.max_steps, built.settings.save_at, built.settings.ckpt_every_s
         )
         writer = CheckpointWriter.for_run(
             cfg, built, ckpt_dir, meter, self.rundir.write_summary if self.is_main else None
         )
-        diag = DiagSchedule(built.diag, cfg.diag.every, built.max_steps)
-        self.loop = Loop(built, state, meter, recorder, evals, ckpts, writer, diag, losses, StopVotes(built.device))
+        callbacks = [Diagnose(built.diag, cfg.diag.every, built.length.max_steps), Validate(evals)]
+        callbacks += self.extra_callbacks
+        for callback in callbacks:
+            callback.trainer = self
+        self.loop = Loop(
+            built, state, meter, recorder, evals, ckpts, writer, losses, StopVotes(built.device), callbacks
+        )
         recorder.start()
 
     # ------------------------------------------------------------------- loop
     def fit(self) -> dict:
         loop, built, state = self.loop, self.loop.built, self.loop.state
         loop.meter.start(state.step)  # wall clock and steady-state throughput go on across a resume
-        if loop.evals.missing:  # interrupted during this step's evaluation: do it now, into its record
-            self._finish_eval()
+        self.validation.finish_missing()  # interrupted during this step's evaluation: do it now, into its record
         log.info(
             "training %d steps (%s tokens/step, %d already done) on %s, precision %s",
-            *(built.max_steps, f"{built.tokens_per_step:,}", state.step, built.device, precision_name(self.cfg)),
+            *(self.max_steps, f"{built.tokens_per_step:,}", state.step, built.device, precision_name(self.cfg)),
         )
         self.model.train()
-        while state.step < built.max_steps:
-            loop.meter.step_start(state.step)
-            lr = set_lr(built.optimizer, lr_factor(state.step, built.max_steps, built.sched))
-            diag_now = loop.diag.due(state.step + 1)
-            loss, grad_norm = self.train_step(diag_now)
-            if diag_now:
-                built.diag.before_step()
-            self.optimizer_step(grad_norm)
-            if diag_now:
-                built.diag.after_step()
-            loop.losses.add(loss)
-            state.step, state.tokens = state.step + 1, state.tokens + built.tokens_per_step
-            eval_now, ckpt_now = loop.evals.due(state.step), loop.ckpts.due(state.step)
-            log_now = (
-                state.step % built.settings.log_every == 0 or state.step == built.max_steps or diag_now or eval_now
-            )
-            if log_now and (status := self.log_step(lr, grad_norm, diag_now, eval_now)):
-                return self._finish("diverged", status)
-            if log_now:  # a background checkpoint that has ended is committed; a checkpoint by time is due
-                loop.writer.poll()
-                ckpt_now = ckpt_now or loop.ckpts.time_due(state.step, built.device)
-            stop_now = stop_requested(self, vote_due(state.step, synced=log_now or ckpt_now))
-            if stop_now or ckpt_now:
-                if status := self._flush_losses():
-                    return self._finish("diverged", status)
-                self.save_checkpoint()
-            if stop_now:  # also during the last step or its evaluation: the resume finishes the run
-                self._interrupt()
-        self.save_checkpoint()
+        try:
+            while state.step < self.max_steps:
+                step = state.step + 1  # the step running, numbered as the records number it
+                log_now = self.log_due(step)  # planned before the step: a log step is a host sync
+                loop.meter.step_start(state.step)
+                lr = set_lr(built.optimizer, lr_factor(state.step, self.max_steps, built.sched))
+                self.each("pre_step", step)
+                loss, grad_norm = self.train_step()
+                self.each("pre_optim_step", step)
+                self.optimizer_step(grad_norm)
+                self.each("post_optim_step", step)
+                loop.losses.add(loss)
+                state.step, state.tokens = step, state.tokens + built.tokens_per_step
+                if log_now:
+                    self.log_step(lr, grad_norm)
+                self.checkpoint_or_stop(log_now)
+            self.save_checkpoint()
+        except Diverged as diverged:
+            return self._finish("diverged", str(diverged))
         return self._finish("completed", None)
 
+    def each(self, hook: str, step: int) -> None:
+        """Call ``hook`` on every callback, in order (train/callbacks.py)."""
+        for callback in self.loop.callbacks:
+            getattr(callback, hook)(step)
+
+    def log_due(self, step: int) -> bool:
+        """Whether ``step`` ends with a log step: every ``trainer.log_every`` steps, the last one, and wherever a
+        callback writes into the record (diagnostics, validation, downstream tasks)."""
+        every = self.loop.built.settings.log_every
+        return step % every == 0 or step == self.max_steps or any(cb.wants_record(step) for cb in self.loop.callbacks)
+
+    def checkpoint_or_stop(self, logged: bool) -> None:
+        """A checkpoint when one is due (by steps, or by time, asked at log steps where the device is synced) or a
+        stop signal was caught; then, on a signal, the run stops (also during the last step or its evaluation:
+        the resume finishes the run)."""
+        loop, step = self.loop, self.loop.state.step
+        due = loop.ckpts.due(step)
+        if logged:  # a background checkpoint that has ended is committed; a checkpoint by time is due
+            loop.writer.poll()
+            due = due or loop.ckpts.time_due(step, loop.built.device)
+        stop_now = stop_requested(self, vote_due(step, synced=logged or due))
+        if stop_now or due:
+            self._flush_losses()
+            self.save_checkpoint()
+        if stop_now:
+            self._interrupt()
+
     # ------------------------------------------------------------------ steps
-    def train_step(self, diag_now: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradients of one global batch; returns (mean loss over all ranks, grad norm before clipping)."""
         built = self.loop.built
         micro_batches = built.batches.global_step(built.settings.grad_accum, self.rank, self.world)
@@ -185,8 +216,7 @@ class Trainer:
         if built.scaler is not None:
             for opt in built.optimizer.optimizers:
                 built.scaler.unscale_(opt)
-        if diag_now:
-            built.diag.grad_norms()  # before clipping, as docs/contract.md §4 defines them
+        self.each("pre_clip", self.step + 1)
         clip = built.settings.grad_clip if built.settings.grad_clip > 0 else math.inf
         grad_norm = dist_utils.clip_grad_norm_(built.raw_model.parameters(), clip)  # total over FSDP shards too
         return loss_mean, grad_norm
@@ -239,22 +269,8 @@ class Trainer:
         built.optimizer.zero_grad(set_to_none=True)
         return stepped
 
-    @torch.no_grad()
-    def evaluate(self) -> float | None:
-        """Mean validation loss; None when a stop signal cut it short (one process: under torchrun
-        every rank must run the same batches, so there only the grace deadline stops it)."""
-        built = self.loop.built
-        self.model.eval()
-        total = torch.zeros((), device=built.device)
-        for batch in built.val_batches:
-            if self.stop_signal is not None and self.world == 1:
-                self.model.train()
-                return None
-            total += self.eval_loss(batch)
-        self.model.train()
-        return (total / len(built.val_batches)).item()
-
     def eval_loss(self, batch: torch.Tensor) -> torch.Tensor:
+        """One validation batch's mean loss (the validation callback averages them: train/callbacks.Validate)."""
         built = self.loop.built
         batch = batch.to(built.device, non_blocking=True)  # a no-op for the run's own (on the device since build)
         with built.autocast():
@@ -262,64 +278,40 @@ class Trainer:
         return loss.float()
 
     # --------------------------------------------------------- log, stop, checkpoint
-    def log_step(self, lr: float, grad_norm: torch.Tensor, diag_now: bool, eval_now: bool) -> str | None:
-        """The record of a log step (losses synced, diagnostics, evaluation); a divergence's reason or None."""
+    def log_step(self, lr: float, grad_norm: torch.Tensor) -> None:
+        """The record of a log step: the losses since the last one synced and checked, the step's own values, then
+        the callbacks' (diagnostics, validation, ...); raises :class:`Diverged` after writing it, if it diverged."""
         loop, built, state = self.loop, self.loop.built, self.loop.state
         # first: it waits for the device, so the window holds all its work
         tps, step_time = loop.meter.window(state.step)
         losses, status = loop.losses.drain(state.step, state)
-        record = {
-            "step": state.step,
-            "tokens": state.tokens,
-            "loss": losses[-1],
-            "lr": lr,
-            "grad_norm": grad_norm.item(),
-            "tokens_per_s": tps,
-            "time_s": loop.meter.wall(),
-            "step_time_s": step_time,
-            "mfu": mfu(built.flops_per_token, tps, built.peak_flops, self.world),
-            "peak_mem_gb": peak_memory_gb(built.device),
-            "spikes": loop.losses.spike.count,  # loss spikes so far (diagnostics.SpikeDetector)
-        }
+        record = loop.recorder.step_record(losses[-1], lr, grad_norm.item(), tps, step_time)
+        record["spikes"] = loop.losses.spike.count  # loss spikes so far (diagnostics.SpikeDetector)
         record.update(built.qk_clip.metrics() if built.qk_clip is not None else {})
         if spike_steps := loop.losses.spike.pop_steps():
             record["spike_steps"] = spike_steps
-        if diag_now:  # the diagnostic forward is training-time cost: in the next window's tokens/s
-            t_diag = time.perf_counter()
-            record.update(built.diag.collect())
-            loop.meter.spent("diag_s", time.perf_counter() - t_diag)
-        if eval_now and status is None:
-            t_eval = time.perf_counter()
-            val = self.evaluate()
-            for callback in self.callbacks:  # e.g. downstream tasks (downstream/callback.py), timed as evaluation
-                record.update(callback(self, state.step))
-            loop.meter.spent("eval_s", time.perf_counter() - t_eval)
-            if loop.evals.record(val):
-                record["val_loss"] = loop.evals.last
+        for callback in loop.callbacks:
+            callback.on_record(state.step, record, diverged=status is not None)
         loop.recorder.log(record, tps)
-        return status
+        if status is not None:
+            raise Diverged(status)
 
-    def _flush_losses(self) -> str | None:
+    def _flush_losses(self) -> None:
         """Before a checkpoint, the losses since the last log step get a log step's bookkeeping, so the
-        checkpoint takes the spike/divergence state and a resume continues it exactly."""
+        checkpoint takes the spike/divergence state and a resume continues it exactly; :class:`Diverged` if
+        they diverged (no checkpoint is written then)."""
         state = self.loop.state
         losses, status = self.loop.losses.drain(state.step, state)
-        if losses and status is None:
+        if status is not None:
+            raise Diverged(status)
+        if losses:
             self.loop.recorder.final_loss(losses[-1])
-        return status
 
     def _interrupt(self) -> None:
         name = signal.Signals(self.stop_signal).name
         where = " (its evaluation was cut short)" if self.loop.evals.missing else ""
         self._finish("interrupted", f"{name} at step {self.step}{where}; resume with trainer.resume=true")
         raise Interrupted(name)
-
-    def _finish_eval(self) -> None:
-        """The evaluation a signal cut short at the checkpoint's step, done on resume: its val loss
-        goes into that step's record, as in an uninterrupted run (evaluation draws no random numbers)."""
-        evals = self.loop.evals
-        if evals.record(self.evaluate()):
-            self.recorder.amend_val(evals.last)
 
     def save_checkpoint(self) -> None:
         """This step's checkpoint (train/ckpt_writer.py, which counts the time it holds training up in ``ckpt_s``)."""
@@ -345,9 +337,9 @@ class Trainer:
                 self.loop.writer.close()
 
 
-def run(cfg, run_dir: Path, callbacks=()) -> dict:
-    """Train one run into ``run_dir``; returns the summary. Raises ConfigError on bad input. ``callbacks``: called
-    at each evaluation step as ``f(trainer, step)``, their metrics go into its record (:class:`Trainer`)."""
+def run(cfg, run_dir: Path, callbacks: Sequence[Callback] = ()) -> dict:
+    """Train one run into ``run_dir``; returns the summary. Raises ConfigError on bad input. ``callbacks``:
+    :class:`~normbench.train.callbacks.Callback` s run after the trainer's own (diagnostics, validation)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     dist_utils.export_submitit_env()  # a multi-task submitit (SLURM) job: DDP across its tasks
