@@ -268,6 +268,7 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
     import json
 
     from normbench.reproduce import runner
+    from normbench.reproduce.ladders import rungs
     from normbench.reproduce.ladders import scale as ladder
 
     calls = []
@@ -323,7 +324,7 @@ def test_ladder_runs_each_rung_and_writes_json_and_figure(tmp_path, monkeypatch,
     # what each rung trained goes into the figure's title: the width trend is not a length trend
     assert [r["steps"] for r in saved["rungs"]] == [200, 200, 200]
     assert [r["tokens_per_param"] for r in saved["rungs"]] == pytest.approx([0.9, 0.225, 0.05625])
-    assert ladder._lengths(saved["rungs"]) == "200 steps at every width (0.9 / 0.23 / 0.056 tokens per parameter)"
+    assert rungs._lengths(saved["rungs"]) == "200 steps at every width (0.9 / 0.23 / 0.056 tokens per parameter)"
 
 
 def test_ladder_flag_refuses_a_bad_value(capsys):

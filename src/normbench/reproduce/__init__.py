@@ -16,7 +16,7 @@ from dataclasses import replace
 from normbench.claims.registry import SCALES, claim_ids, load_claim
 from normbench.claims.summary import fmt, verdict_line
 from normbench.errors import ConfigError, error
-from normbench.reproduce.ladders.duration import RATIOS, run_duration
+from normbench.reproduce.ladders.duration import NAMES, RATIOS, run_duration
 from normbench.reproduce.ladders.lr import NAME, run_lr_ladder
 from normbench.reproduce.ladders.scale import ladder_name, run_ladder
 from normbench.reproduce.request import OPTIONS, Request, parse, spelled_default
@@ -143,7 +143,7 @@ def _duration(claim, req: Request) -> None:
             f"{claim.id} {r['tokens_per_param']:g} tokens per parameter ({r['steps']} steps): {r['verdict']} "
             f"({_tests_line(r)})"
         )
-    name = "duration" if req.duration == "ladder" else "duration_branch"
+    name = NAMES[req.duration]
     where = req.out / claim.id
     seconds = f"{result['run_time_s']:.0f} s of runs"
     print(f"normbench: {where / (name + '.json')}, figure {where / (name + '.png')} ({seconds})")

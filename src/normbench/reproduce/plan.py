@@ -7,7 +7,7 @@ the plan, each setting its key in every composed config (:meth:`Plan.set`) and a
 sweeps' commands; the shared-keys check (:mod:`.shared`) reads the composed configs, the runner
 (:mod:`.runner`) launches :attr:`Plan.argvs`, the dry run (:mod:`.dryrun`) prints them with an estimate
 from the same configs. A new pin (an LR, an init) is one more function in :data:`PINS`. The ladders
-(:mod:`.ladder`, :mod:`.duration`) compose the claim's jobs once (:func:`start`) and build each rung's plan
+(:mod:`.ladders.rungs`) compose the claim's jobs once (:func:`start`) and build each rung's plan
 from copies of them (:meth:`Plan.derived`).
 
 Layout (:func:`layout`): ``<out>/<id>/runs/<scale>-<hash>/sweep<i>/<overrides>/`` holds the runs; the hash

@@ -1,1 +1,1 @@
-"""The ladders: one claim at several model sizes (scale) or training lengths (duration)."""
+"""The ladders: one claim at several model sizes (scale), LRs (lr) or training lengths (duration), run by rungs."""

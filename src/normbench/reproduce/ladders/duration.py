@@ -22,6 +22,12 @@ Two ways to get the shorter rungs:
   verdict's cosine ones, and the warmup is one absolute length for all (10% of the shortest rung). Whether
   that measures the same as standalone runs is checked on this model in docs/claims.md.
 
+Here are only the two rules (:func:`standalone`, :func:`branched`): each rung's overrides, directory and log
+line; :mod:`.rungs` runs them as it runs every ladder's. The branches fit that one loop with three per-rung
+settings the runner has for them: the trunk is the first rung to run and the last listed (the top rung), each
+branch's ``before`` seeds its runs from the trunk's checkpoints just before they run (not on a dry run), and its
+``run_time`` is its runs' own seconds, less the trunk's up to the fork that they carry.
+
 Hand-written: a claim-level plan over ``reproduce`` calls; the runs are Hydra multiruns as everywhere.
 """
 
@@ -29,18 +35,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from normbench.analysis.loading import find_runs
 from normbench.claims.registry import Claim, override_key
 from normbench.errors import ConfigError
-from normbench.reproduce.ladders.scale import ladder_rung as rung_tests
-from normbench.reproduce.ladders.scale import write_ladder
+from normbench.reproduce.ladders.rungs import Ladder, Rung, climb
 from normbench.reproduce.length import pin
-from normbench.reproduce.plan import start
-from normbench.reproduce.runner import reproduce
+from normbench.reproduce.plan import Plan, build, layout
 from normbench.run.metrics import read_jsonl
 
 if TYPE_CHECKING:
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
 
 RATIOS = (1, 5, 20)
 MODES = ("ladder", "branch")
+NAMES = {"ladder": "duration", "branch": "duration_branch"}  # each mode's files: <out>/<id>/<name>.json, .png
 COOLDOWN = 0.2  # the WSD cooldown's share of each rung (Hägele et al. 2024)
 
 
@@ -84,73 +89,49 @@ def _rung_override(claim: Claim, scale: str, overrides, ratio: float, jobs=None)
 
 def run_duration(claim: Claim, req: Request, log=print) -> dict | None:
     """The claim's sweep at each rung's length (``req.rungs``, else the claim's or :data:`RATIOS`), standalone
-    (``req.duration`` ladder) or branched off one WSD trunk (branch); duration.json and its figure (None on a
-    dry run)."""
+    (``req.duration`` ladder: :func:`standalone`) or branched off one WSD trunk (branch: :func:`branched`);
+    duration.json and its figure (None on a dry run)."""
     if req.duration not in MODES:
         raise ConfigError(f"duration={req.duration} is not allowed; choose one of: {', '.join(MODES)}")
-    start = time.perf_counter()
-    plan = _standalone if req.duration == "ladder" else _branched
-    rungs = plan(claim, req, ratios(claim, req.scale, req.rungs), log)
-    if req.dry_run:
-        return None
-    mode, scale, out = req.duration, req.scale, req.out
-    duration = {
-        "claim": claim.id,
-        "statement": claim.claim,
-        "scale": scale,
-        "mode": mode,
-        "rungs": rungs,
-        "seconds": round(time.perf_counter() - start, 1),
-        "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1),
-    }
-
-    title = "effect against training length" + (" (WSD branches)" if mode == "branch" else "")
-    name = "duration" if mode == "ladder" else "duration_branch"
-    write_ladder(
-        duration, out / claim.id, name, x="tokens_per_param", xlabel="tokens per parameter", log_base=10, title=title
-    )
-    return duration
-
-
-def _rung(result: dict, ratio: float, where: Path, claim: Claim, run_time_s: float | None = None) -> dict:
-
-    entry = {
-        "tokens_per_param": ratio,
-        "steps": (result.get("length") or {}).get("steps"),
-        "verdict_json": str(where / claim.id / "verdict.json"),
-        **rung_tests(result),
-    }
-    if run_time_s is not None:
-        entry["run_time_s"] = round(run_time_s, 1)
-    return entry
-
-
-def _standalone(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
-
-    scale, out, overrides = req.scale, req.out, list(req.overrides)
-    base = start(claim, scale, req.seeds, overrides, out)  # every rung's plan from these jobs: composed once
-    rungs = []
-    for ratio in rs:
-        extra = _rung_override(claim, scale, overrides, ratio, base.pairs)
-        where = out if not extra else out / claim.id / "duration" / f"tpp{ratio:g}"
-        log(f"normbench: {claim.id}: duration rung {ratio:g} tokens per parameter")
-        result = reproduce(claim, req.rung(extra, where), log=log, base=base)
-        if result is not None:
-            rungs.append(_rung(result, ratio, where, claim))
-    return rungs
-
-
-def _branched(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
-    from normbench.reproduce.plan import build, start  # local: the module binds this name otherwise
-    from normbench.reproduce.runner import plan, reproduce  # local: the module binds this name otherwise
-
-    scale, seeds, out, overrides = req.scale, req.seeds, req.out, list(req.overrides)
-    if _per_job_ratio(claim, scale, overrides) is not None:
+    if req.duration == "branch" and _per_job_ratio(claim, req.scale, list(req.overrides)) is not None:
         raise ConfigError(
             f"claim {claim.id}: duration=branch needs one length for every job, and this claim resolves "
             "tokens_per_param per job; use duration=ladder"
         )
-    base = start(claim, scale, seeds, overrides, out)  # the trunk's and every branch's plan from these jobs
+    return climb(claim, req, standalone if req.duration == "ladder" else branched, log)
+
+
+def _ladder(mode: str, rungs: list[Rung]) -> Ladder:
+    """The duration ladder of ``mode``: its entries list no overrides (duration.json never has), its figure is
+    the effect against tokens per parameter."""
+    title = "effect against training length" + (" (WSD branches)" if mode == "branch" else "")
+    plot = {"x": "tokens_per_param", "xlabel": "tokens per parameter", "log_base": 10, "title": title}
+    return Ladder(NAMES[mode], rungs, header={"mode": mode}, plot=plot, overrides=False)
+
+
+def _fields(ratio: float) -> dict:
+    """A rung's entry opening: its tokens per parameter and steps, in that place in duration.json. Their values
+    are the run's (:func:`.rungs.ladder_rung`'s, after them): its steps and the ratio its baseline reached."""
+    return {"tokens_per_param": ratio, "steps": None}
+
+
+def standalone(claim: Claim, req: Request, base: Plan) -> Ladder:
+    """A rung per length, each an ordinary sweep of that length (none added at the claim's own: its sweep)."""
+    scale, out, overrides = req.scale, req.out, list(req.overrides)
+    rungs = []
+    for ratio in ratios(claim, scale, req.rungs):
+        extra = _rung_override(claim, scale, overrides, ratio, base.pairs)
+        where = out if not extra else out / claim.id / "duration" / f"tpp{ratio:g}"
+        rungs.append(Rung(tuple(extra), where, f"duration rung {ratio:g} tokens per parameter", _fields(ratio)))
+    return _ladder("ladder", rungs)
+
+
+def branched(claim: Claim, req: Request, base: Plan) -> Ladder:
+    """The WSD trunk at the top length (run first, listed last: the top rung), keeping its checkpoint at each
+    shorter rung's cooldown start; then each shorter rung, its runs seeded from those checkpoints just before
+    they run (:func:`seed_branches`) and timed by their own seconds, not the trunk's they carry."""
+    scale, seeds, out, overrides = req.scale, req.seeds, req.out, list(req.overrides)
+    rs = ratios(claim, scale, req.rungs)
     steps = {r: _steps(claim, scale, base, r) for r in rs}
     warmup = _warmup(claim, scale, overrides, steps[rs[0]])
     forks = {r: steps[r] - round(COOLDOWN * steps[r]) for r in rs[:-1]}
@@ -160,28 +141,22 @@ def _branched(claim: Claim, req: Request, rs: list[float], log) -> list[dict]:
     save_at = f"trainer.save_at=[{','.join(map(str, forks.values()))}]"
     trunk_extra = [*wsd, f"trainer.max_steps={steps[rs[-1]]}", save_at]
     trunk_out = out / claim.id / "duration" / "branch" / f"tpp{rs[-1]:g}"
-    log(
-        f"normbench: {claim.id}: WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at "
-        + ", ".join(f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items())
+    label = f"WSD trunk, {rs[-1]:g} tokens per parameter ({steps[rs[-1]]} steps), forks at " + ", ".join(
+        f"step {k} ({r:g} tokens per parameter)" for r, k in forks.items()
     )
-    top = reproduce(claim, req.rung(trunk_extra, trunk_out), log=log, base=base)
-    trunk_ov = [*overrides, *trunk_extra]
-    trunk = build(claim, scale, seeds, trunk_ov, trunk_out, log=lambda *a: None, base=base)  # where it trained: pinned
-    trunk_root = trunk.root
-    mode = [trunk.mode.override] if trunk.mode else []  # the branches run in the trunk's mode (compile=auto's pin)
-    rungs = []
+    rungs = [Rung(tuple(trunk_extra), trunk_out, label, _fields(rs[-1]), last=True)]
+    # the trunk's plan, pinned as its reproduce call pins it: where it trains, and its mode (compile=auto's pin),
+    # which the branches resume in
+    trunk = build(claim, scale, seeds, [*overrides, *trunk_extra], trunk_out, log=lambda *a: None, base=base)
+    mode = [trunk.mode.override] if trunk.mode else []
     for r, k in forks.items():
         extra = [*wsd, *mode, f"trainer.max_steps={steps[r]}", "trainer.resume_allow_changed=[trainer.max_steps]"]
         where = out / claim.id / "duration" / "branch" / f"tpp{r:g}"
-        root = plan(claim, scale, seeds, [*overrides, *extra], where)[0]
-        own_s = 0.0 if req.dry_run else seed_branches(trunk_root, root, k, log)
-        log(f"normbench: {claim.id}: duration rung {r:g} tokens per parameter: branches from step {k}")
-        result = reproduce(claim, req.rung(extra, where), log=log, base=base)
-        if result is not None:
-            rungs.append(_rung(result, r, where, claim, _branch_seconds(root) - own_s))
-    if top is not None:
-        rungs.append(_rung(top, rs[-1], trunk_out, claim))
-    return rungs
+        root = layout(claim, scale, seeds, [*overrides, *extra], where)[0]
+        label = f"duration rung {r:g} tokens per parameter: branches from step {k}"
+        seed = partial(seed_branches, trunk.root, root, k)
+        rungs.append(Rung(tuple(extra), where, label, _fields(r), before=seed, run_time=partial(_own_seconds, root)))
+    return _ladder("branch", rungs)
 
 
 def _steps(claim, scale, base, ratio) -> int:
@@ -223,6 +198,7 @@ def seed_branches(trunk_root: Path, root: Path, step: int, log=print) -> float:
     return shared
 
 
-def _branch_seconds(root: Path) -> float:
-
-    return sum(float((r.summary or {}).get("wall_s") or 0) for r in (find_runs(root) if root.is_dir() else []))
+def _own_seconds(root: Path, shared: float) -> float:
+    """The wall seconds of the runs under ``root`` less ``shared`` (the trunk's up to the fork, which a branch's
+    summary counts as its own)."""
+    return sum(float((r.summary or {}).get("wall_s") or 0) for r in (find_runs(root) if root.is_dir() else [])) - shared

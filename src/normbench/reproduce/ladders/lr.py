@@ -7,6 +7,7 @@ seeds and tests) at about 1/3x, 1x and 3x the claim's LR and writes ``<out>/<id>
 LR, verdict, effect and interval per test) and ``lr_ladder.png`` (the effect against the LR, log x, with the
 intervals, the threshold or band and zero).
 
+Here is only the rule, :func:`ladder`: the rungs' LRs, overrides and directories; :mod:`.rungs` runs them.
 Each rung is an ordinary ``reproduce`` call with ``optim.lr=<number>`` added (its own settings hash, so it
 resumes and is reused like any sweep); the 1x rung adds nothing, so it is the verdict's own sweep, reused
 where it ran. A rung's LR is the claim's resolved ``optim.lr`` times the factor, to 4 significant digits
@@ -14,19 +15,20 @@ where it ran. A rung's LR is the claim's resolved ``optim.lr`` times the factor,
 largest-stable-LR claims) or at each side's own best LR (``tune: optim.lr``) has no one LR to move and is refused.
 Under Muon the ladder moves ``optim.lr`` (the matrices'); the AdamW side's ``optim.adamw_lr`` stays.
 
-Hand-written: a claim-level plan over ``reproduce`` calls, as the duration ladder's (reproduce/duration.py).
+Hand-written: a claim-level plan over ``reproduce`` calls, as every ladder's (reproduce/ladders/rungs.py).
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from normbench.claims.registry import Claim
 from normbench.config.spec import spec_of
 from normbench.errors import ConfigError
+from normbench.reproduce.ladders.rungs import Ladder, Rung, climb
 
 if TYPE_CHECKING:
+    from normbench.reproduce.plan import Plan
     from normbench.reproduce.request import Request
 
 FACTORS = (1 / 3, 1.0, 3.0)
@@ -68,61 +70,39 @@ def _factor(f: float) -> str:
     return "1/3x" if abs(f - 1 / 3) < 1e-9 else f"{f:g}x"
 
 
-def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
-    """The claim's sweep at each rung's LR (the request's scale, seeds and overrides); lr_ladder.json and its
-    figure (None on a dry run)."""
-    from normbench.reproduce.ladders.scale import ladder_rung, write_ladder  # deferred (start-up time): hydra, numpy
-    from normbench.reproduce.plan import start as start_plan  # deferred (start-up time): hydra, numpy
-    from normbench.reproduce.runner import reproduce  # deferred (start-up time): hydra, numpy
-
-    scale, out, overrides = req.scale, req.out, list(req.overrides)
-    if why := refusal(claim, scale, overrides):
-        raise ConfigError(why)
-    base = start_plan(claim, scale, req.seeds, overrides, out)  # the claim's jobs composed once for every rung
-    center, source = claim_lr(claim, scale, overrides, cfg=base.pairs[0][1])
+def ladder(claim: Claim, req: Request, base: Plan) -> Ladder:
+    """The claim's rungs of LR (:func:`rung_lrs` around the LR its composed jobs, ``base``, train at), each entry
+    opening with its ``lr`` and ``factor``."""
+    out = req.out
+    center, source = claim_lr(claim, req.scale, list(req.overrides), cfg=base.pairs[0][1])
     if not center > 0:
         raise ConfigError(f"claim {claim.id}: optim.lr={center:g}; an LR ladder needs an LR > 0")
     plan = rung_lrs(center)
-    log(
-        f"normbench: {claim.id}: LR ladder at "
-        + ", ".join(f"{lr:.4g} ({_factor(f)})" for f, lr in plan)
-        + f" of the claim's {center:.4g} ({source})"
-    )
-    start, rungs = time.perf_counter(), []
+    rungs = []
     for factor, lr in plan:
-        extra = [] if factor == 1.0 else [f"optim.lr={lr:.4g}"]
+        extra = () if factor == 1.0 else (f"optim.lr={lr:.4g}",)
         where = out if not extra else out / claim.id / NAME / f"lr{lr:.4g}"
-        log(f"normbench: {claim.id}: LR rung {lr:.4g} ({_factor(factor)} the claim's)")
-        result = reproduce(claim, req.rung(extra, where), log=log, base=base)
-        if result is not None:
-            rungs.append(
-                {
-                    "lr": lr,
-                    "factor": round(factor, 4),
-                    "overrides": extra,
-                    "verdict_json": str(where / claim.id / "verdict.json"),
-                    **ladder_rung(result),
-                }
-            )
-    if req.dry_run:
-        return None
-    ladder = {
-        "claim": claim.id,
-        "statement": claim.claim,
-        "scale": scale,
-        "lr": center,
-        "lr_source": source,
-        "rungs": rungs,
-        "seconds": round(time.perf_counter() - start, 1),
-        "run_time_s": round(sum(r["run_time_s"] for r in rungs), 1),
-    }
-    write_ladder(
-        ladder,
-        out / claim.id,
+        label = f"LR rung {lr:.4g} ({_factor(factor)} the claim's)"
+        rungs.append(Rung(extra, where, label, {"lr": lr, "factor": round(factor, 4)}))
+    return Ladder(
         NAME,
-        x="lr",
-        xlabel="peak learning rate (optim.lr)",
-        log_base=10,
-        title=f"effect against the learning rate (the claim's: {center:.4g})",
+        rungs,
+        header={"lr": center, "lr_source": source},
+        plot={
+            "x": "lr",
+            "xlabel": "peak learning rate (optim.lr)",
+            "log_base": 10,
+            "title": f"effect against the learning rate (the claim's: {center:.4g})",
+        },
+        intro="LR ladder at "
+        + ", ".join(f"{lr:.4g} ({_factor(f)})" for f, lr in plan)
+        + f" of the claim's {center:.4g} ({source})",
     )
-    return ladder
+
+
+def run_lr_ladder(claim: Claim, req: Request, log=print) -> dict | None:
+    """The claim's sweep at each rung's LR (the request's scale, seeds and overrides); lr_ladder.json and its
+    figure (None on a dry run). A claim with no one LR to move (:func:`refusal`) is refused before any composing."""
+    if why := refusal(claim, req.scale, list(req.overrides)):
+        raise ConfigError(why)
+    return climb(claim, req, ladder, log)
