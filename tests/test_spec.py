@@ -15,6 +15,7 @@ from normbench.config.spec import RunSpec, spec_of
 from normbench.errors import ConfigError
 from normbench.model import build_model
 from normbench.model.kinds import param_kinds
+from normbench.optim.optimizers import build_optimizer
 from normbench.run.metrics import read_jsonl
 from normbench.runtime import compiling, length, precision
 from normbench.train import build, trainer
@@ -40,7 +41,9 @@ def test_prepare_resolves_auto_once_into_a_frozen_spec():
         compile=False,  # compile=auto on CPU: eager, whatever the length
         compile_source=spec_module.resolve_compile(compose(["model=tiny"]), on_cuda=False, estimate=None)[1],
         length=cfg.spec.length,  # below, by hand
+        kind_lrs=cfg.spec.kind_lrs,  # below
     )
+    assert set(cfg.spec.kind_lrs.values()) == {7.2e-3} and {"matrix", "embed"} <= set(cfg.spec.kind_lrs)
     run_len = cfg.spec.length
     # 600 steps (trainer.max_steps), warmup null = 10% of them, GPT-2's 0.02 carried to d 64 at its gain
     assert (run_len.max_steps, run_len.warmup_steps) == (600, 60)
@@ -197,3 +200,19 @@ def test_the_attention_mode_is_in_the_spec():
     assert precision.precision_name(compose(["model=tiny", "precision=bf16", "attn_fp32=true"])) == (
         "bf16, attention fp32"
     )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["optim=adamw"],
+        ["optim=adamw", "model.d_model=128", "model.n_head=8", "model.param=mup"],  # muP's per-kind multipliers
+        ["optim=muon", "optim.lr=0.05"],  # Muon's matrices beside AdamW's vectors
+    ],
+)
+def test_the_kinds_lrs_in_the_spec_are_the_optimizers(overrides):
+    """The peak LR of each kind of parameter is resolved at prepare (over the model on the meta device) and equals
+    what the optimizer built over the real model has in its groups."""
+    cfg, _ = prepare(compose(["model=tiny", *overrides]))
+    built = build_optimizer(build_model(cfg, 256), cfg, log=lambda _line: None)
+    assert cfg.spec.kind_lrs == built.kind_lrs and len(cfg.spec.kind_lrs) >= 3

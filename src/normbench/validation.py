@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from normbench.config.lr_rule import resolve as resolve_lr
@@ -43,11 +44,11 @@ from normbench.config.schema import (
 from normbench.config.spec import RunLength, run_spec
 from normbench.data.checks import check_data
 from normbench.errors import ConfigError
-from normbench.model import GPT, check_combination, model_class, mup, stabilizers, weight_init_std
+from normbench.model import GPT, build_model, check_combination, model_class, mup, stabilizers, weight_init_std
 from normbench.model.placement import arch_names
 from normbench.norm.norm_api import norm_class
 from normbench.norm.norms import NORMS as registry
-from normbench.optim.optimizers import OPTIMIZERS, warmup_steps
+from normbench.optim.optimizers import OPTIMIZERS, build_optimizer, warmup_steps
 from normbench.runtime import compiling, length
 from normbench.runtime import distributed as dist_utils
 
@@ -267,8 +268,14 @@ def prepare(cfg: Any) -> tuple[Config, list[str]]:
             cfg = OmegaConf.merge(OmegaConf.structured(schema_node()), cfg)  # a plain mapping: the schema first
         cfg = OmegaConf.to_object(cfg)
     notes = validate(cfg)
-    spec = run_spec(cfg, compiling.estimate_for_run)  # after validate: the arch's recipe may set keys it reads
-    cfg.spec = dataclasses.replace(spec, length=run_length(cfg))
+    cfg.spec = run_spec(cfg, compiling.estimate_for_run)  # after validate: the arch's recipe may set keys it reads
+    with torch.device("meta"):  # the model's shape, no memory: N and each kind's LR
+        model = build_model(cfg, length.config_vocab(cfg))
+    cfg.spec = dataclasses.replace(
+        cfg.spec,
+        length=run_length(cfg, length.count_matrices(model)),
+        kind_lrs=build_optimizer(model, cfg, log=lambda _line: None).kind_lrs,
+    )
     return cfg, notes
 
 

@@ -24,10 +24,12 @@ The run's length, warmup and init std depend on the model: its weight-matrix cou
 runtime/length.py, counted on the meta device from the config's vocabulary) and its class's init rule (an arch may
 override ``model.init_std``: model/gpt.py). Their rules live with the model, a layer above this package, so
 :func:`normbench.validation.prepare` resolves them and fills the spec's :class:`RunLength` (``spec.length``) beside
-the values resolved here; the trainer, the schedule, the start-up lines and summary.json read them from there.
-``spec_of`` on a config that was not prepared leaves ``length`` None: its readers (the autocast, the optimizer's
-LRs, a claim's dry run) need none of it. The passes over the data are the one value left to the build: they
-need the corpus's token count, known once the data is loaded (train/build.py's start-up line).
+the values resolved here, and the peak LR of each kind of parameter (``kind_lrs``: the optimizer's groups built
+over the model on the meta device, muP's per-parameter multipliers applied); the trainer, the schedule, the
+start-up lines and summary.json read them from there.
+``spec_of`` on a config that was not prepared leaves ``length`` and ``kind_lrs`` None: its readers (the autocast,
+the optimizer's scalar LR, a claim's dry run) need neither. The passes over the data are the one value left to the
+build: they need the corpus's token count, known once the data is loaded (train/build.py's start-up line).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class RunSpec:
     compile_source: str = "compile=false"  # compile=auto's reason (the estimate's numbers on CUDA)
     attn_fp32: bool = False  # the attention kernel in fp32: attn_fp32=true under a bf16/fp16 autocast (else moot)
     length: RunLength | None = None  # set by validation.prepare; None on a config it did not see (spec_of)
+    kind_lrs: dict | None = None  # {parameter kind: peak LR}, muP's multipliers applied: validation.prepare's too
 
 
 def run_spec(cfg: Any, compile_estimate: CompileRule | None = None) -> RunSpec:

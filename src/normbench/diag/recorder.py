@@ -71,7 +71,7 @@ class Recorder:
             lr=spec.lr,  # optim.lr's number (auto resolved once: config/spec.py)
             lr_source=spec.lr_source,
             spec=dataclasses.asdict(spec),  # the run's resolved spec (config/spec.py)
-            lr_resolved=c.optimizer.kind_lrs,  # {parameter kind: peak LR}, muP's multipliers applied
+            lr_resolved=spec.kind_lrs,  # {parameter kind: peak LR}, muP's multipliers applied (the spec's)
             arch=cfg.arch.name,
             norm=cfg.norm.name,
             optim=cfg.optim.name,

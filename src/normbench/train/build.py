@@ -32,7 +32,7 @@ from normbench.run.rundir import RunDir
 from normbench.runtime import distributed as dist_utils
 from normbench.runtime import length, memory, precision
 from normbench.runtime.flops import model_flops_per_token, peak_flops
-from normbench.validation import run_length, validate
+from normbench.validation import run_length
 
 log = logging.getLogger("normbench")
 
@@ -112,11 +112,9 @@ class Components:
     compiled: bool  # whether the step runs under torch.compile (compile=true, or compile=auto's decision)
 
 
-def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Components:
-    """Build what the run trains with from a validated config (validation.prepare, whose start-up ``notes``
-    it logs; None: validated here); ConfigError when this machine cannot run it (device, world size, memory)."""
-    if notes is None:
-        notes = validate(cfg)
+def build(cfg, rank: int, world: int, notes: list[str]) -> Components:
+    """Build what the run trains with from a config validation.prepare returned (its resolved spec, and the
+    start-up ``notes`` it logs); ConfigError when this machine cannot run it (device, world size, memory)."""
     t, T = cfg.trainer, cfg.model.seq_len
     device = resolve_device(cfg)
     _log_execution(cfg, device)
@@ -142,7 +140,7 @@ def build(cfg, rank: int, world: int, notes: list[str] | None = None) -> Compone
     if world > 1:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
-    log.info("%s", lr_rule.describe(optimizer.kind_lrs, spec_of(cfg).lr_source))  # beside the init and the length
+    log.info("%s", lr_rule.describe(spec_of(cfg).kind_lrs, spec_of(cfg).lr_source))  # beside the init and length
     dtype = precision.autocast_dtype(cfg)
     batches, val_batches, diag = _batches_and_diagnostics(cfg, data, raw_model, device)
     return Components(
