@@ -209,7 +209,8 @@ class GPT(CausalLM, nn.Module):
                     sub.branch_scale = 1.0 / mup.depth_mult(mcfg)
         # muP off d_base: each Linear's fan_in in this model built at d_base (its init follows its own ratio)
         self.mup_fan_in_base = mup.base_fan_ins(lambda base: type(self)(base, arch, norm_cfg, vocab_size), mcfg)
-        self._init_weights(mcfg, arch)
+        if not self.wte.weight.is_meta:  # a model of shapes only (validation's N and LRs) has no values to draw
+            self._init_weights(mcfg, arch)
         if arch.gain_offset:  # Gemma: every norm gain stored as 1 + w, w = 0 at init
             gains = [m for m in self.modules() if getattr(type(m), "has_gain", False) and m.weight is not None]
             for mod in gains:

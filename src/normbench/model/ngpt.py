@@ -146,7 +146,11 @@ class NGPT(CausalLM, nn.Module):
         self.head_dim, self.rope_theta, self.seq_len = d // mcfg.n_head, mcfg.rope_theta, mcfg.seq_len
         self.use_rope = True  # the reference always uses RoPE; model.pos=learned is ignored (start-up note)
         self._rope = None
-        base = self.init_std(mcfg, arch)
+        if not self.wte.weight.is_meta:  # a model of shapes only (validation's N and LRs) has no values to draw
+            self._init_weights(mcfg, arch)
+
+    def _init_weights(self, mcfg, arch) -> None:
+        base, L = self.init_std(mcfg, arch), mcfg.n_layer
         for mod in self.modules():
             if isinstance(mod, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(mod.weight, std=base)
