@@ -113,3 +113,14 @@ def test_the_clock_goes_on_across_a_resume():
     run(again, dev2, range(20, 40), log_every=10)
     tps, _ = again.steady()
     assert tps == pytest.approx(TOKENS / G, rel=0.05)  # both segments' steady steps, at the device's rate
+
+
+def test_spending_adds_the_blocks_seconds_on_the_meters_clock():
+    """``spending`` times a block on the meter's own clock (the one its windows use), even when the block raises."""
+    ticks = iter([0.0, 10.0, 12.5, 20.0, 21.0])
+    meter = Throughput(100, torch.device("cpu"), clock=lambda: next(ticks))  # 0.0: its start
+    with meter.spending("eval_s"):  # 10.0 -> 12.5
+        pass
+    with pytest.raises(RuntimeError), meter.spending("diag_s"):  # 20.0 -> 21.0
+        raise RuntimeError("the block fails")
+    assert (meter.clock["eval_s"], meter.clock["diag_s"]) == (2.5, 1.0)

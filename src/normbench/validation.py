@@ -229,11 +229,10 @@ def _check_schedule(cfg: Any) -> None:
     length.check_ratio(t.tokens_per_param)
 
 
-def run_length(cfg: Any, n: int | None = None) -> RunLength:
-    """The run's length, warmup and init std: the spec's values that need the model (config/spec.RunLength).
-    N (``n``) is counted on the meta device at the config's vocabulary (runtime/length.config_vocab); the build
-    checks it against the model it trains (train/build.py)."""
-    n = n or length.length_params(cfg)
+def run_length(cfg: Any, n: int) -> RunLength:
+    """The run's length, warmup and init std: the spec's values that need the model (config/spec.RunLength), for
+    N = ``n`` (:func:`prepare` counts it on the meta device at the config's vocabulary; the build checks it
+    against the model it trains, train/build.py)."""
     steps = length.run_steps(cfg, n=n)
     return RunLength(
         max_steps=steps,

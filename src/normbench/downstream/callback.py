@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import time
 
 import numpy as np
 import torch
@@ -58,17 +57,13 @@ class DownstreamEval(Callback):
         self.limit = None if e.limit is None else (int(e.limit) if e.limit >= 1 else float(e.limit))
         self.manager = task_manager(self.tasks, e.include_path)
 
-    def due(self, step: int, max_steps: int) -> bool:
-        return step == max_steps or (self.every > 0 and step % self.every == 0)
-
     def wants_record(self, step: int) -> bool:
-        return self.due(step, self.trainer.max_steps)
+        return step == self.trainer.max_steps or (self.every > 0 and step % self.every == 0)
 
     def on_record(self, step: int, record: dict, diverged: bool) -> None:
         if self.wants_record(step) and not diverged:
-            started = time.perf_counter()
-            record.update(self.scores(self.trainer))
-            self.trainer.loop.meter.spent("eval_s", time.perf_counter() - started)
+            with self.trainer.loop.meter.spending("eval_s"):
+                record.update(self.scores(self.trainer))
 
     def scores(self, trainer) -> dict:
         """{``downstream/TASK/METRIC``: value} of the model as it is now."""

@@ -16,8 +16,9 @@ checkpoint (train/state.py). The clock and the device sync are injectable (tests
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -88,6 +89,15 @@ class Throughput:
 
     def _not_training(self) -> float:
         return sum(self.clock[k] for k in NOT_TRAINING)
+
+    @contextlib.contextmanager
+    def spending(self, what: str) -> Iterator[None]:
+        """The block's wall seconds, on this meter's clock, added to ``what`` (:meth:`spent`)."""
+        began = self.now()
+        try:
+            yield
+        finally:
+            self.spent(what, self.now() - began)
 
     def spent(self, what: str, seconds: float) -> None:
         """Wall seconds of evaluation (``eval_s``), checkpoints (``ckpt_s``) or diagnostics (``diag_s``), summed

@@ -78,9 +78,10 @@ def _log_execution(cfg, device: torch.device) -> None:
         precision.enable_tf32()  # what stays fp32 (all of an fp32 run, the norms' statistics) multiplies in TF32
 
 
-def plain(node) -> SimpleNamespace:
-    """A config section as a plain namespace (a copy: the loop's reads never touch the config)."""
-    return SimpleNamespace(**as_dict(node))
+def plain(node, **resolved) -> SimpleNamespace:
+    """A config section as a plain namespace (a copy: the loop's reads never touch the config, and an OmegaConf
+    read costs microseconds), with ``resolved`` values in place of what the section leaves to a rule."""
+    return SimpleNamespace(**{**as_dict(node), **resolved})
 
 
 def make_scaler(device: torch.device, name: str):
@@ -157,8 +158,7 @@ def build(cfg, rank: int, world: int, notes: list[str]) -> Components:
         val_batches=val_batches,
         diag=diag,
         settings=plain(cfg.trainer),
-        # plain copies of what the step loop reads (an OmegaConf read costs microseconds); the warmup resolved
-        sched=SimpleNamespace(**{**as_dict(cfg.sched), "warmup_steps": run_len.warmup_steps}),
+        sched=plain(cfg.sched, warmup_steps=run_len.warmup_steps),  # the warmup as the spec resolved it
         length=run_len,
         tokens_per_step=t.batch_size * t.grad_accum * T,
         n_params=n_params,
@@ -172,20 +172,16 @@ def checked_length(cfg, raw_model: torch.nn.Module) -> RunLength:
     """The spec's length (validation.prepare counted N at the config's vocabulary), checked against the model
     built at the data's: a BPE trained to fewer tokens than ``data.vocab_size`` gives a smaller model, whose N
     then decides (re-resolved by the same rule, and said); the spec is updated so every reader sees one value."""
-    n = length.count_matrices(raw_model)
-    spec = spec_of(cfg)
-    if spec.length is not None and spec.length.length_params == n:
-        return spec.length
-    if spec.length is not None:
-        log.info(
-            "note: the data's vocabulary gives %s weight-matrix params, not %s: the length follows it",
-            f"{n:,}",
-            f"{spec.length.length_params:,}",
-        )
-    run_len = run_length(cfg, n)
-    if getattr(cfg, "spec", None) is not None:
-        cfg.spec = dataclasses.replace(spec, length=run_len)
-    return run_len
+    n, planned = length.count_matrices(raw_model), cfg.spec.length
+    if planned.length_params == n:
+        return planned
+    log.info(
+        "note: the data's vocabulary gives %s weight-matrix params, not %s: the length follows it",
+        f"{n:,}",
+        f"{planned.length_params:,}",
+    )
+    cfg.spec = dataclasses.replace(cfg.spec, length=run_length(cfg, n))
+    return cfg.spec.length
 
 
 def _log_length(cfg, run_len: RunLength, corpus_tokens: int) -> None:

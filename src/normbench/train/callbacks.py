@@ -21,7 +21,6 @@ whether the loop goes on is the algorithm's decision, not an observer's.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -80,9 +79,8 @@ class Diagnose(Callback):
 
     def on_record(self, step: int, record: dict, diverged: bool) -> None:
         if self.wants_record(step):
-            started = time.perf_counter()
-            record.update(self.diag.collect())
-            self.trainer.loop.meter.spent("diag_s", time.perf_counter() - started)
+            with self.trainer.loop.meter.spending("diag_s"):
+                record.update(self.diag.collect())
 
 
 class Validate(Callback):
@@ -99,9 +97,8 @@ class Validate(Callback):
     def on_record(self, step: int, record: dict, diverged: bool) -> None:
         if not self.wants_record(step) or diverged:
             return
-        started = time.perf_counter()
-        val = self.evaluate()
-        self.trainer.loop.meter.spent("eval_s", time.perf_counter() - started)
+        with self.trainer.loop.meter.spending("eval_s"):
+            val = self.evaluate()
         if self.evals.record(val):
             record["val_loss"] = self.evals.last
 
