@@ -227,5 +227,8 @@ def test_the_cpu_rule_scales_the_eager_rate_and_the_saving_with_the_width():
     assert prof.eager_at(96) == pytest.approx(prof.eager_flops * 1.5)  # like d ...
     assert prof.eager_at(1024) == prof.eager_flops_max  # ... up to the products' own rate
     assert prof.saving_at(128) == pytest.approx(prof.saving / 2) and prof.saving_at(32) == prof.saving
+    # a machine's measured rate at d 64 replaces the profile's; the cap keeps its ratio to it
+    assert prof.eager_at(96, measured=2e10) == pytest.approx(3e10)
+    assert prof.eager_at(1024, measured=2e10) == pytest.approx(2e10 * prof.eager_flops_max / prof.eager_flops)
     gpu = compiling.PROFILES["cuda"]
     assert gpu.eager_at(768) == gpu.eager_flops and gpu.saving_at(768) == gpu.saving  # constants there

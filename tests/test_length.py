@@ -145,7 +145,7 @@ def test_quick_scale_is_the_cpu_sweep_with_its_own_length(tmp_path):
     assert c.sweep("cpu").sweeps == c.sweep("quick").sweeps
 
 
-def _saved_seconds(cfg) -> float:
+def _saved_seconds(cfg, **rate) -> float:
     """compile=auto's estimated saving for a composed job (runtime/compiling.py), its model on meta."""
     import torch
 
@@ -154,11 +154,39 @@ def _saved_seconds(cfg) -> float:
 
     with torch.device("meta"):
         model = build_model(cfg, length.config_vocab(cfg))
-    line = compiling.decide(cfg, model, torch.device("cpu")).reason
+    line = compiling.decide(cfg, model, torch.device("cpu"), **rate).reason
     return float(line.split(" saving = ")[1].split(" s ")[0])
 
 
+def test_the_mode_pin_times_a_jobs_step_on_its_own_threads_at_the_calibrated_rate(tmp_path, monkeypatch):
+    """pin_compile reads the dry run's calibrated rate of this CPU (estimate.cpu_rate), per thread, times the
+    threads each job gets: one under jobs=N, where the estimate's CPU-seconds are counted too."""
+    import torch
+
+    from normbench.model import build_model
+    from normbench.reproduce import estimate
+    from normbench.reproduce.length import pin_compile
+    from normbench.reproduce.shared import compose_jobs
+    from normbench.runtime import compiling
+
+    monkeypatch.setattr(estimate, "cpu_rate", lambda: 1e10)
+    claim = _claim(tmp_path, [{"arch": ["pre_ln", "post_ln"]}], ["model=tiny", "trainer.max_steps=300000"])
+    cfg = {v["arch"]: c for v, c in compose_jobs(claim, "cpu", ["compile=auto"])}["pre_ln"]
+    prof = compiling.PROFILES["cpu"]
+    with torch.device("meta"):
+        model = build_model(cfg, length.config_vocab(cfg))
+    step_tokens = cfg.trainer.batch_size * cfg.trainer.grad_accum * cfg.model.seq_len
+    step_s = compiling.model_flops_per_token(model, cfg.model) * step_tokens / 1e10  # d 64: the rate as measured
+    saved = 300000 * step_s * prof.saving_at(cfg.model.d_model)
+    one = pin_compile(claim, "cpu", ["compile=auto"], threads=1)
+    assert f"~{step_s:.3g} s/step" in one.reason and f"saving = {saved:.0f} s" in one.reason
+    two = pin_compile(claim, "cpu", ["compile=auto"], threads=2)
+    assert f"~{step_s / 2:.3g} s/step" in two.reason  # two threads: half the step
+    assert _saved_seconds(cfg, threads=1, thread_flops=1e10) == pytest.approx(saved, abs=0.5)
+
+
 def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path, monkeypatch):
+    from normbench.reproduce import estimate
     from normbench.reproduce.length import pin_compile
     from normbench.reproduce.shared import compose_jobs
     from normbench.runtime import compiling
@@ -179,6 +207,7 @@ def test_compile_auto_is_one_mode_for_every_job_decided_at_the_baseline(tmp_path
     # a compile time between the two (cold and warm alike): decided per job, the sides would run in different modes
     prof, mid = compiling.PROFILES["cpu"], (pre + simple) / 2
     monkeypatch.setitem(compiling.PROFILES, "cpu", compiling.Profile(prof.eager_flops, prof.saving, mid, mid))
+    monkeypatch.setattr(estimate, "cpu_rate", lambda: prof.eager_flops)  # pin_compile's rate: the profile's
     assert _saved_seconds(jobs["simplenorm"]) > (pre + simple) / 2 > _saved_seconds(jobs["pre_ln"])
     mode = pin_compile(claim, "cpu", ["compile=auto"])
     assert mode.compile is False and mode.override == "compile=false"  # the baseline's (Pre-LN's) decision

@@ -99,12 +99,15 @@ class Mode:
         return f"compile={str(self.compile).lower()}"
 
 
-def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | None:
+def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None, threads: int | None = None) -> Mode | None:
     """``compile=auto`` decided once against the baseline job (its model built on the meta device), as one
     ``compile=true|false`` for every job; None where no job would get ``compile=auto``. ``jobs``: the
-    claim's jobs composed for ``overrides`` already."""
+    claim's jobs composed for ``overrides`` already; ``threads``: the torch threads each job gets (1 under
+    ``jobs=N``; None: this process's). On a CPU the step is timed at the dry run's calibrated rate
+    (estimate.cpu_rate), so the decision and the estimate read one measurement of this machine."""
 
     from normbench.model import build_model  # deferred (start-up time): hydra
+    from normbench.reproduce.estimate import cpu_rate  # deferred (start-up time): hydra
     from normbench.reproduce.shared import compose_jobs  # deferred (start-up time): hydra, numpy
     from normbench.runtime.compiling import decide  # deferred (start-up time): hydra
     from normbench.train.build import resolve_device  # deferred (start-up time): hydra, numpy
@@ -119,7 +122,9 @@ def pin_compile(claim: Claim, scale: str, overrides=(), jobs=None) -> Mode | Non
     with torch.device("meta"):
         model = build_model(cfg, length.config_vocab(cfg))
     seeds = max(1, claim.sweep(scale).seeds)  # a model's seeds share its compiled graph
-    decision = decide(cfg, model, resolve_device(cfg), runs_per_graph=seeds)
+    device = resolve_device(cfg)
+    rate = cpu_rate() if device.type == "cpu" else None
+    decision = decide(cfg, model, device, runs_per_graph=seeds, threads=threads, thread_flops=rate)
     return Mode(decision.compile, decision.reason)
 
 

@@ -59,12 +59,14 @@ class Profile:
     ref_width: int | None = None  # CPU: the d_model eager_flops and saving were measured at (None: constants)
     eager_flops_max: float = 0.0  # CPU: the cap of eager_flops as the width grows (about the matmul rate)
 
-    def eager_at(self, d_model: int) -> float:
+    def eager_at(self, d_model: int, measured: float | None = None) -> float:
         """Eager FLOP/s at this width. CPU: the matrix products' share of a step grows about like d (their
-        FLOPs go as d^2 per token, the memory-bound rest as d), so the rate does, up to the products' own."""
+        FLOPs go as d^2 per token, the memory-bound rest as d), so the rate does, up to the products' own.
+        ``measured``: this machine's rate at ``ref_width`` in place of the profile's (the cap scales with it)."""
+        base = self.eager_flops if measured is None else measured
         if self.ref_width is None:
-            return self.eager_flops
-        return min(self.eager_flops * d_model / self.ref_width, self.eager_flops_max)
+            return base
+        return min(base * d_model / self.ref_width, self.eager_flops_max * base / self.eager_flops)
 
     def saving_at(self, d_model: int) -> float:
         """The share compile removes at this width. CPU: what it fuses is the memory-bound rest, whose share of
@@ -112,9 +114,18 @@ def estimate_for_run(cfg) -> tuple[bool, str]:
     return decision.compile, decision.reason
 
 
-def decide(cfg, model: torch.nn.Module, device: torch.device, runs_per_graph: int = 1) -> Decision:
+def decide(
+    cfg,
+    model: torch.nn.Module,
+    device: torch.device,
+    runs_per_graph: int = 1,
+    threads: int | None = None,
+    thread_flops: float | None = None,
+) -> Decision:
     """Whether this run compiles: ``cfg.compile`` if true/false, else the module's rule (with the compile time
-    shared by ``runs_per_graph`` runs of the same model: a claim's seeds)."""
+    shared by ``runs_per_graph`` runs of the same model: a claim's seeds). CPU: the run's step on ``threads``
+    torch threads (None: this process's) at ``thread_flops`` per thread for the miniature (None: the profile's;
+    reproduce passes the rate its estimate calibrated on this machine, reproduce/estimate.cpu_rate)."""
     if cfg.compile is not True and cfg.compile is not False and cfg.compile != "auto":
         raise ValueError(f"compile={cfg.compile!r}")  # validation.validate refuses it first
     if cfg.compile != "auto":
@@ -126,7 +137,7 @@ def decide(cfg, model: torch.nn.Module, device: torch.device, runs_per_graph: in
     if device.type == "cuda":
         flops_s = prof.eager_at(d) * (peak_flops(device, cfg.peak_flops) or UNKNOWN_GPU_PEAK)
     else:
-        flops_s = prof.eager_at(d) * torch.get_num_threads()
+        flops_s = prof.eager_at(d, thread_flops) * (threads or torch.get_num_threads())
     t = cfg.trainer
     tokens_per_step = t.batch_size * t.grad_accum * cfg.model.seq_len
     step_s = model_flops_per_token(model, cfg.model) * tokens_per_step / flops_s
