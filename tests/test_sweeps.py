@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -251,6 +252,19 @@ def test_the_sweep_counts_its_jobs(overrides, jobs):
     with read_write(cfg.hydra), open_dict(cfg.hydra):
         cfg.hydra.overrides.task = overrides
     assert planned_jobs(cfg) == jobs
+
+
+def test_a_sweep_whose_jobs_ran_in_worker_processes_ends_with_its_planned_count(tmp_path, capsys):
+    """joblib runs on_job_start/end in its workers: the sweep's own process saw no job, and says the planned count."""
+    from normbench.cli.progress import SweepProgress
+
+    progress = SweepProgress()
+    progress.start, progress.total = time.monotonic(), 9
+    progress.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert "sweep finished: 9 jobs in " in capsys.readouterr().out
+    progress.total = None  # a continuous range: no count to give
+    progress.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert "sweep finished: ? jobs in " in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -95,7 +95,9 @@ class SweepProgress(Callback):
             lines = leaderboard_lines(where)
         except Exception as exc:  # the runs are written; a summary that fails must not hide that
             lines = [f"(no summary: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"]
-        print(f"sweep finished: {len(self.durations) or '?'} jobs{took}", flush=True)
+        # a launcher that runs the jobs in worker processes (joblib) calls on_job_* there, not here: the planned count
+        jobs = len(self.durations) or self.total or "?"
+        print(f"sweep finished: {jobs} jobs{took}", flush=True)
         for line in lines:
             print(f"  {line}", flush=True)
         sys.stdout.flush()
