@@ -174,7 +174,8 @@ def _pin_length(plan: Plan, log) -> None:
 def _pin_mode(plan: Plan, log) -> None:
     from normbench.reproduce.length import pin_compile  # deferred (start-up time): hydra, numpy
 
-    threads = 1 if threads_env(plan.overrides) else None  # jobs=N: one torch thread per job (runner.py)
+    env = threads_env(plan.overrides)  # the jobs' torch threads as the runner sets them (None: this process's)
+    threads = int(env["OMP_NUM_THREADS"]) if env else None
     mode = pin_compile(plan.claim, plan.scale, plan.users, jobs=plan.pairs, threads=threads)
     if mode is not None:
         log(f"normbench: {plan.claim.id}: {mode.reason}; {mode.override} for every job")
