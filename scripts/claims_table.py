@@ -5,7 +5,8 @@
     python scripts/claims_table.py compare A/verdict.json B/verdict.json   # two measurements of one claim
     python scripts/claims_table.py ladder outputs/reproduce/dyt_parity/ladder.json   # a width ladder
     python scripts/claims_table.py lr outputs/reproduce/peri_variance/lr_ladder.json   # an LR ladder
-    python scripts/claims_table.py record outputs/reproduce/peri_variance/verdict.json --into docs/verdicts
+    python scripts/claims_table.py record outputs/reproduce/peri_variance/verdict.json --into docs/verdicts \\
+        --ran-on "a worktree at 8ffd7ce, AMD EPYC Zen 4, bf16 mode"
     python scripts/claims_table.py answer docs/verdicts --write docs/claims.md   # the one-table answer
 
 ``verdict``: one row per claim (each test's verdict, effect, interval and kind; each group's mean and
@@ -18,7 +19,7 @@ the rungs' verdict.json). ``lr``: one row per LR rung (``reproduce ID lr=ladder`
 ``record``: a claim's verdict.json as its small committed record, ``docs/verdicts/<claim>.json`` (the
 verdict, where it was measured, each test's effect and interval, the commit), because ``outputs/`` does not
 survive between sessions and the page's tables were pasted by hand: a landed verdict is copied, not
-transcribed. ``--into DIR`` writes ``DIR/<claim>.json`` and keeps the ``ladders`` of the record it replaces
+transcribed; ``--ran-on TEXT`` says in its source where the runs ran. ``--into DIR`` writes ``DIR/<claim>.json`` and keeps the ``ladders`` of the record it replaces
 (they come from ladder runs, not from the verdict); without it the record goes to stdout. ``answer``: one
 table from those records, a row per claim in conf/claims order (the verdict at the papers' length and step
 size, the test(s) it rests on with their intervals, what the ladders say), printed, or with ``--write
@@ -28,6 +29,7 @@ tests/test_claims_answer.py keeps docs/claims.md's copy equal to the records.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
@@ -154,7 +156,7 @@ def _effect(t: dict) -> str:
     return f"{g(t['effect'])} [{g(ci[0])}, {g(ci[1])}], {t['verdict']}"
 
 
-def record(path: Path) -> dict:
+def record(path: Path, ran_on: str | None = None) -> dict:
     """A verdict.json (what ``reproduce`` writes) as a record: where it was measured from its ``length``,
     settings and ``mode``; every test (the table picks the deciding ones, as :func:`.summary.deciding` does)
     with the verdict's seeds, steps and commit; pending where it is not at 20 tokens per parameter."""
@@ -179,7 +181,8 @@ def record(path: Path) -> dict:
         for t in v["tests"]
     ]
     rec["source"] = (
-        f"copied from {path} by scripts/claims_table.py record (commit {v.get('commit')}, "
+        f"copied from {path}{f' ({ran_on})' if ran_on else ''} by scripts/claims_table.py record "
+        f"(commit {v.get('commit')}, "
         f"{v.get('n_runs')} runs, scale={v.get('scale')})"
     )
     return rec
@@ -313,12 +316,12 @@ def answer_text(page: Path) -> str:
     return Path(page).read_text().split(START, 1)[1].split(END, 1)[0].strip("\n")
 
 
-def _record_main(args: list[str]) -> int:
-    rec = record(Path(args[0]))
-    if "--into" not in args:
+def _record_main(args: argparse.Namespace) -> int:
+    rec = record(args.verdict, ran_on=args.ran_on)
+    if args.into is None:
         print(dumps(rec), end="")
         return 0
-    target = Path(args[args.index("--into") + 1]) / f"{rec['claim']}.json"
+    target = args.into / f"{rec['claim']}.json"
     if target.exists() and (old := json.loads(target.read_text()).get("ladders")):
         rec["ladders"] = old
     target.write_text(dumps(rec))
@@ -326,34 +329,54 @@ def _record_main(args: list[str]) -> int:
     return 0
 
 
-def _answer_main(args: list[str]) -> int:
-    lines = answer_lines(Path(args[0]))
-    if "--write" in args:
-        write_answer(Path(args[args.index("--write") + 1]), lines)
+def _answer_main(args: argparse.Namespace) -> int:
+    lines = answer_lines(args.directory)
+    if args.write is not None:
+        write_answer(args.write, lines)
     else:
         print("\n".join(lines))
     return 0
 
 
+ROWS = {"verdict": lambda p: [verdict_row(p)], "duration": duration_rows, "ladder": ladder_rows, "lr": lr_rows}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/claims_table.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{" + ",".join([*ROWS, "compare", "record", "answer"]) + "}"
+    )
+    for name in ROWS:
+        sub.add_parser(name).add_argument("paths", nargs="+", type=Path)
+    compare = sub.add_parser("compare")
+    compare.add_argument("a", type=Path)
+    compare.add_argument("b", type=Path)
+    rec = sub.add_parser("record")
+    rec.add_argument("verdict", type=Path, help="a verdict.json that reproduce wrote")
+    rec.add_argument("--into", type=Path, help="write DIR/<claim>.json (else print the record)")
+    rec.add_argument("--ran-on", help="where the runs ran (worktree commit, CPU, mode), kept in the record's source")
+    ans = sub.add_parser("answer")
+    ans.add_argument("directory", type=Path, help="the records' folder (docs/verdicts)")
+    ans.add_argument("--write", type=Path, help="put the table between PAGE's answer markers (else print it)")
+    return parser
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("verdict", "duration", "compare", "ladder", "lr", "record", "answer"):
-        print(__doc__)
-        return 2
-    if argv[0] == "record":
-        return _record_main(argv[1:])
-    if argv[0] == "answer":
-        return _answer_main(argv[1:])
-    paths = [Path(p) for p in argv[1:]]
-    if argv[0] == "verdict":
-        lines = [verdict_row(p) for p in paths]
-    elif argv[0] == "duration":
-        lines = [line for p in paths for line in duration_rows(p)]
-    elif argv[0] == "ladder":
-        lines = [line for p in paths for line in ladder_rows(p)]
-    elif argv[0] == "lr":
-        lines = [line for p in paths for line in lr_rows(p)]
-    else:
-        lines = compare_rows(*paths[:2])
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as stop:  # argparse's usage error (2) or --help (0), as a return code for the tests
+        return int(stop.code or 0)
+    if args.command == "record":
+        return _record_main(args)
+    if args.command == "answer":
+        return _answer_main(args)
+    lines = (
+        compare_rows(args.a, args.b)
+        if args.command == "compare"
+        else [line for p in args.paths for line in ROWS[args.command](p)]
+    )
     print("\n".join(lines))
     return 0
 

@@ -137,6 +137,11 @@ def test_a_verdict_json_becomes_a_record_the_table_renders(table, tmp_path, caps
     capsys.readouterr()
     assert table.main(["record", str(path)]) == 0  # without --into: the record on stdout, no ladders
     assert json.loads(capsys.readouterr().out)["tests"] == rec["tests"]
+    assert table.main(["record", str(path), "--ran-on", "a worktree at abc1234, Zen 4, bf16 mode"]) == 0
+    source = json.loads(capsys.readouterr().out)["source"]
+    assert source.startswith(f"copied from {path} (a worktree at abc1234, Zen 4, bf16 mode) by ")
+    assert table.main(["record"]) == 2  # a usage error names what is missing, as a return code
+    assert "the following arguments are required: verdict" in capsys.readouterr().err
     lines = table.answer_lines(into, ids=[])
     row = next(line for line in lines if line.startswith("| `madeup`"))
     assert row == (
