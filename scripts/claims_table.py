@@ -16,15 +16,15 @@ duration rung against a standalone run of the same length and seeds). ``ladder``
 column per width rung (effect, interval, verdict), then each group's mean and outcomes per rung (read from
 the rungs' verdict.json). ``lr``: one row per LR rung (``reproduce ID lr=ladder``).
 
-``record``: a claim's verdict.json as its small committed record, ``docs/verdicts/<claim>.json`` (the
-verdict, where it was measured, each test's effect and interval, the commit), because ``outputs/`` does not
-survive between sessions and the page's tables were pasted by hand: a landed verdict is copied, not
-transcribed; ``--ran-on TEXT`` says in its source where the runs ran. ``--into DIR`` writes ``DIR/<claim>.json`` and keeps the ``ladders`` of the record it replaces
-(they come from ladder runs, not from the verdict); without it the record goes to stdout. ``answer``: one
-table from those records, a row per claim in conf/claims order (the verdict at the papers' length and step
-size, the test(s) it rests on with their intervals, what the ladders say), printed, or with ``--write
-PAGE`` put between the page's ``<!-- answer:start -->`` and ``<!-- answer:end -->``;
-tests/test_claims_answer.py keeps docs/claims.md's copy equal to the records.
+``record``: a claim's verdict.json as its small committed record, ``docs/verdicts/<claim>.json`` (the verdict,
+where it was measured, each test's effect and interval, the commit), because ``outputs/`` does not survive
+between sessions and the page's tables were pasted by hand: a landed verdict is copied, not transcribed;
+``--ran-on TEXT`` says in its source where the runs ran. ``--into DIR`` writes ``DIR/<claim>.json`` and keeps
+the ``ladders`` of the record it replaces (they come from ladder runs, not from the verdict); without it the
+record goes to stdout. ``answer``: one table from those records, a row per claim in conf/claims order (the
+verdict at the papers' length and step size, the test(s) it rests on with their intervals, what the ladders
+say), printed, or with ``--write PAGE`` put between the page's ``<!-- answer:start -->`` and
+``<!-- answer:end -->``; tests/test_claims_answer.py keeps docs/claims.md's copy equal to the records.
 """
 
 from __future__ import annotations

@@ -327,6 +327,27 @@ def test_no_run_judges_the_runs_there_are_and_writes_verdict_and_report(tmp_path
     assert f"(the claims' mode on a CPU {cpu} native bf16 products)" in report
 
 
+def test_runs_outside_the_plan_are_neither_judged_nor_reported(tmp_path, monkeypatch):
+    """The sweep directory is named by the settings, not the seeds: after ``seeds=8`` the default 3-seed call
+    finds seeds 3-7 there too (and a run left by hand with another arch); its verdict and page hold its 3."""
+    from normbench.reproduce import runner
+
+    claim = write_claim(tmp_path / "claims", [VAR_TEST])
+    root, _, _ = runner.plan(claim, "cpu", None, [], tmp_path / "out")
+    for seed in range(5):  # seeds 3 and 4 would turn the verdict: Peri-LN's growth above Pre-LN's there
+        pre, peri = (40, 10) if seed < 3 else (10, 400)
+        fake_run(root / "sweep0" / f"pre{seed}", "pre_ln", seed, var_growth=pre)
+        fake_run(root / "sweep0" / f"peri{seed}", "peri_ln", seed, var_growth=peri)
+    fake_run(root / "sweep0" / "post0", "post_ln", 0, var_growth=1000)
+    monkeypatch.setattr(runner, "train", lambda argv: pytest.fail("a finished plan trained"))
+    res = runner.reproduce(claim, Request(out=tmp_path / "out"), log=lambda *_: None)
+    assert res["n_runs"] == 6 and res["tests"][0]["n_seeds"] == 3
+    assert res["verdict"] == V.HOLDS and res["tests"][0]["ratio"] == pytest.approx(0.25)
+    runs = json.loads((tmp_path / "out" / "madeup" / "report_runs.json").read_text())
+    assert len(runs) == 6 and "post_ln" not in json.dumps(runs)
+    assert sorted({str(r["seed"]) for r in runs}) == ["0", "1", "2"]
+
+
 def test_cli_list_and_errors(capsys):
     from normbench.cli import main
 

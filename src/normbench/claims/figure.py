@@ -251,7 +251,7 @@ def _draw_interval(ax, t: dict, test, sides: list[dict], log: bool) -> None:
     ax.errorbar(
         [x],
         [effect],
-        yerr=[[effect - lo], [hi - effect]],
+        yerr=[[max(effect - lo, 0.0)], [max(hi - effect, 0.0)]],  # a zero-width interval: exp() may round it below 0
         fmt="D",
         ms=4,
         color="k",

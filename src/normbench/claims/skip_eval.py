@@ -3,14 +3,15 @@
 The measurement of Men et al. 2024 ("ShortGPT", arXiv:2403.03853) and of the Mix-LN paper
 (Li et al. 2024, arXiv:2412.13795, Fig. 1: dropping a deep Pre-LN layer barely moves the
 loss). Here: the trained model of a finished run (``checkpoints/last.pt``), the run's own val
-batches, one block replaced by the identity at a time. Written to ``layer_skip.json`` in the run
-dir: ``base`` (val loss with every block), ``skipped`` (the loss with block i skipped) and
-``increase`` (skipped - base). Runs without a checkpoint (diverged before one) get none; a corrupt
+batches in the run's own precision, one block replaced by the identity at a time. Written to
+``layer_skip.json`` in the run dir: ``base`` (val loss with every block), ``skipped`` (the loss with block i
+skipped) and ``increase`` (skipped - base). Runs without a checkpoint (diverged before one) get none; a corrupt
 checkpoint is refused with one line naming it (:func:`normbench.train.checkpoint.load`), and nothing is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def skip_losses(run_dir: Path) -> dict | None:
     from normbench.data.corpus import load_data  # deferred (start-up time): hydra, omegaconf, numpy
     from normbench.model import build_model, padded_vocab  # deferred (start-up time): torch, hydra, omegaconf
     from normbench.run.reader import RunReader  # deferred (start-up time): yaml
+    from normbench.runtime.precision import autocast_dtype  # deferred (start-up time): torch
     from normbench.train import ckpt_store  # deferred (start-up time): torch
     from normbench.train.build import VAL_SEED  # deferred (start-up time): torch, hydra, omegaconf
 
@@ -40,9 +42,13 @@ def skip_losses(run_dir: Path) -> dict | None:
     # the run's own val batches: the trainer's fixed validation window (train/build.py)
     batches = [b.to(device) for b in fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=VAL_SEED)]
 
+    dtype = autocast_dtype(cfg)  # the run's own numerics (a bf16 run evaluated in bf16, as its trainer did)
+    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+
     @torch.no_grad()
     def val_loss() -> float:
-        return sum(model(b[:, :-1], b[:, 1:])[1].item() for b in batches) / len(batches)
+        with autocast():
+            return sum(model(b[:, :-1], b[:, 1:])[1].item() for b in batches) / len(batches)
 
     base = val_loss()
     skipped = []

@@ -7,6 +7,7 @@ effect on the page is group − baseline. Effects and means are rounded to their
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from normbench.analysis import numbers
@@ -235,10 +236,12 @@ def claim_baseline(result: dict) -> str | None:
     return next((f"{k}={v}" for k, v in base.items() if group.get(k) != v), None)
 
 
-def write_report(result: dict, runs_dir: Path, claim_dir: Path) -> Path:
-    """report.md/.html in ``claim_dir`` (which holds ``claim.png``): the claim's blocks, then its runs' report."""
+def write_report(result: dict, runs_dir: Path, claim_dir: Path, runs: list | None = None) -> Path:
+    """report.md/.html in ``claim_dir`` (which holds ``claim.png``): the claim's blocks, then its runs' report,
+    over ``runs`` where given (the verdict's: runs another call left in ``runs_dir`` are not the claim's)."""
     title = f"Claim {result['claim']}: {result['statement']}"
-    kw = dict(out=claim_dir, title=title, head=claim_blocks(result, runs_dir))
+    only = None if runs is None else {os.path.realpath(r.path) for r in runs}
+    kw = dict(out=claim_dir, title=title, head=claim_blocks(result, runs_dir), only=only)
     try:
         md, _, _, _ = build_report([runs_dir], baseline=claim_baseline(result), **kw)
     except ConfigError:  # the runs are not grouped by that key (one group): the report's own baselines

@@ -4,6 +4,7 @@ figures (the command line: :mod:`.cli`; the sections: :mod:`.sections`, :mod:`.g
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from pathlib import Path
 
@@ -43,17 +44,18 @@ def build_report(
     head: list[tuple] = (),
     x: str = "step",
     runs_too: bool = False,
+    only: set[str] | None = None,
 ) -> tuple[Path, Path, list[Path], int]:
-    """Write the report; return (report.md, report.html, figure paths, number of runs). Every input is
-    checked before anything is written; the sections then follow in the order a reader asks: the
-    answer (the verdict and setup boxes), the runs and their outcomes, time to target, per-layer
-    statistics, the baseline, the LR sweep, Optuna, every run, the figures. ``title``: the page's heading
-    and ``<title>`` (default: the sweep's, :func:`sweep_title`); ``head``: blocks before the answer (the
-    claim page of ``reproduce``: its claim, verdict and figure). ``x``: the x axis of the loss and
-    LR/grad-norm curves (``step``, ``tokens``, ``time``); ``runs_too``: each run's own line in them. The
-    tables are written as data beside report.md too (:mod:`.table_files`)."""
+    """Write the report; return (report.md, report.html, figure paths, number of runs). Every input is checked before
+    anything is written; the sections then follow in the order a reader asks: the answer (the verdict and setup
+    boxes), the runs and their outcomes, time to target, per-layer statistics, the baseline, the LR sweep, Optuna,
+    every run, the figures. ``title``: the page's heading and ``<title>`` (default: the sweep's, :func:`sweep_title`);
+    ``head``: blocks before the answer (the claim page of ``reproduce``: its claim, verdict and figure). ``x``: the x
+    axis of the loss and LR/grad-norm curves (``step``, ``tokens``, ``time``); ``runs_too``: each run's own line in
+    them; ``only``: the real paths of the runs to report, where ``dirs`` hold others too (a claim's page: its planned
+    runs). The tables are written as data beside report.md too (:mod:`.table_files`)."""
     dirs = [Path(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
-    runs, groups, missing = _grouped_runs(dirs, filters, group_by)
+    runs, groups, missing = _grouped_runs(dirs, filters, group_by, only)
     for flag, key in (("--color-by", color_by), ("--style-by", style_by)):
         if key:
             check_key(runs, key, flag)
@@ -124,17 +126,19 @@ def check_formats(formats, dpi, width: float = figures.WIDTH) -> None:
         )
 
 
-def _grouped_runs(dirs: list[Path], filters, group_by) -> tuple[list, list, list]:
-    """The runs below ``dirs`` that pass the filters, their groups, and the sweeps' jobs that never started
-    (:mod:`.unstarted`, said on the console too); no run at all is an error."""
-    runs = load_runs(dirs)
+def _grouped_runs(dirs: list[Path], filters, group_by, only=None) -> tuple[list, list, list]:
+    """The runs below ``dirs`` (those whose real path is in ``only``, where given) that pass the filters, their
+    groups, and the sweeps' jobs that never started (:mod:`.unstarted`, said on the console too); no run at
+    all is an error."""
+    found = load_runs(dirs)
+    runs = found if only is None else [r for r in found if os.path.realpath(r.path) in only]
     if not runs:
         raise ConfigError(
             f"no runs below {', '.join(map(str, dirs))} (looked for summary.json, metrics.jsonl, .hydra/)"
         )
     for line in unreadable_summaries(runs):  # listed, never trusted: say which file, once, on the console
         print(f"normbench: warning: {line}", file=sys.stderr)
-    missing = unstarted_jobs(dirs, runs)
+    missing = unstarted_jobs(dirs, found)  # over every run there: one ``only`` leaves out has started
     for sweep in missing:
         print(f"normbench: note: {sweep.line()}", file=sys.stderr)
     runs = filter_runs(runs, filters)

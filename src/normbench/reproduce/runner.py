@@ -43,10 +43,34 @@ def plan(
     return layout(claim, scale, seeds, list(overrides), Path(out))
 
 
+def _job_key(run, expected: list[dict]) -> tuple:
+    """A run's values of the keys its sweep's jobs differ in (the jobs' own: ``norm_value`` of each)."""
+    return tuple(setting(run, k) for k in expected[0])
+
+
 def finished(sweep_dir: Path, expected: list[dict]) -> bool:
     runs = find_runs(sweep_dir) if sweep_dir.is_dir() else []
-    done = {tuple(setting(r, k) for k in expected[0]) for r in runs if r.status in FINISHED} if expected else set()
+    done = {_job_key(r, expected) for r in runs if r.status in FINISHED} if expected else set()
     return all(tuple(norm_value(v) for v in job.values()) in done for job in expected)
+
+
+def planned_runs(root: Path, expected: list[list[dict]]) -> list:
+    """The runs below a claim's directory that its plan asks for, each sweep's matched by its jobs' settings as
+    :func:`finished` matches them. Runs another call left there are neither judged nor reported: the sweep
+    directory is named by the settings, not the seeds, so ``seeds=8`` leaves seeds 3-7 where the claim's own
+    3-seed call looks next, and a verdict over all of them would claim 8 seeds for a 3-seed request."""
+    runs = find_runs(root) if root.is_dir() else []
+    wanted = {
+        f"sweep{i}": (jobs, {tuple(norm_value(v) for v in job.values()) for job in jobs})
+        for i, jobs in enumerate(expected)
+        if jobs
+    }
+
+    def planned(run) -> bool:
+        jobs, keys = wanted.get(Path(run.path).relative_to(root).parts[0], (None, ()))
+        return jobs is not None and _job_key(run, jobs) in keys
+
+    return [r for r in runs if planned(r)]
 
 
 def train(argv: list[str]) -> int:
@@ -84,12 +108,12 @@ def reproduce(
     if not execute(p, req.dry_run, req.launch, log, tally):
         return None
     root = p.root
-    runs = find_runs(root) if root.is_dir() else []
+    runs = planned_runs(root, p.expected)
     if needs_skip_eval(claim):
         for r in runs:
             if r.status == "completed" and read_skip(r.path) is None:
                 skip_losses(r.path)
-        runs = find_runs(root)
+        runs = planned_runs(root, p.expected)
     timing = benchmark.timing(req.bench, None if req.launch else "no paired benchmark ran (--no-run)", log)
     result = judge_claim(claim, runs, scale, req.min_seeds, claim.sweep(scale).at, timing=timing)
     run_time = sum(float((r.summary or {}).get("wall_s") or 0) for r in runs)
@@ -110,7 +134,7 @@ def reproduce(
     (claim_dir / "verdict.json").write_text(json.dumps(result, indent=1, default=str))
 
     plot_claim(result, runs, claim, claim_dir / "claim.png")
-    write_report(result, root, claim_dir)
+    write_report(result, root, claim_dir, runs)
     return result
 
 
