@@ -11,7 +11,6 @@ checkpoint is refused with one line naming it (:func:`normbench.train.checkpoint
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
@@ -23,7 +22,7 @@ def skip_losses(run_dir: Path) -> dict | None:
     from normbench.data.corpus import load_data  # deferred (start-up time): hydra, omegaconf, numpy
     from normbench.model import build_model, padded_vocab  # deferred (start-up time): torch, hydra, omegaconf
     from normbench.run.reader import RunReader  # deferred (start-up time): yaml
-    from normbench.runtime.precision import autocast_dtype  # deferred (start-up time): torch
+    from normbench.runtime.precision import autocast  # deferred (start-up time): torch
     from normbench.train import ckpt_store  # deferred (start-up time): torch
     from normbench.train.build import VAL_SEED  # deferred (start-up time): torch, hydra, omegaconf
 
@@ -42,12 +41,11 @@ def skip_losses(run_dir: Path) -> dict | None:
     # the run's own val batches: the trainer's fixed validation window (train/build.py)
     batches = [b.to(device) for b in fixed_batches(data.val, t.eval_batches, t.batch_size, T, seed=VAL_SEED)]
 
-    dtype = autocast_dtype(cfg)  # the run's own numerics (a bf16 run evaluated in bf16, as its trainer did)
-    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+    in_precision = autocast(cfg, device)  # the run's own numerics (a bf16 run evaluated in bf16, as its trainer did)
 
     @torch.no_grad()
     def val_loss() -> float:
-        with autocast():
+        with in_precision():
             return sum(model(b[:, :-1], b[:, 1:])[1].item() for b in batches) / len(batches)
 
     base = val_loss()

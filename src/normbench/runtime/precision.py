@@ -7,6 +7,7 @@ nanoGPT's ``train.py`` and torchtitan do): 10 mantissa bits in the products, fp3
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 
@@ -22,6 +23,13 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 def autocast_dtype(cfg) -> torch.dtype | None:
     """The autocast dtype of the run's precision (``precision=auto`` resolved); None for fp32 (no autocast)."""
     return DTYPES.get(spec_of(cfg).precision)
+
+
+def autocast(cfg, device: torch.device):
+    """The run's forward-precision context, made per use: ``torch.autocast`` in its dtype, or none for fp32 (the
+    trainer's steps and evaluations, and any later evaluation of its weights, e.g. claims/skip_eval)."""
+    dtype = autocast_dtype(cfg)
+    return (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
 
 
 def attn_fp32_active(cfg) -> bool:

@@ -142,7 +142,6 @@ def build(cfg, rank: int, world: int, notes: list[str]) -> Components:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout differs per rank; init did not
     optimizer = build_optimizer(raw_model, cfg, log=log.info)
     log.info("%s", lr_rule.describe(spec_of(cfg).kind_lrs, spec_of(cfg).lr_source))  # beside the init and length
-    dtype = precision.autocast_dtype(cfg)
     batches, val_batches, diag = _batches_and_diagnostics(cfg, data, raw_model, device)
     return Components(
         device=device,
@@ -153,7 +152,7 @@ def build(cfg, rank: int, world: int, notes: list[str]) -> Components:
         optimizer=optimizer,
         qk_clip=QKClip.from_config(cfg, raw_model),  # None unless optim.qk_clip=true
         scaler=make_scaler(device, spec_of(cfg).precision),
-        autocast=(lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext,
+        autocast=precision.autocast(cfg, device),
         batches=batches,
         val_batches=val_batches,
         diag=diag,
